@@ -1,0 +1,65 @@
+"""Phase two of a simulation: price a plan's keys in one call, then turn prices into step times."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from latency.keys import ForwardKey, StepShape
+
+#: A latency model (`latency_ms(keys)`, optionally `step_latency_ms(shapes)` for fused steps) or a
+#: plain callable `keys -> sequence of ms`.
+LatencyLike = object
+
+
+def key_latency(latency, keys: Sequence[ForwardKey]) -> np.ndarray:
+    """Milliseconds of each ForwardKey, priced as its own forward pass, in one call."""
+    fn: Callable = getattr(latency, "latency_ms", latency)
+    out = np.asarray(fn(list(keys)), dtype=np.float64)
+    if out.shape != (len(keys),):
+        raise ValueError(f"latency returned shape {out.shape} for {len(keys)} keys")
+    if len(out) and not (np.all(np.isfinite(out)) and np.all(out >= 0)):
+        raise ValueError("latency returned a negative or non-finite time")
+    return out
+
+
+def shape_latency(latency, shapes: Sequence[StepShape]) -> np.ndarray:
+    """Milliseconds of each fused step. A model with `step_latency_ms` fuses the entries (linear
+    layers over all tokens, attention per entry); a plain callable cannot, so a step costs the sum
+    of its entries."""
+    fused = getattr(latency, "step_latency_ms", None)
+    if fused is not None:
+        out = np.asarray(fused(list(shapes)), dtype=np.float64)
+        if out.shape != (len(shapes),):
+            raise ValueError(f"step_latency_ms returned shape {out.shape} for {len(shapes)} steps")
+        return out
+    keys = sorted({key for shape in shapes for key in shape})
+    ms = dict(zip(keys, key_latency(latency, keys), strict=True))
+    return np.array([sum(ms[k] for k in shape) for shape in shapes], dtype=np.float64)
+
+
+def price(latency, keys: Sequence, fused: bool) -> np.ndarray:
+    """Price a plan's `price_keys` (shapes when fused, ForwardKeys otherwise) in one call."""
+    return shape_latency(latency, keys) if fused else key_latency(latency, keys)
+
+
+def step_times(plan, prices: Sequence[float]) -> np.ndarray:
+    """Duration of every planned step, from prices aligned with `plan.price_keys`."""
+    prices = np.asarray(prices, dtype=np.float64)
+    if plan.scheduler.fused:
+        shape_ms = prices
+    else:
+        ms = dict(zip(plan.price_keys, prices, strict=True))
+        combine = plan.scheduler.step_latency
+        shape_ms = np.array(
+            [
+                combine(
+                    sum(ms[k] for k in shape if not k.is_decode),
+                    sum(ms[k] for k in shape if k.is_decode),
+                )
+                for shape in plan.shapes
+            ],
+            dtype=np.float64,
+        )
+    return shape_ms[plan.step_shape]

@@ -1,0 +1,198 @@
+"""Step policies (RFC 3.1.4): which requests run in the next forward step, and with how many tokens.
+
+Every policy answers one question for the timeline loop: given the prefill FIFO (groups of
+`(count, done)` requests, `done` = effective prompt tokens already prefilled) and the number of
+requests ready to decode, which groups advance by how many tokens, and how many requests decode.
+The answer is a `StepPlan`; the loop applies it the same way for every policy (cf. vLLM V1's
+single `{request: tokens}` dict).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: The RFC's mixed-step slack: prefill + decode tokens may reach floor(B * 1.15).
+DEFAULT_SLACK_RATIO = 1.15
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    """What a count-based policy (RFC 3.1.4) sees: only counts, never latencies."""
+
+    ready_decode: int
+    pending_prefill: int
+    chunk_query_len: int
+    max_batched_tokens: int
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """How many pending-prefill requests advance one chunk, how many requests decode."""
+
+    p_step: int
+    d_step: int
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """The loop's state as a policy sees it. `prefill` is the FIFO, front first."""
+
+    prefill: Sequence[tuple[int, int]]
+    ready_decode: int
+    effective_input_length: int
+    max_batched_tokens: int
+    decode_query_len: int
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """`takes`: (FIFO position, requests, tokens each) — at most one entry per (position, tokens);
+    `decode`: requests that decode (oldest first)."""
+
+    takes: tuple[tuple[int, int, int], ...]
+    decode: int
+
+
+class Scheduler(ABC):
+    """A step policy. `fused`: the step is priced as one forward pass over all its entries;
+    otherwise prefill and decode are priced apart and merged by `step_latency`.
+    `requeue`: an advanced, unfinished prefill group goes to the back of the FIFO (breadth-first)
+    instead of keeping its place (depth-first)."""
+
+    name: str = "scheduler"
+    fused: bool = False
+    requeue: bool = True
+
+    @abstractmethod
+    def plan_step(self, view: QueueView) -> StepPlan: ...
+
+    def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
+        return prefill_latency + decode_latency
+
+
+class CountScheduler(Scheduler):
+    """The RFC's interface: decide (p_step, d_step) from counts. The p_step requests come from the
+    run of groups at the FIFO front that wait for the same chunk."""
+
+    @abstractmethod
+    def decide(self, state: SchedulerState) -> StepDecision: ...
+
+    def plan_step(self, view: QueueView) -> StepPlan:
+        budget = view.max_batched_tokens
+        front = view.prefill
+        if front:
+            done = front[0][1]
+            run = 0
+            pending = 0
+            while run < len(front) and front[run][1] == done:
+                pending += front[run][0]
+                run += 1
+            chunk = min(budget, view.effective_input_length - done)
+        else:
+            pending, chunk, run = 0, budget, 0
+        decision = self.decide(SchedulerState(view.ready_decode, pending, chunk, budget))
+        p, d = decision.p_step, decision.d_step
+        if not (0 <= p <= pending and 0 <= d <= view.ready_decode):
+            raise ValueError(
+                f"{self.name} decided p_step={p}, d_step={d} with pending_prefill={pending}, "
+                f"ready_decode={view.ready_decode}"
+            )
+        takes = []
+        for pos in range(run):
+            if p == 0:
+                break
+            n = min(p, front[pos][0])
+            takes.append((pos, n, chunk))
+            p -= n
+        return StepPlan(tuple(takes), d)
+
+
+@dataclass(frozen=True)
+class DecodeFirstWithSlack(CountScheduler):
+    """RFC default: every ready request decodes (up to B), then as many pending requests prefill
+    their next chunk as fit in floor(B * slack_ratio) - d_step tokens; the step costs the max of
+    the prefill and decode passes (they overlap)."""
+
+    slack_ratio: float = DEFAULT_SLACK_RATIO
+    name: str = "decode-first"
+
+    def __post_init__(self) -> None:
+        if not self.slack_ratio >= 1.0:
+            raise ValueError(f"slack_ratio must be >= 1.0, got {self.slack_ratio!r}")
+
+    def decide(self, state: SchedulerState) -> StepDecision:
+        limit = math.floor(state.max_batched_tokens * self.slack_ratio)
+        d_step = min(state.ready_decode, state.max_batched_tokens)
+        fit = (limit - d_step) // state.chunk_query_len
+        return StepDecision(p_step=max(0, min(state.pending_prefill, fit)), d_step=d_step)
+
+    def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
+        return max(prefill_latency, decode_latency)
+
+
+@dataclass(frozen=True)
+class TokenBudget(Scheduler):
+    """vLLM V1: budget B per step; running decodes first (1 + MTP tokens each), then prefills in
+    FIFO order (started ones first, depth-first), each cut to min(need, budget left, threshold).
+    At most `max_num_seqs` requests run at once. The step is one fused forward pass."""
+
+    max_num_seqs: int | None = None
+    long_prefill_token_threshold: int | None = None
+    name: str = "token-budget"
+    fused: bool = True
+    requeue: bool = False
+
+    def __post_init__(self) -> None:
+        for field_name in ("max_num_seqs", "long_prefill_token_threshold"):
+            value = getattr(self, field_name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{field_name} must be None or an integer >= 1, got {value!r}")
+
+    def plan_step(self, view: QueueView) -> StepPlan:
+        budget = view.max_batched_tokens
+        seqs = self.max_num_seqs if self.max_num_seqs is not None else math.inf
+        decode = int(min(view.ready_decode, budget // view.decode_query_len, seqs))
+        budget -= decode * view.decode_query_len
+        started = sum(c for c, done in view.prefill if done > 0)
+        slots = seqs - view.ready_decode - started
+        cap = self.long_prefill_token_threshold or budget
+        takes = []
+        for pos, (count, done) in enumerate(view.prefill):
+            if budget <= 0:
+                break
+            if done == 0:
+                count = int(min(count, slots))
+                if count <= 0:
+                    break
+                slots -= count  # an upper bound; unused slots are returned below
+            need = min(view.effective_input_length - done, cap)
+            full = min(count, budget // need)
+            if full:
+                takes.append((pos, full, need))
+                budget -= full * need
+            taken = full
+            if full < count and budget > 0:
+                takes.append((pos, 1, budget))
+                budget = 0
+                taken += 1
+            if done == 0:
+                slots += count - taken
+        return StepPlan(tuple(takes), decode)
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {
+    "decode-first": DecodeFirstWithSlack,
+    "token-budget": TokenBudget,
+}
+
+
+def make_scheduler(name: str, **options) -> Scheduler:
+    """A registered policy by name, e.g. make_scheduler("token-budget", max_num_seqs=256)."""
+    try:
+        cls = SCHEDULERS[name]
+    except KeyError:
+        raise ValueError(f"unknown scheduler {name!r}; choose one of {sorted(SCHEDULERS)}") from None
+    return cls(**options)
