@@ -42,8 +42,8 @@ def _weighted_percentiles(values: np.ndarray, counts: np.ndarray) -> list[float]
     order = np.argsort(values, kind="stable")
     v, c = values[order], np.cumsum(counts[order])
     total = c[-1]
-    # nearest-rank percentile over the expanded per-request sample
-    return [float(v[np.searchsorted(c, np.ceil(p / 100 * total), side="left")]) for p in PERCENTILES]
+    # nearest-rank percentile over the per-request sample: the ceil(p * n / 100)-th smallest value
+    return [float(v[np.searchsorted(c, -(-p * int(total) // 100), side="left")]) for p in PERCENTILES]
 
 
 def replay(plan, durations: np.ndarray, num_devices: int = 1) -> Metrics:

@@ -20,12 +20,14 @@ DEFAULT_SLACK_RATIO = 1.15
 
 @dataclass(frozen=True)
 class SchedulerState:
-    """What a count-based policy (RFC 3.1.4) sees: only counts, never latencies."""
+    """What a count-based policy (RFC 3.1.4) sees: only counts, never latencies.
+    `decode_query_len` (not in the RFC) is 1 + MTP draft tokens: what one decode costs of the budget."""
 
     ready_decode: int
     pending_prefill: int
     chunk_query_len: int
     max_batched_tokens: int
+    decode_query_len: int = 1
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,8 @@ class CountScheduler(Scheduler):
             chunk = min(budget, view.effective_input_length - done)
         else:
             pending, chunk, run = 0, budget, 0
-        decision = self.decide(SchedulerState(view.ready_decode, pending, chunk, budget))
+        state = SchedulerState(view.ready_decode, pending, chunk, budget, view.decode_query_len)
+        decision = self.decide(state)
         p, d = decision.p_step, decision.d_step
         if not (0 <= p <= pending and 0 <= d <= view.ready_decode):
             raise ValueError(
@@ -112,7 +115,7 @@ class CountScheduler(Scheduler):
 
 @dataclass(frozen=True)
 class DecodeFirstWithSlack(CountScheduler):
-    """RFC default: every ready request decodes (up to B), then as many pending requests prefill
+    """RFC default: every ready request decodes (up to B tokens), then as many pending requests prefill
     their next chunk as fit in floor(B * slack_ratio) - d_step tokens; the step costs the max of
     the prefill and decode passes (they overlap)."""
 
@@ -125,8 +128,8 @@ class DecodeFirstWithSlack(CountScheduler):
 
     def decide(self, state: SchedulerState) -> StepDecision:
         limit = math.floor(state.max_batched_tokens * self.slack_ratio)
-        d_step = min(state.ready_decode, state.max_batched_tokens)
-        fit = (limit - d_step) // state.chunk_query_len
+        d_step = min(state.ready_decode, state.max_batched_tokens // state.decode_query_len)
+        fit = (limit - d_step * state.decode_query_len) // state.chunk_query_len
         return StepDecision(p_step=max(0, min(state.pending_prefill, fit)), d_step=d_step)
 
     def step_latency(self, prefill_latency: float, decode_latency: float) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -45,12 +46,13 @@ class Plan:
     def num_steps(self) -> int:
         return len(self.step_shape)
 
-    @property
+    @cached_property
     def price_keys(self) -> tuple:
-        """What must be priced: whole shapes for a fused policy, else the distinct ForwardKeys."""
+        """What must be priced: whole shapes for a fused policy, else the distinct ForwardKeys
+        (in order of first use)."""
         if self.scheduler.fused:
             return self.shapes
-        return tuple(sorted({key for shape in self.shapes for key in shape}))
+        return tuple(dict.fromkeys(key for shape in self.shapes for key in shape))
 
 
 class _DecodePool:
@@ -166,7 +168,8 @@ def plan(
     else:
         queue = [(N, 0)]
     mid_context = I + w.output_length // 2 + 1
-    shape_ids: dict[StepShape, int] = {}
+    shape_ids: dict[tuple, int] = {}
+    shapes: list[StepShape] = []
     step_shape: list[int] = []
     finished: list[tuple[int, int, int]] = []
     kv_prefill = 0
@@ -184,19 +187,25 @@ def plan(
         if not 0 <= d <= pool.ready:
             raise RuntimeError(f"scheduler {scheduler.name!r} asked {d} decodes of {pool.ready} ready")
         entries: dict[tuple[int, int], int] = {}
-        queue, first_tokens, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
-        kv_prefill += kv_added - first_tokens * I
-        keys = [ForwardKey(False, n, tok, seq) for (tok, seq), n in entries.items()]
+        if sp.takes:
+            queue, first_tokens, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
+            kv_prefill += kv_added - first_tokens * I
+        else:
+            first_tokens = 0
+        ctx = 0
         if d:
             if decode_context == "mid":
                 ctx = mid_context
             else:
                 mean = I + qlen - 1 + pool.generated_sum(d) / d
                 ctx = math.ceil(mean / context_round - 1e-9) * context_round
-            keys.append(ForwardKey(True, d, qlen, ctx))
-        shape = tuple(sorted(keys))
-        step_shape.append(shape_ids.setdefault(shape, len(shape_ids)))
-        before = len(finished)
+        signature = (tuple(sorted(entries.items())), d, ctx)
+        shape_id = shape_ids.get(signature)
+        if shape_id is None:
+            shape_id = shape_ids[signature] = len(shapes)
+            shapes.append(_shape(entries, d, qlen, ctx))
+        step_shape.append(shape_id)
+        done = len(finished)
         kv_decode = pool.advance(d, step, finished) if d else pool.kv_tokens()
         if first_tokens:
             if steps:
@@ -204,11 +213,19 @@ def plan(
             else:
                 finished.append((first_tokens, step, step))
         peak = max(peak, kv_prefill + kv_decode + first_tokens * (I + 1))
-        left -= sum(rec[0] for rec in finished[before:])
+        while done < len(finished):
+            left -= finished[done][0]
+            done += 1
     counts, first, finish = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
-    shapes = tuple(shape_ids)
-    return Plan(w, scheduler, phase, shapes, np.array(step_shape, dtype=np.int64), counts, first, finish,
-                float(peak))
+    step_ids = np.array(step_shape, dtype=np.int64)
+    return Plan(w, scheduler, phase, tuple(shapes), step_ids, counts, first, finish, float(peak))
+
+
+def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> StepShape:
+    keys = [ForwardKey(False, n, tok, seq) for (tok, seq), n in entries.items()]
+    if d:
+        keys.append(ForwardKey(True, d, qlen, ctx))
+    return tuple(sorted(keys))
 
 
 def _apply_takes(queue, takes, scheduler, E, cached, entries):

@@ -50,6 +50,11 @@ class Workload:
                 f"prefix_cache_hit_rate={rate} leaves effective_input_length="
                 f"{self.effective_input_length} for input_length={self.input_length}; it must be >= 1"
             )
+        if self.max_batched_tokens < 1 + self.mtp_tokens:
+            raise ValueError(
+                f"max_batched_tokens={self.max_batched_tokens} cannot hold one decode step of "
+                f"1 + mtp_tokens={self.mtp_tokens} tokens"
+            )
         rates = tuple(self.mtp_acceptance_rates)
         object.__setattr__(self, "mtp_acceptance_rates", rates)
         if len(rates) < self.mtp_tokens:

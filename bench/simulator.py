@@ -1,0 +1,63 @@
+"""Simulator speed: steps, wall ms and µs per step for a table of workloads (median of 5 runs).
+
+    python bench/simulator.py [--runs 5]
+
+Timings are of the whole `simulate` (plan + one batched pricing call + replay) with a cheap
+vectorised latency, so they measure the timeline, not a latency model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# run as a script, bench/ is sys.path[0] and this file would shadow the `simulator` package
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from simulator import Workload, plan, simulate  # noqa: E402
+from simulator.scheduler import DecodeFirstWithSlack, TokenBudget  # noqa: E402
+
+WORKLOADS = [  # input, output, B, N
+    (2048, 256, 8192, 2),
+    (8000, 600, 4000, 600),
+    (128000, 512, 2048, 16),
+    (32768, 1024, 8192, 16),
+    (4096, 1024, 512, 64),
+    (2048, 256, 16384, 1024),
+    (128000, 128, 16384, 64),
+]
+
+
+def cheap_latency(keys):
+    q = np.array([k.concurrency * k.query_len for k in keys], dtype=float)
+    s = np.array([k.seq_len for k in keys], dtype=float)
+    return 5.0 + 0.01 * q + 1e-4 * s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    print(f"{'input':>7} {'output':>6} {'B':>6} {'N':>5} {'policy':>13} {'steps':>6} {'keys':>6} "
+          f"{'wall ms':>8} {'us/step':>8}")
+    for i, o, b, n in WORKLOADS:
+        w = Workload(i, o, b, n)
+        for policy in (DecodeFirstWithSlack(), TokenBudget()):
+            walls = []
+            for _ in range(args.runs):
+                t0 = time.perf_counter()
+                m = simulate(w, cheap_latency, policy)
+                walls.append((time.perf_counter() - t0) * 1000)
+            wall = statistics.median(walls)
+            keys = len(plan(w, policy).price_keys)
+            print(f"{i:>7} {o:>6} {b:>6} {n:>5} {policy.name:>13} {m.num_steps:>6} {keys:>6} "
+                  f"{wall:>8.2f} {1000 * wall / m.num_steps:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+import pytest
+
+from simulator.scheduler import (
+    DecodeFirstWithSlack,
+    QueueView,
+    SchedulerState,
+    StepDecision,
+    TokenBudget,
+    make_scheduler,
+)
+
+
+def test_decode_first_rfc_example():
+    s = DecodeFirstWithSlack()
+    assert s.decide(SchedulerState(512, 1, 4000, 4000)) == StepDecision(1, 512)
+    # 4000 + 700 > floor(4000 * 1.15) = 4600: the prefill waits
+    assert s.decide(SchedulerState(700, 1, 4000, 4000)) == StepDecision(0, 700)
+    assert s.step_latency(3, 5) == 5
+
+
+def test_decode_first_caps_decode_at_budget_and_fills_the_slack():
+    s = DecodeFirstWithSlack()
+    assert s.decide(SchedulerState(5000, 10, 100, 4000)) == StepDecision(6, 4000)  # (4600-4000)//100
+    assert s.decide(SchedulerState(0, 10, 1000, 4000)) == StepDecision(4, 0)      # 4600//1000
+    assert DecodeFirstWithSlack(slack_ratio=1.0).decide(SchedulerState(1, 1, 4000, 4000)).p_step == 0
+
+
+def test_slack_ratio_is_validated():
+    with pytest.raises(ValueError, match="slack_ratio"):
+        DecodeFirstWithSlack(slack_ratio=0.9)
+
+
+def test_token_budget_mixes_decode_running_prefill_and_admission():
+    # the note's example: B=2048, 8 decodes, a running request needing 1440, waiting 900-token prompts
+    view = QueueView([(1, 460), (2, 0)], 8, 1900, 2048, 1)
+    plan = TokenBudget().plan_step(view)
+    assert plan.decode == 8
+    assert plan.takes == ((0, 1, 1440), (1, 1, 600))
+
+
+def test_token_budget_threshold_and_max_num_seqs():
+    view = QueueView([(4, 0)], 0, 1000, 2048, 1)
+    assert TokenBudget(long_prefill_token_threshold=512).plan_step(view).takes == ((0, 4, 512),)
+    assert TokenBudget(max_num_seqs=2).plan_step(view).takes == ((0, 2, 1000),)
+    assert TokenBudget(max_num_seqs=2).plan_step(QueueView([(4, 0)], 2, 1000, 2048, 1)).takes == ()
+
+
+def test_registry():
+    assert isinstance(make_scheduler("token-budget", max_num_seqs=8), TokenBudget)
+    with pytest.raises(ValueError, match="decode-first"):
+        make_scheduler("fifo")

@@ -1,0 +1,208 @@
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from latency.keys import ForwardKey
+from simulator import Workload, plan, simulate
+from simulator.scheduler import (
+    CountScheduler,
+    DecodeFirstWithSlack,
+    Scheduler,
+    StepDecision,
+    StepPlan,
+    TokenBudget,
+)
+from tests.simulator.reference import percentile, reference
+
+
+def one_ms(keys):
+    return [1.0] * len(keys)
+
+
+def affine(keys):
+    """A fake that depends on every field: overhead + tokens + causal attention + context reads."""
+    out = []
+    for k in keys:
+        attn = k.query_len * (k.seq_len - k.query_len) + k.query_len * (k.query_len + 1) / 2
+        out.append(0.5 + 0.25 * k.concurrency * k.query_len + 0.0625 * k.concurrency * attn
+                   + (1.0 + 0.03125 * k.concurrency * k.seq_len if k.is_decode else 0.0))
+    return out
+
+
+def test_hand_computed_two_requests_one_ms_steps():
+    # E=5, B=3: chunks (3,3),(2,5). Steps: A0 | B0 | A1 -> A first @3 | B1 + A decodes -> B first @4,
+    # A done @4 | B decodes -> done @5.  TTFT (3+4)/2, TPOT 1, 2*2 tokens / 5 ms.
+    m = simulate(Workload(5, 2, 3, 2), one_ms)
+    assert (m.ttft_ms, m.tpot_ms, m.output_throughput, m.makespan_ms) == (3.5, 1.0, 800.0, 5.0)
+    assert (m.num_steps, m.prefill_num_chunks) == (5, 2)
+
+
+class Scripted(CountScheduler):
+    name = "scripted"
+
+    def __init__(self, decisions):
+        self.decisions = list(decisions)
+
+    def decide(self, state):
+        return StepDecision(*self.decisions.pop(0))
+
+
+def test_scripted_policy_rfc_case():
+    def lat(keys):
+        return [5.0 if k.is_decode else {3: 10.0, 2: 20.0}[k.query_len] for k in keys]
+
+    w = Workload(5, 3, 3, 2)
+    p = plan(w, Scripted([(2, 0), (2, 0), (0, 2), (0, 2)]))
+    prefill = [k for k in p.price_keys if not k.is_decode]
+    decode = [k for k in p.price_keys if k.is_decode]
+    assert sorted(prefill) == [ForwardKey(False, 2, 2, 5), ForwardKey(False, 2, 3, 3)]
+    assert len(decode) == 1 and decode[0].concurrency == 2
+    m = simulate(w, lat, Scripted([(2, 0), (2, 0), (0, 2), (0, 2)]))
+    assert (m.ttft_ms, m.tpot_ms, m.output_throughput) == (30.0, 5.0, 150.0)
+
+
+def test_single_chunk_is_a_full_prefill():
+    w = Workload(4096, 1, 8192, 1)
+    p = plan(w)
+    assert p.price_keys == (ForwardKey(False, 1, 4096, 4096),)
+    m = simulate(w, affine)
+    assert m.ttft_ms == pytest.approx(affine([ForwardKey(False, 1, 4096, 4096)])[0])
+    # several requests: every prefill key is still a full-prompt prefill
+    assert all(k.query_len == k.seq_len == 4096 for k in plan(Workload(4096, 8, 8192, 5)).price_keys
+               if not k.is_decode)
+
+
+def test_decode_context_mid_is_the_reference_tools():
+    p = plan(Workload(100, 21, 256, 3), decode_context="mid")
+    assert {k.seq_len for k in p.price_keys if k.is_decode} == {100 + 21 // 2 + 1}
+    p = plan(Workload(100, 21, 256, 3))
+    assert {k.seq_len % 128 for k in p.price_keys if k.is_decode} == {0}
+
+
+def test_prefix_cache_shortens_prefill_not_decode_context():
+    full = plan(Workload(1000, 10, 256, 2), decode_context="mid")
+    hit = plan(Workload(1000, 10, 256, 2, prefix_cache_hit_rate=0.5), decode_context="mid")
+    assert {k for k in full.price_keys if k.is_decode} == {k for k in hit.price_keys if k.is_decode}
+    assert max(k.seq_len for k in hit.price_keys if not k.is_decode) == 500
+    assert hit.peak_kv_tokens == full.peak_kv_tokens  # cached prefix is held too
+
+
+class Stuck(Scheduler):
+    name = "stuck"
+
+    def plan_step(self, view):
+        return StepPlan((), 0)
+
+
+def test_a_policy_without_progress_is_an_error():
+    with pytest.raises(RuntimeError, match="stuck.*no progress"):
+        plan(Workload(10, 2, 4, 2), Stuck())
+
+
+def test_disaggregated_instances():
+    w = Workload(5, 2, 3, 2)
+    pre = simulate(w, one_ms, phase="prefill")
+    assert (pre.ttft_ms, pre.tpot_ms, pre.makespan_ms) == (3.5, 0.0, 4.0)  # A0 B0 A1 B1
+    dec = simulate(Workload(5, 3, 3, 2), one_ms, phase="decode")
+    assert (dec.ttft_ms, dec.tpot_ms, dec.makespan_ms) == (0.0, 1.0, 2.0)
+    with pytest.raises(ValueError, match="output_length >= 2"):
+        plan(Workload(5, 1, 3, 2), phase="decode")
+
+
+def test_pd_ratio_rfc_formulas():
+    from simulator import pd_ratio
+
+    r = pd_ratio(p_concurrency=4, ttft_ms=500.0, d_concurrency=64, tpot_ms=20.0, output_length=101)
+    assert r.p_qps == pytest.approx(8.0)            # 4 / 500 ms
+    assert r.d_qps == pytest.approx(32.0)           # 64 / (20 ms * 100)
+    assert r.pd_ratio == pytest.approx(4.0)
+
+
+def test_mtp_decode_steps_carry_draft_tokens():
+    w = Workload(8, 9, 16, 1, mtp_tokens=1, mtp_acceptance_rates=(1.0,))
+    p = plan(w)
+    dec = [k for k in p.price_keys if k.is_decode]
+    assert {k.query_len for k in dec} == {2}
+    assert p.num_steps == 1 + 4  # prefill, then 8 tokens at 2 per step
+
+
+policies = st.one_of(
+    st.builds(DecodeFirstWithSlack, slack_ratio=st.sampled_from([1.0, 1.15, 1.5, 3.0])),
+    st.builds(TokenBudget, max_num_seqs=st.one_of(st.none(), st.integers(1, 4)),
+              long_prefill_token_threshold=st.one_of(st.none(), st.integers(1, 8))),
+)
+
+
+@st.composite
+def workloads(draw):
+    mtp = draw(st.integers(0, 1))
+    return Workload(
+        input_length=draw(st.integers(1, 40)),
+        output_length=draw(st.integers(1, 7)),
+        max_batched_tokens=draw(st.integers(1 + mtp, 16)),
+        concurrency=draw(st.integers(1, 9)),
+        prefix_cache_hit_rate=draw(st.sampled_from([0.0, 0.25, 0.5])),
+        mtp_tokens=mtp,
+        mtp_acceptance_rates=(0.5,) * mtp,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=workloads(), policy=policies, ctx=st.sampled_from(["mean", "mid"]),
+       phase=st.sampled_from(["both", "both", "prefill", "decode"]))
+def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
+    if phase == "decode" and w.output_length == 1:
+        return
+    m = simulate(w, affine, policy, decode_context=ctx, phase=phase)
+    ttft, tpot, makespan, peak, step_keys = reference(w, policy, affine, ctx, phase)
+    assert m.ttft_ms == pytest.approx(sum(ttft) / len(ttft))
+    assert m.tpot_ms == pytest.approx(sum(tpot) / len(tpot))
+    assert m.makespan_ms == pytest.approx(makespan)
+    assert m.peak_kv_tokens == pytest.approx(peak)
+    for q in (50, 90, 99):
+        assert getattr(m, f"ttft_p{q}_ms") == pytest.approx(percentile(ttft, q))
+        assert getattr(m, f"tpot_p{q}_ms") == pytest.approx(percentile(tpot, q))
+    p = plan(w, policy, decode_context=ctx, phase=phase)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+
+
+@settings(max_examples=200, deadline=None)
+@given(w=workloads(), policy=policies)
+def test_conservation_of_requests_and_tokens(w, policy):
+    p = plan(w, policy)
+    assert p.counts.sum() == w.concurrency
+    steps = [p.shapes[i] for i in p.step_shape]
+    prefill = sum(k.tokens for s in steps for k in s if not k.is_decode)
+    decode_req_steps = sum(k.concurrency for s in steps for k in s if k.is_decode)
+    assert prefill == w.concurrency * w.effective_input_length
+    assert decode_req_steps == w.concurrency * w.decode_steps
+    assert decode_req_steps * w.tokens_per_decode_step >= w.concurrency * w.decode_tokens
+    assert (p.first_step <= p.finish_step).all()
+    for s in steps:  # the RFC budget: prefill + decode tokens within the policy's limit
+        if isinstance(policy, TokenBudget):
+            assert sum(k.tokens for k in s) <= w.max_batched_tokens
+        else:
+            assert sum(k.tokens for k in s) <= math.floor(w.max_batched_tokens * policy.slack_ratio) \
+                or all(not k.is_decode for k in s) or all(k.is_decode for k in s)
+
+
+@settings(max_examples=100, deadline=None)
+@given(e=st.integers(1, 300), b1=st.integers(1, 300), b2=st.integers(1, 300), o=st.integers(1, 4))
+def test_single_request_ttft_falls_as_budget_grows(e, b1, b2, o):
+    lo, hi = sorted((b1, b2))
+    small = simulate(Workload(e, o, lo, 1), affine)
+    large = simulate(Workload(e, o, hi, 1), affine)
+    assert large.prefill_num_chunks <= small.prefill_num_chunks
+    assert large.ttft_ms <= small.ttft_ms + 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(w=workloads(), policy=policies, scale=st.sampled_from([0.5, 2.0, 7.0]))
+def test_times_scale_with_latency(w, policy, scale):
+    base = simulate(w, affine, policy)
+    scaled = simulate(w, lambda ks: [scale * x for x in affine(ks)], policy)
+    assert scaled.ttft_ms == pytest.approx(scale * base.ttft_ms)
+    assert scaled.makespan_ms == pytest.approx(scale * base.makespan_ms)
+    assert scaled.output_throughput == pytest.approx(base.output_throughput / scale)
