@@ -1,5 +1,28 @@
 """What one forward step costs: model, device, parallelism -> milliseconds, bytes."""
 
-from latency.keys import ForwardKey, StepShape
+from __future__ import annotations
 
-__all__ = ["ForwardKey", "StepShape"]
+from latency.device import DeviceSpec, load_device, shipped_devices
+from latency.estimator import DEFAULT_RESERVED_GIB, MemoryPicture, RooflineModel
+from latency.keys import ForwardKey, StepShape
+from latency.measured import MeasuredLatency, calibrate
+from latency.model import ModelSpec, load_model, shipped_models
+from latency.parallel import ParallelSpec
+from latency.quant import Quantization, parse_quantization
+
+__all__ = [
+    "DEFAULT_RESERVED_GIB", "DeviceSpec", "ForwardKey", "MeasuredLatency", "MemoryPicture", "ModelSpec",
+    "ParallelSpec", "Quantization", "RooflineModel", "StepShape", "build_latency_model", "calibrate",
+    "load_device", "load_model", "parse_quantization", "shipped_devices", "shipped_models",
+]
+
+
+def build_latency_model(model, device, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
+                        quantization: str = "bf16", kv_cache_dtype: str = "bf16",
+                        reserved_memory_gb: float = DEFAULT_RESERVED_GIB) -> RooflineModel:
+    """The roofline model of one instance: `model` is a shipped name or a config.json path,
+    `device` a device id or .toml path; `reserved_memory_gb` is GiB, as the reference tool counts."""
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    dev = device if isinstance(device, DeviceSpec) else load_device(device)
+    return RooflineModel(spec, dev, ParallelSpec(tp=tp, pp=pp, dp=dp, ep=ep),
+                         parse_quantization(quantization, kv_cache_dtype), reserved_memory_gb)

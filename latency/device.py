@@ -1,0 +1,116 @@
+"""DeviceSpec: one TOML file per device (peaks, HBM, links, efficiencies, overheads)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DATA = Path(__file__).parent / "data" / "devices"
+#: Extra folders of device files, separated by os.pathsep; a user adds a device by adding a file.
+DEVICE_PATH_ENV = "SERVESWEEP_DEVICE_PATH"
+
+_FIELDS = {  # attribute: (table, key)
+    "bf16_tflops": ("compute_tflops", "bf16"),
+    "fp16_tflops": ("compute_tflops", "fp16"),
+    "int8_tflops": ("compute_tflops", "int8"),
+    "fp8_tflops": ("compute_tflops", "fp8"),
+    "hbm_gib": ("memory", "hbm_gib"),
+    "hbm_bandwidth_tbps": ("memory", "hbm_bandwidth_tbps"),
+    "devices_per_node": ("interconnect", "devices_per_node"),
+    "intra_node_bandwidth_gbps": ("interconnect", "intra_node_bandwidth_gbps"),
+    "intra_node_latency_us": ("interconnect", "intra_node_latency_us"),
+    "inter_node_bandwidth_gbps": ("interconnect", "inter_node_bandwidth_gbps"),
+    "inter_node_latency_us": ("interconnect", "inter_node_latency_us"),
+    "eff_gemm": ("efficiency", "gemm"),
+    "eff_attention": ("efficiency", "attention"),
+    "eff_memory": ("efficiency", "memory"),
+    "eff_communication": ("efficiency", "communication"),
+    "kernel_overhead_us": ("overhead", "kernel_us"),
+    "prefill_attention_overhead_us": ("overhead", "prefill_attention_us"),
+    "step_overhead_ms": ("overhead", "step_ms"),
+}
+_EFFICIENCIES = ("eff_gemm", "eff_attention", "eff_memory", "eff_communication")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    name: str
+    source: str
+    bf16_tflops: float
+    fp16_tflops: float
+    int8_tflops: float
+    fp8_tflops: float
+    hbm_gib: float
+    hbm_bandwidth_tbps: float
+    devices_per_node: int
+    intra_node_bandwidth_gbps: float
+    intra_node_latency_us: float
+    inter_node_bandwidth_gbps: float
+    inter_node_latency_us: float
+    eff_gemm: float
+    eff_attention: float
+    eff_memory: float
+    eff_communication: float
+    kernel_overhead_us: float
+    prefill_attention_overhead_us: float
+    step_overhead_ms: float
+
+    def peak_flops(self, dtype: str) -> float:
+        return getattr(self, f"{dtype}_tflops") * 1e12
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_bandwidth_tbps * 1e12
+
+    @classmethod
+    def from_file(cls, path: Path) -> DeviceSpec:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ValueError(f"device file {path}: {err}") from None
+        values = {}
+        for attr, (table, key) in _FIELDS.items():
+            value = data.get(table, {}).get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"device file {path}: [{table}] {key} must be a number >= 0, got {value!r}")
+            values[attr] = value
+        for attr in _EFFICIENCIES:
+            if not 0 < values[attr] <= 1:
+                raise ValueError(f"device file {path}: [efficiency] {_FIELDS[attr][1]} must be in (0, 1], "
+                                 f"got {values[attr]!r}")
+        for attr in ("bf16_tflops", "hbm_gib", "hbm_bandwidth_tbps", "devices_per_node",
+                     "intra_node_bandwidth_gbps", "inter_node_bandwidth_gbps"):
+            if values[attr] <= 0:
+                raise ValueError(f"device file {path}: [{_FIELDS[attr][0]}] {_FIELDS[attr][1]} must be > 0")
+        name = data.get("name", path.stem)
+        if name != path.stem:
+            raise ValueError(f"device file {path}: name {name!r} must match the file name {path.stem!r}")
+        return cls(name=name, source=str(data.get("source", "")), **values)
+
+
+def _search_path() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get(DEVICE_PATH_ENV, "").split(os.pathsep) if p]
+    return [*extra, DATA]
+
+
+def shipped_devices() -> list[str]:
+    return sorted({p.stem for folder in _search_path() for p in folder.glob("*.toml")})
+
+
+def load_device(device: str | Path) -> DeviceSpec:
+    """A device id (file stem under the data folder or SERVESWEEP_DEVICE_PATH) or a .toml path."""
+    path = Path(device)
+    if path.suffix == ".toml" and path.is_file():
+        return DeviceSpec.from_file(path)
+    for folder in _search_path():
+        candidate = folder / f"{device}.toml"
+        if candidate.is_file():
+            return DeviceSpec.from_file(candidate)
+    raise ValueError(f"unknown device {str(device)!r}; known: {', '.join(shipped_devices())}")

@@ -1,0 +1,298 @@
+"""The roofline estimator: price forward steps op by op, vectorised over many keys at once.
+
+Each op costs `max(flops / (peak * eff_c), bytes / (bw * eff_m)) + kernels * overhead` per layer.
+A step is one or more entries (ForwardKeys); linear layers run over all tokens of the step at once,
+attention runs per entry (a fused step, as vLLM V1 and the ascend tool's mixed step execute it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from latency.device import DeviceSpec
+from latency.keys import ForwardKey, StepShape, keys_to_arrays
+from latency.model import ModelSpec
+from latency.parallel import ParallelSpec
+from latency.quant import Quantization
+
+GIB = 1024**3
+#: bf16 activations between ops
+ACT_BYTES = 2
+#: hidden-sized activation passes per token per layer outside the GEMMs (2 norms in/out, residual
+#: adds, rope on q/k, qk-norm): read or written once each
+HIDDEN_PASSES = 8
+#: MLP activation (SiLU * up) reads gate and up, writes one: 3 passes over the intermediate
+MLP_ACT_PASSES = 3
+#: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
+KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
+#: logits are written in fp32
+LOGIT_BYTES = 4
+#: a GiB the reference tool calls "GB": memory figures in this module are GiB
+DEFAULT_RESERVED_GIB = 10.0
+OPS = ("qkv_proj", "attention", "o_proj", "mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm",
+       "pp_comm", "overhead")
+
+
+@dataclass(frozen=True)
+class MemoryPicture:
+    """Per device, in GiB unless named otherwise."""
+
+    hbm_gib: float
+    reserved_gib: float
+    weights_gib: float
+    activation_gib: float
+    kv_bytes_per_token: float
+    kv_capacity_tokens: int
+
+    @property
+    def kv_capacity_gib(self) -> float:
+        return self.kv_capacity_tokens * self.kv_bytes_per_token / GIB
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "kv_capacity_gib": self.kv_capacity_gib}
+
+
+class RooflineModel:
+    """Latency and memory of one model instance (tp x pp devices) on one device type."""
+
+    def __init__(self, model: ModelSpec, device: DeviceSpec, parallel: ParallelSpec, quant: Quantization,
+                 reserved_memory_gib: float = DEFAULT_RESERVED_GIB, activation_tokens: int = 8192):
+        parallel.validate(model)
+        if reserved_memory_gib < 0:
+            raise ValueError(f"reserved_memory_gb must be >= 0, got {reserved_memory_gib}")
+        self.model, self.device, self.parallel, self.quant = model, device, parallel, quant
+        self.reserved_memory_gib = reserved_memory_gib
+        self.activation_tokens = activation_tokens
+        self._derive()
+
+    # ----- static shape of one device's share -------------------------------------------------
+    def _derive(self) -> None:
+        m, p = self.model, self.parallel
+        tp = p.tp
+        h = m.hidden_size
+        self.heads = m.num_heads / tp
+        if m.is_mla:
+            q_in = (h * m.q_lora_rank + m.q_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+                    / tp) if m.q_lora_rank else h * m.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) / tp
+            self.kv_b_params = m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / tp
+            self.qkv_params = q_in + h * (m.kv_lora_rank + m.qk_rope_head_dim) + self.kv_b_params
+            self.o_params = m.num_heads * m.v_head_dim * h / tp
+            self.kv_elems_per_token_layer = m.kv_lora_rank + m.qk_rope_head_dim  # latent, every TP rank
+            self.d_qk_prefill = m.qk_nope_head_dim + m.qk_rope_head_dim
+            self.d_v_prefill = m.v_head_dim
+            self.d_qk_decode = m.kv_lora_rank + m.qk_rope_head_dim  # absorbed
+            self.d_v_decode = m.kv_lora_rank
+        else:
+            kv_dev = max(m.num_kv_heads / tp, 1.0)  # KV heads are replicated when tp > kv heads
+            self.kv_b_params = 0.0
+            self.qkv_params = h * m.head_dim * (self.heads + 2 * kv_dev)
+            self.o_params = self.heads * m.head_dim * h
+            self.kv_elems_per_token_layer = 2 * kv_dev * m.head_dim
+            self.d_qk_prefill = self.d_v_prefill = self.d_qk_decode = self.d_v_decode = m.head_dim
+        self.dense_layers = m.num_dense_layers if m.is_moe else m.num_layers
+        self.moe_layers = m.num_moe_layers
+        self.mlp_params = 3 * h * m.intermediate_size / tp
+        self.shared_params = m.num_shared_experts * m.expert_params / tp
+        self.expert_tp = tp // p.ep
+        self.local_experts = m.num_experts / p.ep if m.is_moe else 0.0
+        self.router_params = h * m.num_experts
+        self.lm_head_params = m.vocab_size * h / tp
+
+    @property
+    def num_devices(self) -> int:
+        return self.parallel.num_devices
+
+    @property
+    def devices_per_instance(self) -> int:
+        return self.parallel.devices_per_instance
+
+    @property
+    def fingerprint(self) -> str:
+        """Names model, device, parallelism, quantisation and every number that changes a price."""
+        payload = json.dumps([asdict(self.model), asdict(self.device), asdict(self.parallel),
+                              asdict(self.quant)], sort_keys=True)
+        digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
+        p = self.parallel
+        return (f"{self.model.name}|{self.device.name}|tp{p.tp}pp{p.pp}ep{p.ep}|{self.quant.name}|{digest}")
+
+    # ----- pricing ----------------------------------------------------------------------------
+    def latency_ms(self, keys: Sequence[ForwardKey]) -> np.ndarray:
+        """Each key priced as a forward step of its own."""
+        if not len(keys):
+            return np.zeros(0)
+        dec, conc, q, s = keys_to_arrays(keys)
+        return self._price(np.arange(len(keys)), dec, conc, q, s, len(keys))["total"]
+
+    def step_latency_ms(self, shapes: Sequence[StepShape]) -> np.ndarray:
+        """Each shape priced as one fused step over all its entries."""
+        if not len(shapes):
+            return np.zeros(0)
+        flat = [k for shape in shapes for k in shape]
+        step = np.repeat(np.arange(len(shapes)), [len(shape) for shape in shapes])
+        dec, conc, q, s = keys_to_arrays(flat)
+        return self._price(step, dec, conc, q, s, len(shapes))["total"]
+
+    def breakdown(self, keys: Sequence[ForwardKey]):
+        """Per key and op: ms, share of the step, and whether compute, memory or overhead bounds it."""
+        import pandas as pd
+
+        dec, conc, q, s = keys_to_arrays(keys)
+        parts = self._price(np.arange(len(keys)), dec, conc, q, s, len(keys), detail=True)
+        rows = []
+        for i, key in enumerate(keys):
+            total = parts["total"][i]
+            for op in OPS:
+                ms, bound = parts[op][0][i], parts[op][1][i]
+                if ms > 0:
+                    rows.append({"key": key, "op": op, "ms": ms, "share": ms / total, "bound": bound})
+        return pd.DataFrame(rows)
+
+    def _roof(self, flops, bytes_, peak, eff_c, kernels_ms):
+        compute = flops / (peak * eff_c) * 1e3
+        memory = bytes_ / (self.device.hbm_bytes_per_s * self.device.eff_memory) * 1e3
+        ms = np.maximum(compute, memory) + kernels_ms
+        bound = np.where(compute >= memory, "compute", "memory")
+        bound = np.where(kernels_ms > np.maximum(compute, memory), "overhead", bound)
+        return ms, bound
+
+    def _price(self, step, dec, conc, q, s, n_steps, detail=False):
+        """Per-step milliseconds of every op; `step[i]` is the step of entry i."""
+        d, m, p, qz = self.device, self.model, self.parallel, self.quant
+        h = m.hidden_size
+        kov = d.kernel_overhead_us * 1e-3
+        lin_peak, bf16 = d.peak_flops(qz.compute_dtype), d.peak_flops("bf16")
+        tokens = np.bincount(step, weights=conc * q, minlength=n_steps)
+        sampled = np.bincount(step, weights=conc, minlength=n_steps)
+        L = m.num_layers
+        ops = {}
+
+        def linear(params, layers, n_kernels, w_bytes=qz.weight_bytes, peak=lin_peak, t=tokens,
+                   in_out=2 * h):
+            flops = 2 * t * params
+            bytes_ = params * w_bytes + t * in_out * ACT_BYTES
+            ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, n_kernels * kov)
+            return ms * layers, bound
+
+        ops["qkv_proj"] = linear(self.qkv_params, L, KERNELS["qkv_proj"])
+        ops["o_proj"] = linear(self.o_params, L, KERNELS["o_proj"])
+        ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, bf16)
+        ops["mlp"] = linear(self.mlp_params, self.dense_layers, KERNELS["mlp"]) if self.dense_layers \
+            else (np.zeros(n_steps), np.full(n_steps, "-"))
+        ops["moe"] = self._moe(tokens, lin_peak) if self.moe_layers else (np.zeros(n_steps), np.full(n_steps, "-"))
+        inter = (self.dense_layers * m.intermediate_size / p.tp
+                 + self.moe_layers * m.experts_per_token * m.moe_intermediate_size / p.tp) / L
+        ew_bytes = tokens * (HIDDEN_PASSES * h + MLP_ACT_PASSES * inter) * ACT_BYTES
+        ew, ew_bound = self._roof(0.0, ew_bytes, bf16, 1.0, KERNELS["elementwise"] * kov)
+        ops["elementwise"] = (ew * L, ew_bound)
+        ops["lm_head"] = linear(self.lm_head_params, 1, 1, w_bytes=2, peak=bf16, t=sampled,
+                                in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
+        ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens)
+        ops["overhead"] = (np.full(n_steps, d.step_overhead_ms), np.full(n_steps, "overhead"))
+        total = sum(ms for ms, _ in ops.values())
+        if detail:
+            return {**ops, "total": total}
+        return {"total": total}
+
+    def _attention(self, step, dec, conc, q, s, n_steps, peak):
+        d, m = self.device, self.model
+        kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
+        pairs = q * (s - q) + q * (q + 1) / 2  # causal (query, key) pairs per request
+        d_qk = np.where(dec, self.d_qk_decode, self.d_qk_prefill)
+        d_v = np.where(dec, self.d_v_decode, self.d_v_prefill)
+        flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
+        if m.is_mla:  # prefill expands the cached latent of the earlier context into K and V
+            flops = flops + np.where(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
+        bytes_ = conc * (s * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
+        kernel = KERNELS["attention"] * d.kernel_overhead_us + np.where(dec, 0.0, d.prefill_attention_overhead_us)
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3)
+        per_step = np.bincount(step, weights=ms, minlength=n_steps) * m.num_layers
+        return per_step, _step_bound(step, bound, n_steps)
+
+    def _moe(self, tokens, peak):
+        d, m = self.device, self.model
+        k, E = m.experts_per_token, m.num_experts
+        active_frac = 1.0 - (1.0 - k / E) ** tokens  # chance that a given expert is picked at least once
+        expert_bytes = m.expert_params / self.expert_tp * self.quant.weight_bytes
+        w_bytes = self.local_experts * active_frac * expert_bytes + (self.shared_params + self.router_params) \
+            * self.quant.weight_bytes
+        flops = 2 * tokens * (k * m.expert_params / self.parallel.tp + self.shared_params + self.router_params)
+        bytes_ = w_bytes + tokens * (2 + 2 * k / self.parallel.tp) * m.hidden_size * ACT_BYTES
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, KERNELS["moe"] * d.kernel_overhead_us * 1e-3)
+        return ms * self.moe_layers, bound
+
+    def _link(self, group: int) -> tuple[float, float]:
+        """(bytes/s, seconds per hop) of the slowest link a group of `group` devices spans."""
+        d = self.device
+        if group * (1 if group > d.devices_per_node else 1) <= d.devices_per_node:
+            return d.intra_node_bandwidth_gbps * 1e9 * d.eff_communication, d.intra_node_latency_us * 1e-6
+        return d.inter_node_bandwidth_gbps * 1e9 * d.eff_communication, d.inter_node_latency_us * 1e-6
+
+    def _comm(self, tokens):
+        m, p = self.model, self.parallel
+        msg = tokens * m.hidden_size * ACT_BYTES
+        zero = np.zeros_like(tokens)
+        tp_ms = ep_ms = pp_ms = zero
+        if p.tp > 1:
+            bw, lat = self._link(p.tp)
+            ring = 2 * (p.tp - 1) / p.tp * msg / bw + 2 * (p.tp - 1) * lat
+            n_allreduce = 2 * m.num_layers - (self.moe_layers if p.ep > 1 else 0)
+            tp_ms = ring * n_allreduce * 1e3
+        if p.ep > 1:
+            bw, lat = self._link(p.tp)
+            a2a = 2 * (msg * m.experts_per_token * (p.ep - 1) / p.ep / bw + (p.ep - 1) * lat)
+            ep_ms = a2a * self.moe_layers * 1e3
+        if p.pp > 1:
+            bw, lat = self._link(p.tp * p.pp)
+            pp_ms = (p.pp - 1) * (msg / bw + lat) * 1e3
+        label = np.full(len(tokens), "memory")
+        return (tp_ms, label), (ep_ms, label), (pp_ms, label)
+
+    # ----- memory ------------------------------------------------------------------------------
+    @property
+    def weights_bytes(self) -> float:
+        """Weights on the most loaded device: its pipeline stage's layers, plus embeddings/LM head."""
+        m, p = self.model, self.parallel
+        w = self.quant.weight_bytes
+        per_layer_attn = (self.qkv_params + self.o_params) * w
+        dense = self.dense_layers * self.mlp_params * w
+        moe = self.moe_layers * (self.local_experts * m.expert_params / self.expert_tp + self.shared_params
+                                 + self.router_params) * w
+        layers = (m.num_layers * per_layer_attn + dense + moe) / p.pp
+        vocab = m.vocab_size * m.hidden_size / p.tp * 2  # bf16
+        vocab_total = vocab * (1 if m.tie_word_embeddings else 2)
+        return layers + (vocab_total if p.pp == 1 else vocab)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        layers = -(-self.model.num_layers // self.parallel.pp)
+        return layers * self.kv_elems_per_token_layer * self.quant.kv_bytes
+
+    def activation_bytes(self, tokens: int) -> float:
+        """Peak transient activations of a step of `tokens` tokens (largest intermediate + logits)."""
+        m, p = self.model, self.parallel
+        widest = max(self.qkv_params / m.hidden_size, 2 * m.intermediate_size / p.tp if self.dense_layers else 0,
+                     2 * m.experts_per_token * m.moe_intermediate_size / p.tp)
+        return tokens * (2 * m.hidden_size + widest) * ACT_BYTES + min(tokens, 1024) * m.vocab_size / p.tp \
+            * LOGIT_BYTES
+
+    def memory_for(self, max_batched_tokens: int) -> MemoryPicture:
+        act = self.activation_bytes(max_batched_tokens)
+        free = self.device.hbm_gib * GIB - self.reserved_memory_gib * GIB - self.weights_bytes - act
+        capacity = max(0, int(free // self.kv_bytes_per_token))
+        return MemoryPicture(self.device.hbm_gib, self.reserved_memory_gib, self.weights_bytes / GIB, act / GIB,
+                             self.kv_bytes_per_token, capacity)
+
+    @property
+    def memory(self) -> MemoryPicture:
+        return self.memory_for(self.activation_tokens)
+
+
+def _step_bound(step, bound, n_steps):
+    out = np.full(n_steps, "-", dtype=object)
+    out[step] = bound
+    return out

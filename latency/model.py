@@ -1,0 +1,134 @@
+"""ModelSpec: the shape of a transformer, parsed from a Hugging Face config.json (dense GQA, MoE, MLA)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "models"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the estimator needs about a model. MoE fields are 0 for dense models, MLA fields 0
+    for GQA ones."""
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    num_dense_layers: int = 0          # layers with a dense MLP in a MoE model
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def vocab_params(self) -> int:
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def expert_params(self) -> int:
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @classmethod
+    def from_config(cls, config: dict, name: str = "custom") -> ModelSpec:
+        """Parse a Hugging Face config dict; a missing required key is an error naming it."""
+
+        def need(key):
+            if key not in config:
+                raise ValueError(f"model config {name!r} lacks {key!r}")
+            return config[key]
+
+        hidden, heads = need("hidden_size"), need("num_attention_heads")
+        layers = need("num_hidden_layers")
+        experts = config.get("num_experts") or config.get("n_routed_experts") or 0
+        dense = 0
+        if experts:
+            if "first_k_dense_replace" in config:
+                dense = config["first_k_dense_replace"]
+            else:
+                dense = len(config.get("mlp_only_layers") or [])
+                step = config.get("decoder_sparse_step", 1) or 1
+                dense += sum(1 for i in range(layers) if (i + 1) % step != 0 and i not in
+                             (config.get("mlp_only_layers") or []))
+        spec = cls(
+            name=name,
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=heads,
+            num_kv_heads=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or hidden // heads,
+            intermediate_size=need("intermediate_size"),
+            vocab_size=need("vocab_size"),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            num_experts=experts,
+            experts_per_token=config.get("num_experts_per_tok", 0) if experts else 0,
+            moe_intermediate_size=config.get("moe_intermediate_size", 0) if experts else 0,
+            num_shared_experts=config.get("n_shared_experts") or 0,
+            num_dense_layers=dense,
+            q_lora_rank=config.get("q_lora_rank") or 0,
+            kv_lora_rank=config.get("kv_lora_rank") or 0,
+            qk_nope_head_dim=config.get("qk_nope_head_dim") or 0,
+            qk_rope_head_dim=config.get("qk_rope_head_dim") or 0,
+            v_head_dim=config.get("v_head_dim") or 0,
+        )
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                      "intermediate_size", "vocab_size"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"model {self.name!r}: {field} must be >= 1, got {getattr(self, field)}")
+        if self.is_moe and not 1 <= self.experts_per_token <= self.num_experts:
+            raise ValueError(f"model {self.name!r}: experts_per_token must be in [1, {self.num_experts}]")
+        if self.is_moe and self.moe_intermediate_size < 1:
+            raise ValueError(f"model {self.name!r}: moe_intermediate_size must be >= 1")
+
+
+def shipped_models() -> list[str]:
+    return sorted(p.stem.replace("--", "/") for p in DATA.glob("*.json"))
+
+
+def load_model(model: str | Path) -> ModelSpec:
+    """A shipped name (e.g. "Qwen/Qwen3-32B"), a path to a config.json, or a folder holding one."""
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" and path.is_file():
+        name = path.parent.name if path.name == "config.json" else path.stem
+    else:
+        path = DATA / (str(model).replace("/", "--") + ".json")
+        if not path.is_file():
+            raise ValueError(f"unknown model {str(model)!r}; shipped: {', '.join(shipped_models())}; "
+                             "or give a path to a config.json")
+        name = str(model)
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"cannot read model config {path}: {err}") from None
+    return ModelSpec.from_config(config, name=name)

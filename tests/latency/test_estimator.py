@@ -1,0 +1,135 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from latency import ForwardKey, MeasuredLatency, build_latency_model, calibrate
+from latency.estimator import GIB
+
+
+def test_decode_one_request_is_bounded_by_weight_reads():
+    lm = build_latency_model("Qwen/Qwen3-32B", "H200_SXM", quantization="bf16")
+    floor_ms = lm.weights_bytes / 4.8e12 * 1e3  # about 65.5 GB / 4.8 TB/s = 13.6 ms
+    assert 65e9 < lm.weights_bytes < 66e9
+    ms = lm.latency_ms([ForwardKey(True, 1, 1, 2048)])[0]
+    assert floor_ms <= ms <= 2 * floor_ms
+
+
+def test_prefill_costs_at_least_the_matmul_flops():
+    lm = build_latency_model("Qwen/Qwen3-32B", "H200_SXM")
+    params = 32.8e9 - 151936 * 5120  # embeddings are a lookup, not a matmul
+    floor_ms = 2 * params * 8192 / 989.4e12 * 1e3
+    assert lm.latency_ms([ForwardKey(False, 1, 8192, 8192)])[0] >= floor_ms
+
+
+def test_tp2_halves_weight_bytes_per_device():
+    one = build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=1)
+    two = build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2)
+    assert two.weights_bytes == pytest.approx(one.weights_bytes / 2)
+    assert two.kv_bytes_per_token == pytest.approx(one.kv_bytes_per_token / 2)
+
+
+def test_moe_decode_reads_only_the_activated_experts():
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM")
+    m = lm.model
+    bd = lm.breakdown([ForwardKey(True, 1, 1, 1024)]).set_index("op")
+    all_experts_ms = m.num_moe_layers * m.num_experts * m.expert_params * 2 / (4.8e12 * 0.8) * 1e3
+    topk_ms = m.num_moe_layers * m.experts_per_token * m.expert_params * 2 / (4.8e12 * 0.8) * 1e3
+    assert bd.loc["moe", "ms"] < all_experts_ms / 4
+    assert bd.loc["moe", "ms"] >= topk_ms
+    big = lm.breakdown([ForwardKey(True, 512, 1, 1024)]).set_index("op")
+    assert big.loc["moe", "ms"] >= all_experts_ms * 0.99  # 512 tokens x top-8 touch every expert
+
+
+def test_memory_picture_matches_reference_weights():
+    # the Ascend tool reports 64 - 10 reserved - 16.28 KV - 5.74 left = 31.98 "GB" (GiB) of weights
+    lm = build_latency_model("Qwen/Qwen3-32B", "TEST_DEVICE", quantization="W8A8_DYNAMIC")
+    assert lm.memory.weights_gib == pytest.approx(31.98, rel=0.005)
+    assert lm.kv_bytes_per_token == 64 * 2 * 8 * 128 * 2
+    mem = lm.memory_for(8192)
+    assert mem.kv_capacity_tokens == int((64 * GIB - 10 * GIB - lm.weights_bytes - lm.activation_bytes(8192))
+                                         // lm.kv_bytes_per_token)
+
+
+def test_kv_layouts():
+    # GQA with tp > kv heads: each rank keeps one KV head
+    assert build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=8).kv_bytes_per_token == 48 * 2 * 128 * 2
+    # MLA keeps the latent (512 + 64) per layer
+    assert build_latency_model("deepseek-ai/DeepSeek-V3", "H200_SXM", tp=8).kv_bytes_per_token == 61 * 576 * 2
+    assert build_latency_model("Qwen/Qwen3-8B", "H200_SXM", kv_cache_dtype="fp8").kv_bytes_per_token \
+        == 36 * 2 * 8 * 128
+
+
+def test_fused_step_reads_weights_once():
+    lm = build_latency_model("Qwen/Qwen3-8B", "H200_SXM")
+    a, b = ForwardKey(False, 1, 512, 512), ForwardKey(True, 32, 1, 2048)
+    assert lm.step_latency_ms([(a,)])[0] == pytest.approx(lm.latency_ms([a])[0])
+    fused = lm.step_latency_ms([(a, b)])[0]
+    assert max(lm.latency_ms([a, b])) < fused < sum(lm.latency_ms([a, b]))
+
+
+def test_breakdown_shares_add_up():
+    lm = build_latency_model("Qwen/Qwen3-8B", "H200_SXM", tp=2)
+    key = ForwardKey(False, 1, 4096, 4096)
+    bd = lm.breakdown([key])
+    assert bd["share"].sum() == pytest.approx(1.0)
+    assert set(bd["bound"]) <= {"compute", "memory", "overhead"}
+    assert bd["ms"].sum() == pytest.approx(lm.latency_ms([key])[0])
+
+
+models = st.sampled_from([("Qwen/Qwen3-8B", 1), ("Qwen/Qwen3-32B", 4), ("Qwen/Qwen3-30B-A3B", 2),
+                          ("deepseek-ai/DeepSeek-V3", 8), ("meta-llama/Llama-3.1-70B-Instruct", 8)])
+devices = st.sampled_from(["H200_SXM", "TEST_DEVICE", "ATLAS_800_A2_376T_64G", "B200"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=models, device=devices, dec=st.booleans(), c=st.integers(1, 512), q=st.integers(1, 4096),
+       s=st.integers(0, 32768), field=st.sampled_from(["concurrency", "query_len", "seq_len"]),
+       grow=st.integers(1, 4096))
+def test_latency_never_falls_when_a_key_grows(model, device, dec, c, q, s, field, grow):
+    lm = build_latency_model(model[0], device, tp=model[1])
+    base = ForwardKey(dec, c, q, q + s)
+    bigger = {**base.__dict__}
+    bigger[field] += grow
+    if field == "query_len":
+        bigger["seq_len"] += grow
+    ms = lm.latency_ms([base, ForwardKey(**bigger)])
+    assert ms[1] >= ms[0] * (1 - 1e-12)
+
+
+def test_measured_backend_interpolates_inside_and_refuses_outside(tmp_path):
+    rows = [{"is_decode": True, "concurrency": c, "query_len": 1, "seq_len": s, "latency_ms": 1 + c + s / 100}
+            for c in (1, 8) for s in (1000, 3000)]
+    import pandas as pd
+
+    path = tmp_path / "steps.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    lm = MeasuredLatency(path)
+    got = lm.latency_ms([ForwardKey(True, 1, 1, 1000), ForwardKey(True, 8, 1, 2000), ForwardKey(True, 4, 1, 1500)])
+    assert got == pytest.approx([12.0, 29.0, 20.0])  # exact at a corner; linear in between
+    with pytest.raises(ValueError, match="seq_len=4000 is outside the measured grid"):
+        lm.latency_ms([ForwardKey(True, 1, 1, 4000)])
+    with pytest.warns(UserWarning, match="clamped"):
+        assert MeasuredLatency(path, outside="clamp").latency_ms([ForwardKey(True, 1, 1, 9000)])[0] == 32.0
+    with pytest.raises(ValueError, match="no prefill rows"):
+        lm.latency_ms([ForwardKey(False, 1, 100, 100)])
+
+
+def test_calibration_recovers_known_efficiencies():
+    import dataclasses
+
+    truth = build_latency_model("Qwen/Qwen3-8B", "H200_SXM")
+    keys = [ForwardKey(False, b, n, n) for b in (1, 4) for n in (512, 2048, 8192)] + \
+           [ForwardKey(True, b, 1, c) for b in (1, 16, 64, 256) for c in (1024, 8192)]
+    import pandas as pd
+
+    table = pd.DataFrame([{**k.__dict__, "latency_ms": v} for k, v in zip(keys, truth.latency_ms(keys))])
+    off = dataclasses.replace(truth.device, eff_gemm=0.4, eff_memory=0.4, eff_attention=0.3)
+    from latency import RooflineModel
+
+    start = RooflineModel(truth.model, off, truth.parallel, truth.quant)
+    cal = calibrate(start, table, fields=("eff_gemm", "eff_memory", "eff_attention"))
+    assert cal.median_error_before > 0.2
+    assert cal.median_error_after < 0.01
+    assert cal.params["eff_gemm"] == pytest.approx(0.78, rel=0.05)
+    assert np.isfinite(list(cal.params.values())).all()

@@ -1,0 +1,90 @@
+import json
+
+import pytest
+
+from latency import ParallelSpec, load_device, load_model, parse_quantization, shipped_devices, shipped_models
+from latency.device import DEVICE_PATH_ENV
+
+SHIPPED = ["Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
+           "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct", "deepseek-ai/DeepSeek-V3"]
+DEVICES = ["TEST_DEVICE", "ATLAS_800_A2_376T_64G", "ATLAS_800_A2_313T_64G", "ATLAS_800_A2_280T_64G",
+           "ATLAS_800_A3_752T_128G_DIE", "A100_SXM_80G", "H100_SXM", "H200_SXM", "B200"]
+
+
+def test_every_required_model_and_device_ships():
+    assert set(SHIPPED) <= set(shipped_models())
+    assert set(DEVICES) <= set(shipped_devices())
+    for name in DEVICES:
+        assert load_device(name).source
+
+
+def test_model_kinds_parse():
+    moe = load_model("Qwen/Qwen3-30B-A3B")
+    assert (moe.num_experts, moe.experts_per_token, moe.num_moe_layers) == (128, 8, 48)
+    ds = load_model("deepseek-ai/DeepSeek-V3")
+    assert ds.is_mla and ds.num_dense_layers == 3 and ds.num_moe_layers == 58 and ds.num_shared_experts == 1
+    dense = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert not dense.is_moe and dense.head_dim == 128
+
+
+def test_model_from_path_and_folder(tmp_path):
+    cfg = json.loads((load_model.__globals__["DATA"] / "Qwen--Qwen3-8B.json").read_text())
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert load_model(folder).hidden_size == 4096
+    assert load_model(folder / "config.json").name == "my-model"
+
+
+def test_unknown_model_lists_shipped():
+    with pytest.raises(ValueError, match="unknown model 'nope/X'.*Qwen/Qwen3-32B"):
+        load_model("nope/X")
+
+
+def test_config_missing_key_is_named(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        load_model(tmp_path)
+
+
+def test_user_device_file_and_malformed_field(tmp_path, monkeypatch):
+    text = (load_device.__globals__["DATA"] / "H200_SXM.toml").read_text()
+    (tmp_path / "MY_GPU.toml").write_text(text.replace('name = "H200_SXM"', 'name = "MY_GPU"'))
+    (tmp_path / "BAD_GPU.toml").write_text(text.replace('name = "H200_SXM"', 'name = "BAD_GPU"')
+                                           .replace("gemm = 0.78", "gemm = 1.5"))
+    monkeypatch.setenv(DEVICE_PATH_ENV, str(tmp_path))
+    assert load_device("MY_GPU").hbm_bandwidth_tbps == 4.8
+    assert "MY_GPU" in shipped_devices()
+    with pytest.raises(ValueError, match=r"BAD_GPU.toml: \[efficiency\] gemm must be in \(0, 1\], got 1.5"):
+        load_device("BAD_GPU")
+    with pytest.raises(ValueError, match="unknown device 'NOPE'.*H200_SXM"):
+        load_device("NOPE")
+
+
+def test_parallel_validation():
+    qwen = load_model("Qwen/Qwen3-32B")
+    ParallelSpec(tp=8).validate(qwen)
+    ParallelSpec(tp=16).validate(qwen)  # 8 KV heads replicated over 16 ranks
+    with pytest.raises(ValueError, match="tp=3 must divide the 64 attention heads"):
+        ParallelSpec(tp=3).validate(qwen)
+    with pytest.raises(ValueError, match="ep=2 needs a MoE model"):
+        ParallelSpec(tp=2, ep=2).validate(qwen)
+    with pytest.raises(ValueError, match="ep=4 must divide tp=2"):
+        ParallelSpec(tp=2, ep=4)
+    with pytest.raises(ValueError, match="does not match 8 devices"):
+        ParallelSpec(tp=2, dp=2).validate(qwen, num_devices=8)
+    import dataclasses
+
+    moe = dataclasses.replace(load_model("Qwen/Qwen3-30B-A3B"), num_experts=12)
+    with pytest.raises(ValueError, match="ep=8 must divide the 12 experts"):
+        ParallelSpec(tp=8, ep=8).validate(moe)
+
+
+def test_quantization_names():
+    assert parse_quantization("W8A8_DYNAMIC").weight_bytes == 1.0
+    assert parse_quantization("DISABLED").compute_dtype == "bf16"
+    assert parse_quantization("FP8").compute_dtype == "fp8"
+    assert parse_quantization("w4a16").weight_bytes == 0.5
+    assert parse_quantization("bf16", "int8").kv_bytes == 1.0
+    with pytest.raises(ValueError, match="unknown quantization 'W3A3'"):
+        parse_quantization("W3A3")
