@@ -123,7 +123,7 @@ def test_calibration_recovers_known_efficiencies():
            [ForwardKey(True, b, 1, c) for b in (1, 16, 64, 256) for c in (1024, 8192)]
     import pandas as pd
 
-    table = pd.DataFrame([{**k.__dict__, "latency_ms": v} for k, v in zip(keys, truth.latency_ms(keys))])
+    table = pd.DataFrame([{**k.__dict__, "latency_ms": v} for k, v in zip(keys, truth.latency_ms(keys), strict=False)])
     off = dataclasses.replace(truth.device, eff_gemm=0.4, eff_memory=0.4, eff_attention=0.3)
     from latency import RooflineModel
 
