@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from latency.keys import ForwardKey, keys_to_arrays
 
@@ -19,8 +18,10 @@ AXES = ("concurrency", "query_len", "seq_len")
 OUTSIDE = ("error", "clamp")
 
 
-def read_table(table: pd.DataFrame | str | Path) -> pd.DataFrame:
-    """A table of measured steps (CSV or Parquet) with the ForwardKey columns and latency_ms."""
+def read_table(table):
+    """A table of measured steps (CSV or Parquet, or a DataFrame) with the ForwardKey columns and latency_ms."""
+    import pandas as pd
+
     if isinstance(table, (str, Path)):
         path = Path(table)
         try:
@@ -40,7 +41,7 @@ def read_table(table: pd.DataFrame | str | Path) -> pd.DataFrame:
 class _Grid:
     """Multilinear interpolation over the full grid of one phase."""
 
-    def __init__(self, rows: pd.DataFrame, phase: str):
+    def __init__(self, rows, phase: str):
         self.axes = [np.unique(rows[a].to_numpy(dtype=float)) for a in AXES]
         shape = tuple(len(a) for a in self.axes)
         if len(rows) != np.prod(shape) or rows.duplicated(list(AXES)).any():
@@ -90,6 +91,8 @@ class MeasuredLatency:
         self._memory_model = memory_model
         self.grids = {dec: _Grid(rows, "decode" if dec else "prefill")
                       for dec, rows in self.table.groupby("is_decode")}
+        import pandas as pd
+
         digest = hashlib.sha256(pd.util.hash_pandas_object(self.table, index=False).values.tobytes()).hexdigest()
         self.fingerprint = f"{name}|{digest[:12]}"
 

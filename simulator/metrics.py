@@ -53,7 +53,7 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1) -> Metrics:
     first = ends[plan.first_step + 1]
     finish = ends[plan.finish_step + 1]
     counts = plan.counts
-    n = counts.sum()
+    n = int(counts.sum())
     ttft = first if plan.phase != "decode" else np.zeros_like(first)
     r = w.decode_tokens if plan.phase != "prefill" else 0
     tpot = (finish - first) / r if r else np.zeros_like(first)

@@ -1,0 +1,1 @@
+"""Search, Ray fan-out, shared latency cache, Parquet results and the `servesweep` CLI."""

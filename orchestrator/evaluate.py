@@ -1,0 +1,62 @@
+"""One evaluated point: a scenario's instance at one concurrency, simulated and checked for memory."""
+
+from __future__ import annotations
+
+from latency.estimator import GIB
+from orchestrator.scenario import Layout, Scenario
+from simulator import Workload, make_scheduler, simulate
+
+PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
+
+
+def workload(s: Scenario, max_batched_tokens: int, concurrency: int) -> Workload:
+    return Workload(s.input_length, s.output_length, max_batched_tokens, concurrency, s.prefix_cache_hit_rate,
+                    s.mtp_tokens, s.mtp_acceptance_rates)
+
+
+def evaluate_point(s: Scenario, layout: Layout, role: str, max_batched_tokens: int, concurrency: int,
+                   latency=None) -> dict:
+    """Simulate one instance at `concurrency`; throughputs in the row are for all dp instances."""
+    lm = s.latency_model(layout)
+    latency = latency if latency is not None else lm
+    w = workload(s, max_batched_tokens, concurrency)
+    m = simulate(w, latency, make_scheduler(s.scheduler), phase=PHASE[role], decode_context=s.decode_context,
+                 num_devices=layout.devices)
+    return point_row(s, layout, role, m, lm.memory_for(max_batched_tokens))
+
+
+def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
+    dp = s.num_devices // layout.devices
+    kv_gib = m.peak_kv_tokens * mem.kv_bytes_per_token / GIB
+    return {
+        "role": role, "tp": layout.tp, "pp": layout.pp, "dp": dp, "ep": layout.ep,
+        "concurrency": m.concurrency, "max_batched_tokens": m.max_batched_tokens,
+        "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms,
+        "ttft_p50_ms": m.ttft_p50_ms, "ttft_p90_ms": m.ttft_p90_ms, "ttft_p99_ms": m.ttft_p99_ms,
+        "tpot_p50_ms": m.tpot_p50_ms, "tpot_p90_ms": m.tpot_p90_ms, "tpot_p99_ms": m.tpot_p99_ms,
+        "makespan_ms": m.makespan_ms,
+        "request_throughput": m.request_throughput * dp,
+        "output_throughput": m.output_throughput * dp,
+        "output_throughput_per_device": m.output_throughput_per_device,
+        "num_steps": m.num_steps, "prefill_num_chunks": m.prefill_num_chunks,
+        "effective_input_length": m.effective_input_length,
+        "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": mem.kv_capacity_tokens,
+        "weights_gib": mem.weights_gib, "kv_gib": kv_gib, "activation_gib": mem.activation_gib,
+        "available_gib": mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib - kv_gib,
+        "fits_memory": m.peak_kv_tokens <= mem.kv_capacity_tokens,
+    }
+
+
+def meets(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> bool:
+    """Memory, then the limits that apply to the row's role (prefill: TTFT; decode: TPOT; agg: both)."""
+    return first_failure(row, ttft_limit, tpot_limit) is None
+
+
+def first_failure(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> str | None:
+    if not row["fits_memory"]:
+        return "memory"
+    if ttft_limit is not None and row["role"] != "decode" and row["ttft_ms"] > ttft_limit:
+        return "TTFT"
+    if tpot_limit is not None and row["role"] != "prefill" and row["tpot_ms"] > tpot_limit:
+        return "TPOT"
+    return None

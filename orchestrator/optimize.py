@@ -1,0 +1,121 @@
+"""The throughput optimizer: best concurrency per layout and budget, aggregated or disaggregated,
+and the prefill/decode instance split (RFC 3.1.6)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.evaluate import evaluate_point, first_failure, meets
+from orchestrator.scenario import Layout, Scenario
+from orchestrator.search import Memo, search_concurrency
+from simulator import decode_qps, prefill_qps
+
+#: evaluate a batch of concurrencies for (scenario, layout, role, max_batched_tokens) -> rows
+BatchEvaluator = Callable[[Scenario, Layout, str, int, list[int]], list[dict]]
+
+
+def inline_evaluator(s: Scenario, layout: Layout, role: str, budget: int, ns: list[int]) -> list[dict]:
+    return [evaluate_point(s, layout, role, budget, n) for n in ns]
+
+
+@dataclass
+class OptimizeResult:
+    scenario: Scenario
+    points: list[dict] = field(default_factory=list)   # every evaluated point
+    best: list[dict] = field(default_factory=list)     # best point per limit pair, role, layout, budget
+    splits: list[dict] = field(default_factory=list)   # PD instance splits
+    infeasible: list[str] = field(default_factory=list)
+
+
+def optimize(s: Scenario, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
+             disagg: bool = False, pd_devices: tuple[int, int] | None = None, progress=None) -> OptimizeResult:
+    """Aggregated by default; `disagg` searches prefill (TTFT) and decode (TPOT) instances apart;
+    `pd_devices=(P, Q)` also joins them into the best instance split for the device budget."""
+    s.validate()
+    result = OptimizeResult(s)
+    if pd_devices:
+        tasks = [("prefill", [Layout(pd_devices[0], s.pp)], s.max_batched_tokens),
+                 ("decode", [Layout(pd_devices[1], s.pp)], (max(s.max_batched_tokens),))]
+    elif disagg:
+        roles = [r for r, lim in (("prefill", s.ttft_limits), ("decode", s.tpot_limits)) if lim] or ["prefill", "decode"]
+        tasks = [(r, s.layouts(), s.max_batched_tokens if r == "prefill" else (max(s.max_batched_tokens),))
+                 for r in roles]
+    else:
+        tasks = [("agg", s.layouts(), s.max_batched_tokens)]
+    for role, layouts, budgets in tasks:
+        for layout in layouts:
+            for budget in budgets:
+                _search_one(s, result, evaluator, width, role, layout, budget)
+                if progress:
+                    progress(1)
+    _explain_infeasible(s, result)
+    if pd_devices:
+        result.splits = pd_splits(s, result.best, pd_devices)
+    return result
+
+
+def _search_one(s, result, evaluator, width, role, layout, budget):
+    memo = Memo(lambda ns: evaluator(s, layout, role, budget, ns))
+    for ttft, tpot in s.limit_pairs():
+        found = search_concurrency(memo.evaluate, lambda r, a=ttft, b=tpot: meets(r, a, b), s.max_concurrency,
+                                   width, memo=memo)
+        if found.best is not None:
+            result.best.append({**found.best, "ttft_limit_ms": ttft, "tpot_limit_ms": tpot})
+    result.points.extend(memo.rows[n] for n in sorted(memo.rows))
+
+
+def _explain_infeasible(s: Scenario, result: OptimizeResult) -> None:
+    """For a limit pair nothing meets: which limit fails first and the closest point (lowest concurrency)."""
+    for ttft, tpot in s.limit_pairs():
+        if any(b["ttft_limit_ms"] == ttft and b["tpot_limit_ms"] == tpot for b in result.best):
+            continue
+        lowest = [p for p in result.points if p["concurrency"] == 1] or result.points
+        closest = min(lowest, key=lambda p: (p["ttft_ms"] if ttft else 0) + (p["tpot_ms"] if tpot else 0))
+        failure = first_failure(closest, ttft, tpot) or "limits"
+        limits = " and ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None)
+        result.infeasible.append(
+            f"no configuration meets {limits or 'memory'}: {failure} fails first; closest point "
+            f"{closest['role']} tp{closest['tp']} concurrency {closest['concurrency']} B={closest['max_batched_tokens']}: "
+            f"TTFT {closest['ttft_ms']:.1f} ms, TPOT {closest['tpot_ms']:.2f} ms, "
+            f"KV {closest['peak_kv_tokens']:.0f} of {closest['kv_capacity_tokens']} tokens")
+
+
+def pd_splits(s: Scenario, best: list[dict], pd_devices: tuple[int, int]) -> list[dict]:
+    """For each limit pair: P QPS from the chunked-prefill TTFT, D QPS from the TPOT (RFC formulas),
+    then the integer split of instances that serves the most requests per second per device."""
+    p_dev, d_dev = pd_devices
+    out = []
+    for ttft, tpot in s.limit_pairs():
+        pick = lambda role: max((b for b in best if b["role"] == role and b["ttft_limit_ms"] == ttft  # noqa: E731
+                                 and b["tpot_limit_ms"] == tpot), key=lambda b: b["request_throughput"],
+                                default=None)
+        pre, dec = pick("prefill"), pick("decode")
+        if pre is None or dec is None:
+            continue
+        p_qps = prefill_qps(pre["concurrency"], pre["ttft_ms"])
+        d_qps = decode_qps(dec["concurrency"], dec["tpot_ms"], s.output_length)
+        choice = None
+        for n_p in range(1, s.num_devices // p_dev + 1):
+            n_d = (s.num_devices - n_p * p_dev) // d_dev
+            if n_d < 1:
+                break
+            served = min(n_p * p_qps, n_d * d_qps)
+            used = n_p * p_dev + n_d * d_dev
+            key = (served / used, served)
+            if choice is None or key > choice[0]:
+                choice = (key, n_p, n_d, served, used)
+        if choice is None:
+            continue
+        _, n_p, n_d, served, used = choice
+        out.append({
+            "ttft_limit_ms": ttft, "tpot_limit_ms": tpot, "prefill_tp": p_dev, "decode_tp": d_dev,
+            "prefill_concurrency": pre["concurrency"], "decode_concurrency": dec["concurrency"],
+            "max_batched_tokens": pre["max_batched_tokens"], "ttft_ms": pre["ttft_ms"], "tpot_ms": dec["tpot_ms"],
+            "p_qps": p_qps, "d_qps": d_qps, "pd_ratio": d_qps / p_qps,
+            "prefill_instances": n_p, "decode_instances": n_d, "devices_used": used,
+            "served_qps": served, "served_qps_per_device": served / used,
+            "output_throughput": served * s.output_length,
+            "output_throughput_per_device": served * s.output_length / used,
+        })
+    return out
