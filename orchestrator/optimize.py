@@ -38,7 +38,8 @@ def optimize(s: Scenario, evaluator: BatchEvaluator = inline_evaluator, width: i
         tasks = [("prefill", [Layout(pd_devices[0], s.pp)], s.max_batched_tokens),
                  ("decode", [Layout(pd_devices[1], s.pp)], (max(s.max_batched_tokens),))]
     elif disagg:
-        roles = [r for r, lim in (("prefill", s.ttft_limits), ("decode", s.tpot_limits)) if lim] or ["prefill", "decode"]
+        roles = [r for r, lim in (("prefill", s.ttft_limits), ("decode", s.tpot_limits)) if lim]
+        roles = roles or ["prefill", "decode"]
         tasks = [(r, s.layouts(), s.max_batched_tokens if r == "prefill" else (max(s.max_batched_tokens),))
                  for r in roles]
     else:
@@ -76,9 +77,15 @@ def _explain_infeasible(s: Scenario, result: OptimizeResult) -> None:
         limits = " and ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None)
         result.infeasible.append(
             f"no configuration meets {limits or 'memory'}: {failure} fails first; closest point "
-            f"{closest['role']} tp{closest['tp']} concurrency {closest['concurrency']} B={closest['max_batched_tokens']}: "
+            f"{closest['role']} tp{closest['tp']} concurrency {closest['concurrency']} "
+            f"B={closest['max_batched_tokens']}: "
             f"TTFT {closest['ttft_ms']:.1f} ms, TPOT {closest['tpot_ms']:.2f} ms, "
             f"KV {closest['peak_kv_tokens']:.0f} of {closest['kv_capacity_tokens']} tokens")
+
+
+def _best_of(best: list[dict], role: str, ttft, tpot) -> dict | None:
+    rows = [b for b in best if b["role"] == role and b["ttft_limit_ms"] == ttft and b["tpot_limit_ms"] == tpot]
+    return max(rows, key=lambda b: b["request_throughput"], default=None)
 
 
 def pd_splits(s: Scenario, best: list[dict], pd_devices: tuple[int, int]) -> list[dict]:
@@ -87,10 +94,7 @@ def pd_splits(s: Scenario, best: list[dict], pd_devices: tuple[int, int]) -> lis
     p_dev, d_dev = pd_devices
     out = []
     for ttft, tpot in s.limit_pairs():
-        pick = lambda role: max((b for b in best if b["role"] == role and b["ttft_limit_ms"] == ttft  # noqa: E731
-                                 and b["tpot_limit_ms"] == tpot), key=lambda b: b["request_throughput"],
-                                default=None)
-        pre, dec = pick("prefill"), pick("decode")
+        pre, dec = (_best_of(best, role, ttft, tpot) for role in ("prefill", "decode"))
         if pre is None or dec is None:
             continue
         p_qps = prefill_qps(pre["concurrency"], pre["ttft_ms"])
