@@ -1,0 +1,97 @@
+"""Latency model: keys priced per second, and fidelity against public reference figures.
+
+    python bench/latency.py [--runs 5] [--reference ../shared/reference/peer_steps_h200_qwen3_8b.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/latency.py would shadow the package
+
+from latency import ForwardKey, build_latency_model  # noqa: E402
+from orchestrator.optimize import optimize  # noqa: E402
+from orchestrator.scenario import Scenario  # noqa: E402
+
+PEER = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "peer_steps_h200_qwen3_8b.csv"
+# The Ascend tool's analytic model, TEST_DEVICE, Qwen3-32B W8A8, 1 device, reserved 10 GB, TPOT <= 1000 ms
+ASCEND = [
+    dict(input=32768, output=1024, conc=2, ttft=25813, tpot=59.47, tput=23.63, kv_gb=16.28),
+    dict(input=2048, output=256, conc=41, ttft=10745, tpot=108.74, tput=377.04, kv_gb=None),
+]
+
+
+def keys_per_second(runs: int) -> None:
+    lm = build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2)
+    rng = np.random.default_rng(0)
+    keys = [ForwardKey(bool(d), int(c), 1 if d else int(q), int(s) + (1 if d else int(q)))
+            for d, c, q, s in zip(rng.integers(0, 2, 100_000), rng.integers(1, 512, 100_000),
+                                  rng.integers(1, 8192, 100_000), rng.integers(0, 32768, 100_000), strict=True)]
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        lm.latency_ms(keys)
+        walls.append(time.perf_counter() - t0)
+    print(f"keys priced per second (100,000 keys, median of {runs}): {len(keys) / statistics.median(walls):,.0f}\n")
+
+
+def peer_fidelity(path: Path) -> None:
+    df = pd.read_csv(path)
+    rows = []
+    for (model, device, tp), g in df.groupby(["model", "device", "tp"]):
+        lm = build_latency_model(model, device, tp=int(tp))
+        dec = g["phase"] == "decode"
+        keys = [ForwardKey(bool(d), int(b), 1 if d else int(n), int(n) + 1 if d else int(n))
+                for d, b, n in zip(dec, g["batch"], g["isl_or_context"], strict=True)]
+        pred = lm.latency_ms(keys)
+        for (_, r), p in zip(g.iterrows(), pred, strict=True):
+            rows.append({"tp": tp, "phase": r.phase, "batch": r.batch, "isl/ctx": r.isl_or_context,
+                         "measured_ms": r.latency_ms, "servesweep_ms": round(p, 2),
+                         "error_%": round(100 * (p / r.latency_ms - 1), 1)})
+    out = pd.DataFrame(rows)
+    print(f"Fidelity vs {path.name} (AIConfigurator, measured H200 kernels):")
+    print(out.to_string(index=False))
+    err = out["error_%"].abs()
+    print(f"median |error| {err.median():.1f} %, p90 {err.quantile(0.9):.1f} %, max {err.max():.1f} %")
+    print(out.assign(abs_err=err).groupby(["tp", "phase"])["abs_err"].median().rename("median |error| %").to_string())
+    print()
+
+
+def ascend_fidelity() -> None:
+    print("Fidelity vs the Ascend tool's analytic model (Qwen3-32B W8A8, TEST_DEVICE, B=8192, TPOT <= 1000 ms):")
+    print(f"{'input/output':>13} {'':>11} {'conc':>5} {'TTFT ms':>9} {'TPOT ms':>8} {'tok/s':>8} {'KV GiB':>7}")
+    for ref in ASCEND:
+        s = Scenario("Qwen/Qwen3-32B", "TEST_DEVICE", 1, ref["input"], ref["output"], (8192,), tpot_limits=(1000.0,),
+                     quantization="W8A8_DYNAMIC")
+        (best,) = optimize(s).best
+        kv = f"{ref['kv_gb']:.2f}" if ref["kv_gb"] else "-"
+        io = f"{ref['input']}/{ref['output']}"
+        print(f"{io:>13} {'reference':>11} {ref['conc']:>5} {ref['ttft']:>9.0f} {ref['tpot']:>8.2f} "
+              f"{ref['tput']:>8.2f} {kv:>7}")
+        print(f"{'':>13} {'servesweep':>11} {best['concurrency']:>5} {best['ttft_ms']:>9.0f} {best['tpot_ms']:>8.2f} "
+              f"{best['output_throughput']:>8.2f} {best['kv_gib']:>7.2f}")
+    print()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--reference", type=Path, default=PEER)
+    args = ap.parse_args()
+    keys_per_second(args.runs)
+    if args.reference.is_file():
+        peer_fidelity(args.reference)
+    else:
+        print(f"(no {args.reference}: skipping the measured-kernel comparison)\n")
+    ascend_fidelity()
+
+
+if __name__ == "__main__":
+    main()

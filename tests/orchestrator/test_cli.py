@@ -1,0 +1,62 @@
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+BASE = ["optimize", "Qwen/Qwen3-32B", "--device", "TEST_DEVICE", "--num-devices", "1", "--input-length", "32768",
+        "--output-length", "1024", "--tpot-limits", "1000"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_rfc_example_end_to_end(tmp_path):
+    out = tmp_path / "points.parquet"
+    p = run(*BASE, "--max-batched-tokens", "8192", "--quantize-linear-action", "W8A8_DYNAMIC", "--output", str(out))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["role", "layout"])
+    row = lines[header + 1].split()
+    assert row[:4] == ["agg", "tp1pp1dp1", "8192", "2"] and row[8] == "4"
+    table = pq.read_table(out).to_pandas()
+    assert {"concurrency", "ttft_ms", "tpot_ms", "prefill_num_chunks", "model", "device"} <= set(table.columns)
+    assert table["concurrency"].is_unique
+
+
+def test_deprecated_flag_still_works():
+    p = run(*BASE, "--max-prefill-tokens", "8192")
+    assert p.returncode == 0 and "deprecated; use --max-batched-tokens" in p.stderr
+
+
+def test_infeasible_is_exit_zero_with_an_explanation():
+    p = run(*BASE, "--max-batched-tokens", "8192", "--ttft-limits", "50")
+    assert p.returncode == 0
+    assert "no configuration meets TTFT <= 50 ms" in p.stdout
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--max-batched-tokens", "0"], "--max-batched-tokens"),
+    (["--prefix-cache-hit-rate", "1.0"], "--prefix-cache-hit-rate"),
+    (["--tp-sizes", "3"], "--tp-sizes"),
+    (["--tpot-limits", "0"], "--tpot-limits"),
+    (["--scheduler", "lifo"], "--scheduler"),
+    (["--num-devices", "x"], "--num-devices"),
+])
+def test_bad_input_is_one_line_exit_two(args, flag):
+    p = run(*BASE, *args)
+    assert p.returncode == 2
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and flag in err[0] and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--device", "NOPE"], "--device"), (["--input-length", "-4"], "--input-length"),
+])
+def test_bad_device_and_length(args, flag):
+    base = [a for a in BASE]
+    i = base.index(args[0])
+    base[i + 1] = args[1]
+    p = run(*base)
+    assert p.returncode == 2 and flag in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -1,0 +1,99 @@
+import pytest
+
+from latency import ForwardKey
+from orchestrator.evaluate import evaluate_point
+from orchestrator.optimize import optimize
+from orchestrator.scenario import InputError, Layout, Scenario
+from simulator import decode_qps, prefill_qps
+
+RFC = Scenario("Qwen/Qwen3-32B", "TEST_DEVICE", 1, 32768, 1024, (8192,), tpot_limits=(1000.0,),
+               quantization="W8A8_DYNAMIC")
+
+
+def test_rfc_example_finds_concurrency_two_with_four_chunks():
+    r = optimize(RFC)
+    (best,) = r.best
+    assert best["concurrency"] == 2 and best["prefill_num_chunks"] == 4 and best["tp"] == 1
+    assert best["tpot_ms"] <= 1000 and best["fits_memory"]
+    assert best["weights_gib"] == pytest.approx(31.98, rel=0.005)  # the reference tool's figure
+    three = evaluate_point(RFC, Layout(1), "agg", 8192, 3)
+    assert not three["fits_memory"]  # 3 x (32768 + 1024) tokens exceed the KV capacity
+    concurrencies = [p["concurrency"] for p in r.points]
+    assert len(concurrencies) == len(set(concurrencies))
+
+
+def test_single_chunk_equals_full_prefill():
+    s = RFC.with_(input_length=4096, max_batched_tokens=(8192,))
+    row = evaluate_point(s, Layout(1), "agg", 8192, 1)
+    lm = s.latency_model(Layout(1))
+    assert row["prefill_num_chunks"] == 1
+    assert row["ttft_ms"] == pytest.approx(lm.latency_ms([ForwardKey(False, 1, 4096, 4096)])[0])
+
+
+def test_smaller_budget_more_chunks_later_first_token_less_throughput():
+    rows = [evaluate_point(RFC, Layout(1), "agg", b, 2) for b in (2048, 4096, 8192, 16384, 32768)]
+    chunks = [r["prefill_num_chunks"] for r in rows]
+    assert chunks == [16, 8, 4, 2, 1]
+    ttft = [r["ttft_ms"] for r in rows]
+    assert ttft == sorted(ttft, reverse=True)
+    tput = [r["output_throughput"] for r in rows]
+    assert tput == sorted(tput)
+
+
+def test_prefix_cache_shortens_prefill_but_not_decode():
+    hit = RFC.with_(prefix_cache_hit_rate=0.5)
+    a = evaluate_point(RFC, Layout(1), "agg", 8192, 1)
+    b = evaluate_point(hit, Layout(1), "agg", 8192, 1)
+    assert (b["effective_input_length"], b["prefill_num_chunks"]) == (16384, 2)
+    assert b["ttft_ms"] < a["ttft_ms"]
+    da = evaluate_point(RFC, Layout(1), "decode", 8192, 2)
+    db = evaluate_point(hit, Layout(1), "decode", 8192, 2)
+    assert da["tpot_ms"] == db["tpot_ms"] and da["peak_kv_tokens"] == db["peak_kv_tokens"]
+
+
+def test_decode_instance_does_not_depend_on_budget():
+    rows = [evaluate_point(RFC.with_(input_length=2048), Layout(1), "decode", b, 32) for b in (512, 8192)]
+    assert rows[0]["tpot_ms"] == rows[1]["tpot_ms"]
+
+
+def test_disagg_prefill_uses_chunks_and_pd_split_uses_rfc_formulas():
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 8, 16384, 512, (4096,), ttft_limits=(8000.0,),
+                 tpot_limits=(30.0,))
+    r = optimize(s, pd_devices=(2, 2))
+    pre = next(b for b in r.best if b["role"] == "prefill")
+    dec = next(b for b in r.best if b["role"] == "decode")
+    assert pre["prefill_num_chunks"] == 4 and pre["ttft_ms"] <= 8000
+    assert dec["tpot_ms"] <= 30  # both limits are applied
+    (split,) = r.splits
+    p, d = prefill_qps(pre["concurrency"], pre["ttft_ms"]), decode_qps(dec["concurrency"], dec["tpot_ms"], 512)
+    assert split["pd_ratio"] == pytest.approx(d / p)
+    best = max((min(n_p * p, n_d * d) / (2 * n_p + 2 * n_d), n_p, n_d) for n_p in range(1, 4)
+                for n_d in range(1, (8 - 2 * n_p) // 2 + 1))
+    assert (split["prefill_instances"], split["decode_instances"]) == best[1:]
+
+
+def test_infeasible_limits_are_a_result():
+    r = optimize(RFC.with_(ttft_limits=(50.0,)))
+    assert r.best == []
+    (msg,) = r.infeasible
+    assert msg.startswith("no configuration meets TTFT <= 50 ms and TPOT <= 1000 ms: TTFT fails first")
+
+
+def test_mtp_speeds_up_decode():
+    s = RFC.with_(input_length=2048, output_length=257)
+    plain = evaluate_point(s, Layout(1), "agg", 8192, 8)
+    mtp = evaluate_point(s.with_(mtp_tokens=1, mtp_acceptance_rates=(0.8,)), Layout(1), "agg", 8192, 8)
+    assert mtp["tpot_ms"] < plain["tpot_ms"]
+
+
+@pytest.mark.parametrize("change, flag", [
+    (dict(max_batched_tokens=(0,)), "--max-batched-tokens"), (dict(input_length=-5), "--input-length"),
+    (dict(prefix_cache_hit_rate=1.0), "--prefix-cache-hit-rate"), (dict(device="NOPE"), "--device"),
+    (dict(model="nope/x"), "MODEL"), (dict(tp_sizes=(3,), num_devices=4), "--tp-sizes"),
+    (dict(tpot_limits=(0.0,)), "--tpot-limits"), (dict(ttft_limits=(-1.0,)), "--ttft-limits"),
+    (dict(quantization="W3"), "--quantize-linear-action"), (dict(scheduler="lifo"), "--scheduler"),
+])
+def test_bad_input_names_the_flag(change, flag):
+    with pytest.raises(InputError) as err:
+        RFC.with_(**change).validate()
+    assert err.value.flag == flag
