@@ -8,15 +8,32 @@ from dataclasses import dataclass, field
 
 from orchestrator.evaluate import evaluate_point, first_failure, meets
 from orchestrator.scenario import Layout, Scenario
-from orchestrator.search import Memo, search_concurrency
+from orchestrator.search import drive, search
 from simulator import decode_qps, prefill_qps
 
-#: evaluate a batch of concurrencies for (scenario, layout, role, max_batched_tokens) -> rows
-BatchEvaluator = Callable[[Scenario, Layout, str, int, list[int]], list[dict]]
+
+@dataclass(frozen=True)
+class Job:
+    """One instance type to search: every limit pair of the scenario shares its evaluated points."""
+
+    role: str
+    layout: Layout
+    max_batched_tokens: int
 
 
-def inline_evaluator(s: Scenario, layout: Layout, role: str, budget: int, ns: list[int]) -> list[dict]:
-    return [evaluate_point(s, layout, role, budget, n) for n in ns]
+@dataclass
+class JobResult:
+    job: Job
+    points: list[dict]
+    best: list[dict]
+
+
+#: evaluate a batch of concurrencies of one job -> rows (inline here; orchestrator.distributed on Ray)
+BatchEvaluator = Callable[[Scenario, Job, list[int]], list[dict]]
+
+
+def inline_evaluator(s: Scenario, job: Job, ns: list[int]) -> list[dict]:
+    return [evaluate_point(s, job.layout, job.role, job.max_batched_tokens, n) for n in ns]
 
 
 @dataclass
@@ -28,42 +45,54 @@ class OptimizeResult:
     infeasible: list[str] = field(default_factory=list)
 
 
-def optimize(s: Scenario, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
-             disagg: bool = False, pd_devices: tuple[int, int] | None = None, progress=None) -> OptimizeResult:
+def plan_jobs(s: Scenario, disagg: bool = False, pd_devices: tuple[int, int] | None = None) -> list[Job]:
     """Aggregated by default; `disagg` searches prefill (TTFT) and decode (TPOT) instances apart;
-    `pd_devices=(P, Q)` also joins them into the best instance split for the device budget."""
-    s.validate()
-    result = OptimizeResult(s)
+    `pd_devices=(P, Q)` searches a P-device prefill and a Q-device decode instance."""
+    decode_budget = (max(s.max_batched_tokens),)  # chunking does not apply to a decode instance
     if pd_devices:
-        tasks = [("prefill", [Layout(pd_devices[0], s.pp)], s.max_batched_tokens),
-                 ("decode", [Layout(pd_devices[1], s.pp)], (max(s.max_batched_tokens),))]
+        plan = [("prefill", [Layout(pd_devices[0], s.pp)], s.max_batched_tokens),
+                ("decode", [Layout(pd_devices[1], s.pp)], decode_budget)]
     elif disagg:
         roles = [r for r, lim in (("prefill", s.ttft_limits), ("decode", s.tpot_limits)) if lim]
-        roles = roles or ["prefill", "decode"]
-        tasks = [(r, s.layouts(), s.max_batched_tokens if r == "prefill" else (max(s.max_batched_tokens),))
-                 for r in roles]
+        plan = [(r, s.layouts(), s.max_batched_tokens if r == "prefill" else decode_budget)
+                for r in roles or ["prefill", "decode"]]
     else:
-        tasks = [("agg", s.layouts(), s.max_batched_tokens)]
-    for role, layouts, budgets in tasks:
-        for layout in layouts:
-            for budget in budgets:
-                _search_one(s, result, evaluator, width, role, layout, budget)
-                if progress:
-                    progress(1)
-    _explain_infeasible(s, result)
-    if pd_devices:
-        result.splits = pd_splits(s, result.best, pd_devices)
-    return result
+        plan = [("agg", s.layouts(), s.max_batched_tokens)]
+    return [Job(role, layout, b) for role, layouts, budgets in plan for layout in layouts for b in budgets]
 
 
-def _search_one(s, result, evaluator, width, role, layout, budget):
-    memo = Memo(lambda ns: evaluator(s, layout, role, budget, ns))
+def job_search(s: Scenario, job: Job, width: int = 1):
+    """Search generator for one job over every limit pair (see orchestrator.search)."""
+    rows: dict[int, dict] = {}
+    best = []
     for ttft, tpot in s.limit_pairs():
-        found = search_concurrency(memo.evaluate, lambda r, a=ttft, b=tpot: meets(r, a, b), s.max_concurrency,
-                                   width, memo=memo)
+        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), s.max_concurrency, width, rows)
         if found.best is not None:
-            result.best.append({**found.best, "ttft_limit_ms": ttft, "tpot_limit_ms": tpot})
-    result.points.extend(memo.rows[n] for n in sorted(memo.rows))
+            best.append({**found.best, "ttft_limit_ms": ttft, "tpot_limit_ms": tpot})
+    return JobResult(job, [rows[n] for n in sorted(rows)], best)
+
+
+def optimize(s: Scenario, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
+             disagg: bool = False, pd_devices: tuple[int, int] | None = None, progress=None) -> OptimizeResult:
+    """Search every job of the scenario inline, then assemble the answer."""
+    s.validate()
+    results = []
+    for job in plan_jobs(s, disagg, pd_devices):
+        results.append(drive(job_search(s, job, width), lambda ns, j=job: evaluator(s, j, ns)))
+        if progress:
+            progress(1)
+    return assemble(s, results, pd_devices)
+
+
+def assemble(s: Scenario, results: list[JobResult], pd_devices: tuple[int, int] | None = None) -> OptimizeResult:
+    out = OptimizeResult(s)
+    for r in results:
+        out.points.extend(r.points)
+        out.best.extend(r.best)
+    _explain_infeasible(s, out)
+    if pd_devices:
+        out.splits = pd_splits(s, out.best, pd_devices)
+    return out
 
 
 def _explain_infeasible(s: Scenario, result: OptimizeResult) -> None:

@@ -1,18 +1,22 @@
 """Concurrency search: the highest concurrency that meets every limit, without assuming monotonicity.
 
-Bracket by doubling, bisect (k-section when evaluations run in parallel), then verify the
-neighbours of the answer; if a point above it turns out feasible, search on from there. Every
-point is evaluated at most once (memoised); evaluations arrive in batches so a Ray backend can run
-a whole round at once.
+Bracket by doubling, bisect (k-section when `width` > 1), then verify the neighbours of the answer;
+if a point above it turns out feasible, search on from there. Every point is evaluated at most once.
+
+The search is a generator: it yields the concurrencies it needs and receives their rows. One driver
+runs it inline (`drive`); the Ray driver runs many searches at once and packs their requests into
+tasks. Same code, same points, same answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 Evaluate = Callable[[list[int]], list[dict]]
 Feasible = Callable[[dict], bool]
+#: yields a batch of concurrencies to evaluate, is sent {concurrency: row}, returns its result
+Search = Generator[list[int], dict, object]
 
 
 @dataclass
@@ -20,80 +24,80 @@ class SearchResult:
     best: dict | None            # the feasible point with the most throughput
     highest_feasible: int        # 0 when nothing is feasible
     rows: dict[int, dict]        # every evaluated point, by concurrency
-    rounds: int
 
 
-class Memo:
-    """Evaluates each concurrency once; `__call__` takes a batch and returns the rows by concurrency."""
-
-    def __init__(self, evaluate: Evaluate):
-        self.evaluate, self.rows, self.rounds = evaluate, {}, 0
-
-    def __call__(self, ns) -> dict[int, dict]:
-        todo = sorted({n for n in ns if n not in self.rows})
-        if todo:
-            self.rounds += 1
-            for n, row in zip(todo, self.evaluate(todo), strict=True):
-                self.rows[n] = row
-        return {n: self.rows[n] for n in ns}
+def need(rows: dict[int, dict], ns) -> Generator[list[int], dict, dict[int, dict]]:
+    """Ask the driver for the rows of `ns` not evaluated yet; return the rows of all of `ns`."""
+    todo = sorted({n for n in ns if n not in rows})
+    if todo:
+        got = yield todo
+        missing = [n for n in todo if n not in got]
+        if missing:
+            raise RuntimeError(f"the evaluator returned no row for concurrencies {missing}")
+        rows.update(got)
+    return {n: rows[n] for n in ns}
 
 
-def search_concurrency(evaluate: Evaluate, feasible: Feasible, max_concurrency: int, width: int = 1,
-                       memo: Memo | None = None, metric: str = "output_throughput") -> SearchResult:
-    """`width` points per round: 1 for inline runs, about the number of workers for Ray."""
-    memo = memo or Memo(evaluate)
-    ok = lambda n: feasible(memo([n])[n])  # noqa: E731
-    lo, hi = 0, None  # lo feasible (0 = none yet), hi infeasible
-    start = 1
+def search(feasible: Feasible, max_concurrency: int, width: int = 1, rows: dict | None = None,
+           metric: str = "output_throughput") -> Search:
+    """`rows` may hold points evaluated before (another limit pair of the same instance)."""
+    rows = {} if rows is None else rows
+    lo, start = 0, 1  # lo: highest feasible so far (0 = none)
     while True:
-        lo, hi = _bracket(memo, feasible, start, lo, max_concurrency, width)
+        lo, hi = yield from _bracket(rows, feasible, start, lo, max_concurrency, width)
         if hi is not None:
-            lo, hi = _bisect(memo, feasible, lo, hi, width)
-        # verify neighbours: lo - 1 (should be feasible) and two above hi
-        above = [n for n in (lo + 2, lo + 3) if n <= max_concurrency and hi is not None]
-        memo([n for n in [lo - 1, *above] if n >= 1])
-        jump = next((n for n in above if ok(n)), None)
+            lo, hi = yield from _bisect(rows, feasible, lo, hi, width)
+        above = [n for n in (lo + 2, lo + 3) if hi is not None and n <= max_concurrency]
+        got = yield from need(rows, [n for n in [lo - 1, *above] if n >= 1])
+        jump = next((n for n in above if feasible(got[n])), None)
         if jump is None:
             break
         lo, start = jump, jump  # non-monotone: feasibility came back above the boundary
-    feasible_rows = [r for r in memo.rows.values() if feasible(r)]
-    best = max(feasible_rows, key=lambda r: (r[metric], -r["concurrency"]), default=None)
-    return SearchResult(best, lo, memo.rows, memo.rounds)
+    ok = [r for r in rows.values() if feasible(r)]
+    best = max(ok, key=lambda r: (r[metric], -r["concurrency"]), default=None)
+    return SearchResult(best, lo, rows)
 
 
-def _bracket(memo, feasible, start, lo, cap, width):
+def drive(gen: Generator, evaluate: Evaluate):
+    """Run a search generator to the end, evaluating its requests inline."""
+    try:
+        ns = next(gen)
+        while True:
+            ns = gen.send(dict(zip(ns, evaluate(ns), strict=True)))
+    except StopIteration as stop:
+        return stop.value
+
+
+def search_concurrency(evaluate: Evaluate, feasible: Feasible, max_concurrency: int, width: int = 1,
+                       metric: str = "output_throughput") -> SearchResult:
+    return drive(search(feasible, max_concurrency, width, metric=metric), evaluate)
+
+
+def _bracket(rows, feasible, start, lo, cap, width):
     """Double from `start` until a point fails; returns (last feasible, first infeasible or None)."""
     n = start
     while n <= cap:
         batch = []
-        m = n
-        while len(batch) < width and m <= cap:
-            batch.append(m)
-            m = m * 2 if m < cap else cap + 1
-            if m > cap and batch[-1] < cap:
-                m = cap
-        rows = memo(batch)
+        while len(batch) < width and n <= cap:
+            batch.append(n)
+            n = cap if n < cap < 2 * n else 2 * n
+        got = yield from need(rows, batch)
         for b in batch:
-            if feasible(rows[b]):
-                lo = b
-            else:
+            if not feasible(got[b]):
                 return lo, b
-        n = m
+            lo = b
     return lo, None
 
 
-def _bisect(memo, feasible, lo, hi, width):
+def _bisect(rows, feasible, lo, hi, width):
     """Narrow (feasible lo, infeasible hi) to adjacent integers, `width` probes per round."""
     while hi - lo > 1:
         step = (hi - lo) / (width + 1)
         probes = sorted({min(hi - 1, max(lo + 1, round(lo + step * (i + 1)))) for i in range(width)})
-        rows = memo(probes)
-        new_lo, new_hi = lo, hi
+        got = yield from need(rows, probes)
         for p in probes:
-            if feasible(rows[p]):
-                new_lo = p
-            else:
-                new_hi = p
+            if not feasible(got[p]):
+                hi = p
                 break
-        lo, hi = new_lo, new_hi
+            lo = p
     return lo, hi
