@@ -100,8 +100,8 @@ def cmd_optimize(a) -> int:
     s.validate()
     pd_devices = _pd_devices(a, s)
     result = optimize(s, disagg=a.disagg, pd_devices=pd_devices)
-    for line in result.infeasible:
-        print(line)
+    for item in result.infeasible:
+        print(item["message"])
     for ttft, tpot in s.limit_pairs():
         rows = [b for b in result.best if b["ttft_limit_ms"] == ttft and b["tpot_limit_ms"] == tpot]
         if not rows:

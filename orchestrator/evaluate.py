@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from latency.estimator import GIB
 from orchestrator.scenario import Layout, Scenario
-from simulator import Workload, make_scheduler, simulate
+from simulator import Workload, make_scheduler, plan, price, replay, step_times
 
 PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
 
@@ -14,14 +14,19 @@ def workload(s: Scenario, max_batched_tokens: int, concurrency: int) -> Workload
                     s.mtp_tokens, s.mtp_acceptance_rates)
 
 
+def direct_pricer(lm, keys, fused: bool):
+    """Price a plan's keys with the latency model itself, in one call."""
+    return price(lm, keys, fused)
+
+
 def evaluate_point(s: Scenario, layout: Layout, role: str, max_batched_tokens: int, concurrency: int,
-                   latency=None) -> dict:
-    """Simulate one instance at `concurrency`; throughputs in the row are for all dp instances."""
+                   pricer=direct_pricer) -> dict:
+    """Simulate one instance at `concurrency`; throughputs in the row are for all dp instances.
+    `pricer(lm, keys, fused)` prices the plan's distinct keys (a cache may stand in front)."""
     lm = s.latency_model(layout)
-    latency = latency if latency is not None else lm
     w = workload(s, max_batched_tokens, concurrency)
-    m = simulate(w, latency, make_scheduler(s.scheduler), phase=PHASE[role], decode_context=s.decode_context,
-                 num_devices=layout.devices)
+    p = plan(w, make_scheduler(s.scheduler), phase=PHASE[role], decode_context=s.decode_context)
+    m = replay(p, step_times(p, pricer(lm, p.price_keys, p.scheduler.fused)), layout.devices)
     return point_row(s, layout, role, m, lm.memory_for(max_batched_tokens))
 
 

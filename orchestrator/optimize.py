@@ -42,7 +42,7 @@ class OptimizeResult:
     points: list[dict] = field(default_factory=list)   # every evaluated point
     best: list[dict] = field(default_factory=list)     # best point per limit pair, role, layout, budget
     splits: list[dict] = field(default_factory=list)   # PD instance splits
-    infeasible: list[str] = field(default_factory=list)
+    infeasible: list[dict] = field(default_factory=list)  # {ttft_limit_ms, tpot_limit_ms, message}
 
 
 def plan_jobs(s: Scenario, disagg: bool = False, pd_devices: tuple[int, int] | None = None) -> list[Job]:
@@ -104,12 +104,12 @@ def _explain_infeasible(s: Scenario, result: OptimizeResult) -> None:
         closest = min(lowest, key=lambda p: (p["ttft_ms"] if ttft else 0) + (p["tpot_ms"] if tpot else 0))
         failure = first_failure(closest, ttft, tpot) or "limits"
         limits = " and ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None)
-        result.infeasible.append(
+        result.infeasible.append({"ttft_limit_ms": ttft, "tpot_limit_ms": tpot, "message": (
             f"no configuration meets {limits or 'memory'}: {failure} fails first; closest point "
             f"{closest['role']} tp{closest['tp']} concurrency {closest['concurrency']} "
             f"B={closest['max_batched_tokens']}: "
             f"TTFT {closest['ttft_ms']:.1f} ms, TPOT {closest['tpot_ms']:.2f} ms, "
-            f"KV {closest['peak_kv_tokens']:.0f} of {closest['kv_capacity_tokens']} tokens")
+            f"KV {closest['peak_kv_tokens']:.0f} of {closest['kv_capacity_tokens']} tokens")})
 
 
 def _best_of(best: list[dict], role: str, ttft, tpot) -> dict | None:

@@ -35,7 +35,7 @@ def scenario_columns(scenario) -> dict:
     return out
 
 
-def write_parquet(rows: list[dict], path: str | Path) -> Path:
+def write_parquet(rows: list[dict], path: str | Path, schema=None) -> Path:
     """Write rows to `path` atomically: a temp file in the same folder, then rename."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -43,6 +43,6 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
     os.replace(tmp, path)
     return path

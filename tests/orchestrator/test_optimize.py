@@ -75,8 +75,9 @@ def test_disagg_prefill_uses_chunks_and_pd_split_uses_rfc_formulas():
 def test_infeasible_limits_are_a_result():
     r = optimize(RFC.with_(ttft_limits=(50.0,)))
     assert r.best == []
-    (msg,) = r.infeasible
-    assert msg.startswith("no configuration meets TTFT <= 50 ms and TPOT <= 1000 ms: TTFT fails first")
+    (item,) = r.infeasible
+    assert (item["ttft_limit_ms"], item["tpot_limit_ms"]) == (50.0, 1000.0)
+    assert item["message"].startswith("no configuration meets TTFT <= 50 ms and TPOT <= 1000 ms: TTFT fails first")
 
 
 def test_mtp_speeds_up_decode():

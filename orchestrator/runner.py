@@ -1,0 +1,170 @@
+"""Drivers that run many scenarios' searches: inline (one process) or fanned out as Ray tasks.
+
+Both drive the same search generators (orchestrator.search) and hand each finished scenario's
+job results to `on_done`; only where a point is evaluated differs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from orchestrator.cache import CachedPricer
+from orchestrator.evaluate import evaluate_point
+from orchestrator.optimize import Job, JobResult, job_search
+from orchestrator.scenario import Scenario
+
+#: a Ray task should carry at least this much work: ~2 ms of overhead per task
+TARGET_TASK_MS = 50.0
+#: rough cost of one simulated step plus a fixed cost per point, for packing tasks
+MS_PER_STEP, MS_PER_POINT = 0.008, 0.3
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    """One scenario of a sweep: its id, the scenario and the jobs it searches."""
+
+    id: str
+    scenario: Scenario
+    jobs: tuple[Job, ...]
+    pd_devices: tuple[int, int] | None = None
+
+
+OnDone = Callable[[SweepItem, list[JobResult]], None]
+
+
+def estimate_ms(s: Scenario, job: Job, n: int) -> float:
+    e = s.input_length - math.floor(s.input_length * s.prefix_cache_hit_rate)
+    steps = (s.output_length if job.role != "prefill" else 0) + n * e / job.max_batched_tokens + 1
+    return MS_PER_POINT + MS_PER_STEP * steps
+
+
+class _Active:
+    """The running searches of the admitted scenarios."""
+
+    def __init__(self):
+        self.gens, self.waiting, self.results, self.left = {}, {}, {}, {}
+
+    def start(self, item: SweepItem, queue: deque) -> list:
+        self.results[item.id] = [None] * len(item.jobs)
+        self.left[item.id] = len(item.jobs)
+        finished = []
+        for j, job in enumerate(item.jobs):
+            gen = job_search(item.scenario, job)
+            self.gens[(item.id, j)] = (item, gen)
+            finished += self._advance((item.id, j), None, queue)
+        return finished
+
+    def answer(self, key, n, row, queue: deque) -> list:
+        pending = self.waiting[key]
+        pending["rows"][n] = row
+        if len(pending["rows"]) < len(pending["ns"]):
+            return []
+        return self._advance(key, pending["rows"], queue)
+
+    def _advance(self, key, rows, queue) -> list:
+        item, gen = self.gens[key]
+        try:
+            ns = next(gen) if rows is None else gen.send(rows)
+        except StopIteration as stop:
+            del self.gens[key]
+            self.waiting.pop(key, None)
+            self.results[item.id][key[1]] = stop.value
+            self.left[item.id] -= 1
+            if self.left[item.id] == 0:
+                del self.left[item.id]
+                return [(item, self.results.pop(item.id))]
+            return []
+        self.waiting[key] = {"ns": ns, "rows": {}}
+        queue.extend((key, item, n) for n in ns)
+        return []
+
+
+def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> dict:
+    """Every point evaluated in this process, with a local latency cache."""
+    pricer = CachedPricer(None)
+    active, queue = _Active(), deque()
+    for item in items:
+        done = active.start(item, queue)
+        while queue:
+            key, it, n = queue.popleft()
+            job = it.jobs[key[1]]
+            row = evaluate_point(it.scenario, job.layout, job.role, job.max_batched_tokens, n, pricer)
+            done += active.answer(key, n, row, queue)
+            if progress:
+                progress.point(pricer.take_stats())
+        for finished in done:
+            on_done(*finished)
+    return {"nodes": {"inline": 1}}
+
+
+def _evaluate_chunk(items, cache, crash_marker=None):
+    """Ray task body: evaluate (key, scenario, job, n) items with the worker's cached pricer."""
+    import ray
+
+    global _WORKER_PRICER
+    if crash_marker and not os.path.exists(crash_marker):  # fault injection for tests: die once
+        open(crash_marker, "w").close()
+        os._exit(1)
+    if _WORKER_PRICER is None or _WORKER_PRICER.cache != cache:
+        _WORKER_PRICER = CachedPricer(cache)
+    rows = [(key, n, evaluate_point(s, job.layout, job.role, job.max_batched_tokens, n, _WORKER_PRICER))
+            for key, s, job, n in items]
+    return rows, _WORKER_PRICER.take_stats(), ray.get_runtime_context().get_node_id()
+
+
+_WORKER_PRICER: CachedPricer | None = None
+
+
+def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None, max_in_flight: int | None = None,
+            crash_marker: str | None = None) -> dict:
+    """Fan the points out as Ray tasks of >= TARGET_TASK_MS estimated work, a bounded number in
+    flight; admit scenarios while the queue is short."""
+    import ray
+
+    task = ray.remote(max_retries=3)(_evaluate_chunk)
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    max_in_flight = max_in_flight or 2 * cpus
+    items = iter(items)
+    active, queue, in_flight, nodes = _Active(), deque(), {}, {}
+    exhausted = False
+
+    def queued_ms():
+        return sum(estimate_ms(it.scenario, it.jobs[k[1]], n) for k, it, n in queue)
+
+    while True:
+        while not exhausted and (len(queue) < 4 * cpus or queued_ms() < 2 * TARGET_TASK_MS * cpus):
+            item = next(items, None)
+            if item is None:
+                exhausted = True
+                break
+            for finished in active.start(item, queue):
+                on_done(*finished)
+        while queue and len(in_flight) < max_in_flight:
+            if in_flight and not exhausted and queued_ms() < TARGET_TASK_MS:
+                break  # let work accumulate: a task should carry >= TARGET_TASK_MS
+            chunk, ms = [], 0.0
+            while queue and ms < TARGET_TASK_MS:
+                key, it, n = queue.popleft()
+                job = it.jobs[key[1]]
+                chunk.append((key, it.scenario, job, n))
+                ms += estimate_ms(it.scenario, job, n)
+            in_flight[task.remote(chunk, cache, crash_marker)] = chunk
+        if not in_flight:
+            if exhausted and not queue:
+                break
+            continue
+        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        for ref in ready:
+            in_flight.pop(ref)
+            rows, stats, node = ray.get(ref)
+            nodes[node] = nodes.get(node, 0) + 1
+            for key, n, row in rows:
+                for finished in active.answer(key, n, row, queue):
+                    on_done(*finished)
+            if progress:
+                progress.point(stats, len(rows))
+    return {"nodes": nodes}

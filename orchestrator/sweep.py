@@ -1,0 +1,92 @@
+"""Run a sweep: expand the spec, skip finished scenarios, drive the searches inline or on Ray,
+write each finished scenario to the dataset."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.dataset import Dataset
+from orchestrator.progress import Progress
+from orchestrator.runner import SweepItem, run_inline, run_ray
+
+
+@dataclass
+class SweepSummary:
+    output: Path
+    run_id: str
+    total: int
+    skipped: int
+    written: int
+    best: list[dict] = field(default_factory=list)
+    nodes: dict = field(default_factory=dict)
+    points: int = 0
+    priced: int = 0
+    lookups: int = 0
+    seconds: float = 0.0
+
+
+def default_output() -> Path:
+    return Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None):
+    """Join `address` (or RAY_ADDRESS), else start Ray embedded on this machine; reuse a running one."""
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # our own single-machine cluster
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def run_sweep(items: list[SweepItem], output: str | Path, mode: str = "agg", resume: bool = False,
+              backend: str = "ray", progress: bool = True, spec: dict | None = None, crash_marker: str | None = None,
+              stop_after: int | None = None) -> SweepSummary:
+    """`stop_after` stops the driver (KeyboardInterrupt) after that many scenarios are written, to
+    test interrupted runs."""
+    data = Dataset(output)
+    finished = data.finished_ids()
+    if finished and not resume:
+        raise FileExistsError(f"{output} already holds {len(finished)} finished scenarios; "
+                              "pass --resume to continue it, or choose another --output")
+    todo = [it for it in items if it.id not in finished]
+    summary = SweepSummary(Path(output), uuid.uuid4().hex[:12], len(items), len(items) - len(todo), 0)
+    bar = Progress(len(items), enabled=progress)
+    bar.bar.update(summary.skipped)
+    started = time.perf_counter()
+
+    def on_done(item, job_results):
+        summary.best += data.write(item, job_results, mode)
+        summary.written += 1
+        bar.scenario_done()
+        if stop_after is not None and summary.written >= stop_after:
+            raise KeyboardInterrupt
+
+    try:
+        if backend == "inline":
+            info = run_inline(todo, on_done, progress=bar)
+        else:
+            import ray
+
+            from orchestrator.cache import get_cache
+
+            info = run_ray(todo, on_done, get_cache(), progress=bar, crash_marker=crash_marker)
+            summary.cache = ray.get(get_cache().stats.remote())
+        summary.nodes = info["nodes"]
+    finally:
+        bar.close()
+        summary.points, summary.priced, summary.lookups = bar.points, bar.priced, bar.lookups
+        summary.seconds = time.perf_counter() - started
+        data.write_manifest({"run_id": summary.run_id, "spec": spec, "backend": backend, "total": summary.total,
+                             "skipped": summary.skipped, "written": summary.written, "nodes": summary.nodes,
+                             "points": summary.points, "keys_priced": summary.priced, "seconds": summary.seconds})
+    return summary
