@@ -125,19 +125,88 @@ def cmd_optimize(a) -> int:
     return 0
 
 
-def _table(rows: list[dict]) -> str:
-    cells = [[h for h, _, _ in TABLE]]
+SCENARIO_TABLE = [("model", "model", "{}"), ("device", "device", "{}"), ("devs", "num_devices", "{}"),
+                  ("in", "input_length", "{}"), ("out", "output_length", "{}"), ("TTFT<=", "ttft_limit_ms", "{}"),
+                  ("TPOT<=", "tpot_limit_ms", "{}")]
+
+
+def _table(rows: list[dict], scenario: bool = False) -> str:
+    spec = (SCENARIO_TABLE if scenario else []) + TABLE
+    cells = [[h for h, _, _ in spec]]
     for r in rows:
         layout = f"tp{r['tp']}pp{r['pp']}dp{r['dp']}" + (f"ep{r['ep']}" if r["ep"] > 1 else "")
-        cells.append([layout if c is None else f.format(r[c]) for _, c, f in TABLE])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE))]
+        cells.append([layout if c is None else f.format(r[c]) for _, c, f in spec])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(spec))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in cells)
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="run every scenario of a TOML spec; results to a Parquet dataset")
+    p.add_argument("spec", help="sweep spec (TOML); see examples/")
+    p.add_argument("--output", help="results directory (default results/<run-id>/)")
+    p.add_argument("--resume", action="store_true", help="continue a run in --output; finished scenarios are kept")
+    p.add_argument("--address", help="join this Ray cluster (or set RAY_ADDRESS); default: embedded Ray")
+    p.add_argument("--num-cpus", type=int, help="CPUs of the embedded Ray (default: all)")
+    p.add_argument("--inline", action="store_true", help="no Ray: evaluate in this process")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--top-n", type=int, default=20)
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(a) -> int:
+    from orchestrator.spec import SpecError, expand, load_spec
+    from orchestrator.sweep import default_output, init_ray, run_sweep
+
+    if a.resume and not a.output:
+        raise InputError("--resume", True, "together with --output DIR of the run to continue")
+    if a.num_cpus is not None and a.num_cpus < 1:
+        raise InputError("--num-cpus", a.num_cpus, "an integer >= 1")
+    try:
+        spec = load_spec(a.spec)
+        items = expand(spec)
+    except SpecError as err:
+        print(f"servesweep sweep: error: {err}", file=sys.stderr)
+        return 2
+    output = a.output or default_output()
+    mode = spec.get("sweep", {}).get("mode", "agg")
+    if not a.inline:
+        init_ray(a.address, a.num_cpus)
+    try:
+        summary = run_sweep(items, output, mode=mode, resume=a.resume, backend="inline" if a.inline else "ray",
+                            progress=not a.no_progress, spec=spec)
+    except FileExistsError as err:
+        print(f"servesweep sweep: error: --output: {err}", file=sys.stderr)
+        return 2
+    from orchestrator.dataset import read_table
+
+    table = read_table(summary.output, "best")
+    best = _best_per_scenario(table.to_dict("records") if len(table) else [])
+    print(f"{summary.total} scenarios: {summary.written} run, {summary.skipped} already finished; "
+          f"{summary.points} points, {summary.priced} keys priced, {summary.seconds:.1f} s")
+    if best:
+        print(f"best configuration per scenario (top {min(a.top_n, len(best))} by output tok/s/device):")
+        print(_table(best[: a.top_n], scenario=True))
+    infeasible = [b for b in summary.best if not b["feasible"]]  # of this run
+    for b in infeasible[:5]:
+        print(f"{b['scenario_id']}: {b['message']}")
+    print(f"results: {summary.output}/ (points/, best/, manifest.json)")
+    return 0
+
+
+def _best_per_scenario(rows: list[dict]) -> list[dict]:
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["feasible"] and (r["scenario_id"] not in best
+                              or r["output_throughput"] > best[r["scenario_id"]]["output_throughput"]):
+            best[r["scenario_id"]] = r
+    return sorted(best.values(), key=lambda r: -r["output_throughput_per_device"])
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="servesweep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_optimize(sub)
+    _add_sweep(sub)
     return parser
 
 

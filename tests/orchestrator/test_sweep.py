@@ -1,0 +1,220 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.cache import CachedPricer, get_cache
+from orchestrator.dataset import read_table
+from orchestrator.spec import SpecError, expand, load_spec
+from orchestrator.sweep import run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = {
+    "sweep": {"name": "test"},
+    "grid": {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": [1, 2], "input_length": [1024, 4096],
+             "output_length": [64, 256], "max_batched_tokens": [2048], "ttft_limit_ms": [3000],
+             "tpot_limit_ms": [15, 30]},
+}
+KEY = ["scenario_id", "role", "tp", "max_batched_tokens", "concurrency"]
+
+
+def table(root, name="points"):
+    df = read_table(root, name)
+    return df.sort_values(KEY).reset_index(drop=True)[sorted(df.columns)]
+
+
+@pytest.fixture(scope="module")
+def inline_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("inline")
+    run_sweep(expand(SPEC), out, backend="inline", progress=False)
+    return out
+
+
+def test_spec_expands_to_the_product():
+    items = expand(SPEC)
+    assert len(items) == 16 and len({i.id for i in items}) == 16
+    assert {i.scenario.tpot_limits for i in items} == {(15.0,), (30.0,)}
+
+
+@pytest.mark.parametrize("grid, message", [
+    ({"input_length": [0]}, "input_length = 0: expected an integer >= 1"),
+    ({"colour": ["red"]}, "grid.colour: unknown key"),
+    ({"num_devices": ["two"]}, "grid.num_devices = 'two': expected a list of int"),
+    ({"device": ["NOPE"]}, "device = 'NOPE'"),
+    ({"prefix_cache_hit_rate": [1.0]}, "prefix_cache_hit_rate = 1.0"),
+    ({"tp": [3]}, "tp = 3"),
+])
+def test_bad_spec_names_key_and_value(grid, message):
+    spec = {**SPEC, "grid": {**SPEC["grid"], **grid}}
+    with pytest.raises(SpecError, match=message):
+        expand(spec)
+
+
+def test_spec_file_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[grid\nmodel = 1")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(bad)
+    with pytest.raises(SpecError, match="sweep.mode = 'mixed'"):
+        expand({**SPEC, "sweep": {"mode": "mixed"}})
+    with pytest.raises(SpecError, match="sweep.pd_devices"):
+        expand({**SPEC, "sweep": {"mode": "pd"}})
+
+
+def test_examples_expand():
+    assert len(expand(load_spec(ROOT / "examples" / "quickstart.toml"))) == 16
+    big = load_spec(ROOT / "examples" / "cluster_scale.toml")
+    n = 1
+    for v in big["grid"].values():
+        n *= len(v) if isinstance(v, list) else 1
+    assert n >= 1000
+
+
+def test_ray_sweep_equals_inline_and_second_sweep_prices_nothing(ray_session, inline_run, tmp_path):
+    first = run_sweep(expand(SPEC), tmp_path / "a", backend="ray", progress=False)
+    assert first.written == 16 and first.priced > 0
+    pd.testing.assert_frame_equal(table(tmp_path / "a"), table(inline_run), check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(table(tmp_path / "a", "best"), table(inline_run, "best"), check_exact=False,
+                                  rtol=1e-12)
+    second = run_sweep(expand(SPEC), tmp_path / "b", backend="ray", progress=False)
+    assert second.priced == 0 and second.points == first.points
+    pd.testing.assert_frame_equal(table(tmp_path / "b"), table(tmp_path / "a"))
+
+
+def test_cache_actor_serves_a_fresh_worker(ray_session):
+    from orchestrator.evaluate import evaluate_point
+    from orchestrator.scenario import Layout, Scenario
+
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 1, 3000, 40, (1024,))
+    cache = get_cache()
+    a = CachedPricer(cache)
+    row_a = evaluate_point(s, Layout(1), "agg", 1024, 7, a)
+    assert a.priced > 0
+    ray_session.get(cache.stats.remote())  # the fire-and-forget put_many has landed before this returns
+    b = CachedPricer(cache)  # a new worker: empty local dict
+    row_b = evaluate_point(s, Layout(1), "agg", 1024, 7, b)
+    assert b.priced == 0 and b.remote_hits == b.lookups > 0
+    assert row_a == row_b
+
+
+def test_killed_worker_loses_and_duplicates_nothing(ray_session, inline_run, tmp_path):
+    marker = tmp_path / "crashed"
+    summary = run_sweep(expand(SPEC), tmp_path / "out", backend="ray", progress=False, crash_marker=str(marker))
+    assert marker.exists()  # one worker did die
+    assert summary.written == 16
+    got = table(tmp_path / "out")
+    assert not got.duplicated(KEY).any()
+    pd.testing.assert_frame_equal(got, table(inline_run), check_exact=False, rtol=1e-12)
+
+
+def test_interrupted_driver_resumes_without_loss_or_duplicates(ray_session, inline_run, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(expand(SPEC), out, backend="ray", progress=False, stop_after=5)
+    partial = read_table(out, "best")["scenario_id"].nunique()
+    assert 5 <= partial < 16
+    with pytest.raises(FileExistsError):
+        run_sweep(expand(SPEC), out, backend="ray", progress=False)
+    rest = run_sweep(expand(SPEC), out, backend="ray", progress=False, resume=True)
+    assert rest.skipped == partial and rest.written == 16 - partial
+    got = table(out)
+    assert not got.duplicated(KEY).any()
+    pd.testing.assert_frame_equal(got, table(inline_run), check_exact=False, rtol=1e-12)
+    runs = json.loads((out / "manifest.json").read_text())["runs"]
+    assert len(runs) == 2
+
+
+def test_dataset_is_hive_partitioned_and_readable(inline_run):
+    files = list((inline_run / "points").glob("model=*/device=*/*.parquet"))
+    assert files and all(f.parent.parent.name == "model=Qwen%2FQwen3-8B" for f in files)
+    best = read_table(inline_run, "best")
+    assert set(best["model"]) == {"Qwen/Qwen3-8B"} and best["feasible"].any()
+    via_pandas = pd.read_parquet(inline_run / "points")
+    assert len(via_pandas) == len(read_table(inline_run, "points"))
+
+
+def test_cluster_yaml_matches_the_ray_schema():
+    import jsonschema
+    import ray
+    import yaml
+
+    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
+    jsonschema.validate(yaml.safe_load((ROOT / "cluster.yaml").read_text()), schema)
+
+
+def test_cli_sweep_inline_and_bad_spec(tmp_path):
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "orchestrator", "sweep", str(ROOT / "examples" / "quickstart.toml"),
+           "--output", str(out), "--inline", "--no-progress"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "16 scenarios: 16 run" in p.stdout and f"results: {out}/" in p.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "--resume" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[grid]\nmodel = "Qwen/Qwen3-8B"\ndevice = "H200_SXM"\nnum_devices = 1\n'
+                   'input_length = -1\noutput_length = 8\n')
+    p = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", str(bad), "--inline"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "input_length = -1" in p.stderr and "Traceback" not in p.stderr
+
+
+def _start_node(args, env):
+    return subprocess.Popen(["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *args], env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop(nodes):
+    for p in nodes:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in nodes:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
+def _wait_for_nodes(address, n, env, timeout=60):
+    probe = ("import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+             "print(sum(1 for x in ray.nodes() if x['Alive']))")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        p = subprocess.run([sys.executable, "-c", probe, address], env=env, capture_output=True, text=True)
+        if p.returncode == 0 and p.stdout.strip().isdigit() and int(p.stdout.strip()) >= n:
+            return
+        time.sleep(2)
+    raise TimeoutError(f"{n} Ray nodes did not come up at {address}")
+
+
+def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    port = 6400 + os.getpid() % 500
+    address = f"127.0.0.1:{port}"
+    temp = f"/tmp/ss-{os.getpid()}"  # short: Ray's socket paths must stay under 108 bytes
+    nodes = [_start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp,
+                          "--include-dashboard", "false"], env)]
+    try:
+        time.sleep(3)
+        nodes.append(_start_node(["--address", address, "--temp-dir", temp], env))
+        _wait_for_nodes(address, 2, env)
+        out = tmp_path / "cluster"
+        p = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", str(ROOT / "examples" / "quickstart.toml"),
+                            "--output", str(out), "--address", address, "--no-progress"], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+    finally:
+        _stop(nodes)
+    manifest = json.loads((out / "manifest.json").read_text())["runs"][-1]
+    assert len(manifest["nodes"]) == 2 and all(n > 0 for n in manifest["nodes"].values())
+    embedded = tmp_path / "embedded"
+    run_sweep(expand(load_spec(ROOT / "examples" / "quickstart.toml")), embedded, backend="inline", progress=False)
+    pd.testing.assert_frame_equal(table(out), table(embedded), check_exact=False, rtol=1e-12)
