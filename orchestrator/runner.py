@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from orchestrator.cache import CachedPricer
-from orchestrator.evaluate import evaluate_point
+from orchestrator.evaluate import evaluate_point, finish_point, plan_point
 from orchestrator.optimize import Job, JobResult, job_search
 from orchestrator.scenario import Scenario
 
@@ -83,6 +83,22 @@ class _Active:
         return []
 
 
+class _Queue(deque):
+    """Points waiting for a task, with their estimated work in ms kept as a running total."""
+
+    ms = 0.0
+
+    def extend(self, entries) -> None:
+        for key, item, n in entries:
+            self.append((key, item, n))
+            self.ms += estimate_ms(item.scenario, item.jobs[key[1]], n)
+
+    def popleft(self):
+        key, item, n = super().popleft()
+        self.ms -= estimate_ms(item.scenario, item.jobs[key[1]], n)
+        return key, item, n
+
+
 def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> dict:
     """Every point evaluated in this process, with a local latency cache."""
     pricer = CachedPricer(None)
@@ -111,8 +127,10 @@ def _evaluate_chunk(items, cache, crash_marker=None):
         os._exit(1)
     if _WORKER_PRICER is None or _WORKER_PRICER.cache != cache:
         _WORKER_PRICER = CachedPricer(cache)
-    rows = [(key, n, evaluate_point(s, job.layout, job.role, job.max_batched_tokens, n, _WORKER_PRICER))
-            for key, s, job, n in items]
+    planned = [plan_point(s, job.layout, job.role, job.max_batched_tokens, n) for _, s, job, n in items]
+    _WORKER_PRICER.prefetch([(lm, p.price_keys, p.scheduler.fused) for lm, p in planned])
+    rows = [(key, n, finish_point(s, job.layout, job.role, lm, p, _WORKER_PRICER.lookup(lm, p.price_keys)))
+            for (key, s, job, n), (lm, p) in zip(items, planned, strict=True)]
     return rows, _WORKER_PRICER.take_stats(), ray.get_runtime_context().get_node_id()
 
 
@@ -129,14 +147,11 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None, m
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     max_in_flight = max_in_flight or 2 * cpus
     items = iter(items)
-    active, queue, in_flight, nodes = _Active(), deque(), {}, {}
+    active, queue, in_flight, nodes = _Active(), _Queue(), {}, {}
     exhausted = False
 
-    def queued_ms():
-        return sum(estimate_ms(it.scenario, it.jobs[k[1]], n) for k, it, n in queue)
-
     while True:
-        while not exhausted and (len(queue) < 4 * cpus or queued_ms() < 2 * TARGET_TASK_MS * cpus):
+        while not exhausted and (len(queue) < 4 * cpus or queue.ms < 2 * TARGET_TASK_MS * cpus):
             item = next(items, None)
             if item is None:
                 exhausted = True
@@ -144,7 +159,7 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None, m
             for finished in active.start(item, queue):
                 on_done(*finished)
         while queue and len(in_flight) < max_in_flight:
-            if in_flight and not exhausted and queued_ms() < TARGET_TASK_MS:
+            if in_flight and not exhausted and queue.ms < TARGET_TASK_MS:
                 break  # let work accumulate: a task should carry >= TARGET_TASK_MS
             chunk, ms = [], 0.0
             while queue and ms < TARGET_TASK_MS:
