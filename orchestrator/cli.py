@@ -202,11 +202,62 @@ def _best_per_scenario(rows: list[dict]) -> list[dict]:
     return sorted(best.values(), key=lambda r: -r["output_throughput_per_device"])
 
 
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="tables, plots and index.html of a results directory")
+    p.add_argument("results")
+    p.add_argument("--out", help="report directory (default RESULTS/report)")
+    p.add_argument("--max-plots", type=int, default=12, help="figures per kind at most")
+    p.set_defaults(func=cmd_report)
+    c = sub.add_parser("compare", help="how the best configurations differ between two result sets")
+    c.add_argument("a")
+    c.add_argument("b")
+    c.set_defaults(func=cmd_compare)
+
+
+def _results_dir(flag: str, path: str):
+    from pathlib import Path
+
+    if not (Path(path) / "best").is_dir():
+        raise InputError(flag, path, "a results directory written by `servesweep sweep` (with a best/ folder)")
+    return Path(path)
+
+
+def cmd_report(a) -> int:
+    from orchestrator.report import write_report
+
+    results = _results_dir("RESULTS", a.results)
+    if a.max_plots < 0:
+        raise InputError("--max-plots", a.max_plots, "an integer >= 0")
+    out = a.out or results / "report"
+    try:
+        files = write_report(results, out, a.max_plots)
+    except ValueError as err:
+        print(f"servesweep report: error: {err}", file=sys.stderr)
+        return 2
+    print(f"report: {out}/index.html ({len(files)} files)")
+    for f in files:
+        print(f"  {f}")
+    return 0
+
+
+def cmd_compare(a) -> int:
+    from orchestrator.report import compare
+
+    try:
+        lines = compare(_results_dir("A", a.a), _results_dir("B", a.b))
+    except ValueError as err:
+        print(f"servesweep compare: error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="servesweep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_optimize(sub)
     _add_sweep(sub)
+    _add_report(sub)
     return parser
 
 
