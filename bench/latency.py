@@ -16,7 +16,7 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/latency.py would shadow the package
 
-from latency import ForwardKey, build_latency_model  # noqa: E402
+from latency import ForwardKey, build_latency_model, calibrate  # noqa: E402
 from orchestrator.optimize import optimize  # noqa: E402
 from orchestrator.scenario import Scenario  # noqa: E402
 
@@ -64,6 +64,33 @@ def peer_fidelity(path: Path) -> None:
     print()
 
 
+def calibration_holdout(path: Path) -> None:
+    """Fit the efficiencies on the tp=1 rows only, then judge them on the tp=2 and tp=4 rows."""
+    df = pd.read_csv(path)
+    dec = df["phase"] == "decode"
+    table = pd.DataFrame({"is_decode": dec, "concurrency": df["batch"],
+                          "query_len": np.where(dec, 1, df["isl_or_context"]),
+                          "seq_len": np.where(dec, df["isl_or_context"] + 1, df["isl_or_context"]),
+                          "latency_ms": df["latency_ms"], "tp": df["tp"]})
+    base = build_latency_model("Qwen/Qwen3-8B", "H200_SXM", tp=1)
+    cal = calibrate(base, table[table["tp"] == 1])
+    print("Calibration held out: fit on tp=1 rows, judged on tp=2 and tp=4 rows")
+    print("  fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in cal.params.items()))
+    print(f"  tp=1 (fitted) median |error|: {100 * cal.median_error_before:.1f} % -> "
+          f"{100 * cal.median_error_after:.1f} %")
+    device = cal.model.device
+    for tp in (2, 4):
+        rows = table[table["tp"] == tp]
+        keys = [ForwardKey(bool(r.is_decode), int(r.concurrency), int(r.query_len), int(r.seq_len))
+                for r in rows.itertuples()]
+        before = build_latency_model("Qwen/Qwen3-8B", "H200_SXM", tp=tp).latency_ms(keys)
+        after = build_latency_model("Qwen/Qwen3-8B", device, tp=tp).latency_ms(keys)
+        meas = rows["latency_ms"].to_numpy()
+        print(f"  tp={tp} (held out) median |error|: {100 * np.median(abs(before / meas - 1)):.1f} % -> "
+              f"{100 * np.median(abs(after / meas - 1)):.1f} %")
+    print()
+
+
 def ascend_fidelity() -> None:
     print("Fidelity vs the Ascend tool's analytic model (Qwen3-32B W8A8, TEST_DEVICE, B=8192, TPOT <= 1000 ms):")
     print(f"{'input/output':>13} {'':>11} {'conc':>5} {'TTFT ms':>9} {'TPOT ms':>8} {'tok/s':>8} {'KV GiB':>7}")
@@ -88,6 +115,7 @@ def main() -> None:
     keys_per_second(args.runs)
     if args.reference.is_file():
         peer_fidelity(args.reference)
+        calibration_holdout(args.reference)
     else:
         print(f"(no {args.reference}: skipping the measured-kernel comparison)\n")
     ascend_fidelity()

@@ -127,6 +127,21 @@ CALIBRATED = {
 }
 
 
+def _identifiable(model, keys, fields, rebuild_with) -> list[str]:
+    """The fields the table can tell anything about: a 10 % change moves some prediction. A field
+    the rows never exercise (communication at tp=1) would otherwise drift to a bound."""
+    base = model.latency_ms(keys)
+    kept = []
+    for f in fields:
+        value = getattr(model.device, f)
+        probe = value * 0.9 if value > 0 else 1.0
+        if np.any(np.abs(rebuild_with({f: probe}).latency_ms(keys) - base) > 1e-9 * np.maximum(base, 1.0)):
+            kept.append(f)
+    if not kept:
+        raise ValueError("the measured table exercises none of the calibrated fields")
+    return kept
+
+
 @dataclass(frozen=True)
 class Calibration:
     params: dict
@@ -157,6 +172,9 @@ def calibrate(model, table, fields: Sequence[str] = tuple(CALIBRATED)) -> Calibr
     def residual(x):
         return np.log(rebuild(x).latency_ms(keys) / measured)
 
+    fields = _identifiable(model, keys, fields, rebuild_with=lambda changes: RooflineModel(
+        model.model, dataclasses.replace(model.device, **changes), model.parallel, model.quant,
+        model.reserved_memory_gib))
     x0 = np.array([getattr(model.device, f) for f in fields], dtype=float)
     lo = np.array([CALIBRATED[f][0] for f in fields])
     hi = np.array([CALIBRATED[f][1] for f in fields])

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.evaluate import evaluate_point, first_failure, meets
+from orchestrator.evaluate import evaluate_point, first_failure, meets, workload
 from orchestrator.scenario import Layout, Scenario
 from orchestrator.search import drive, search
-from simulator import decode_qps, prefill_qps
+from simulator import decode_qps, make_scheduler, prefill_qps
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,31 @@ def plan_jobs(s: Scenario, disagg: bool = False, pd_devices: tuple[int, int] | N
     return [Job(role, layout, b) for role, layouts, budgets in plan for layout in layouts for b in budgets]
 
 
+def memory_bound(s: Scenario, job: Job) -> int | None:
+    """A concurrency above which the KV cache cannot fit, where one is provable: a decode instance
+    holds every prompt from the start; under a breadth-first policy with >= 2 chunks every request
+    holds its first chunk (and cached prefix) before any request leaves. None where no bound holds."""
+    scheduler = make_scheduler(s.scheduler)
+    mem = s.latency_model(job.layout).memory_for(job.max_batched_tokens)
+    w = workload(s, job.max_batched_tokens, 1)
+    if job.role == "decode":
+        held = s.input_length + 1
+    elif scheduler.requeue and w.prefill_num_chunks >= 2:
+        held = w.cached_prefix_tokens + w.chunk_plan()[0].query_len
+    else:
+        return None
+    return max(1, mem.kv_capacity_tokens // held)
+
+
 def job_search(s: Scenario, job: Job, width: int = 1):
-    """Search generator for one job over every limit pair (see orchestrator.search)."""
+    """Search generator for one job over every limit pair (see orchestrator.search); the probe
+    stops at the memory bound where one exists."""
     rows: dict[int, dict] = {}
     best = []
+    bound = memory_bound(s, job)
+    cap = s.max_concurrency if bound is None else min(s.max_concurrency, bound)
     for ttft, tpot in s.limit_pairs():
-        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), s.max_concurrency, width, rows)
+        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows)
         if found.best is not None:
             best.append({**found.best, "ttft_limit_ms": ttft, "tpot_limit_ms": tpot})
     return JobResult(job, [rows[n] for n in sorted(rows)], best)

@@ -119,7 +119,8 @@ class Scenario:
 
     def layouts(self) -> list[Layout]:
         """Every (tp, pp, ep) to try: the given tp sizes, or each divisor of the device count the
-        model allows; an instance that cannot hold the weights is dropped."""
+        model allows. An instance whose weights do not fit is kept: its points fail on memory and
+        the answer says so."""
         spec = load_model(self.model)
         sizes = self.tp_sizes or tuple(t for t in range(1, self.num_devices + 1)
                                        if self.num_devices % (t * self.pp) == 0)

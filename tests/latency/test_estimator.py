@@ -133,3 +133,14 @@ def test_calibration_recovers_known_efficiencies():
     assert cal.median_error_after < 0.01
     assert cal.params["eff_gemm"] == pytest.approx(0.78, rel=0.05)
     assert np.isfinite(list(cal.params.values())).all()
+
+
+def test_calibration_leaves_fields_the_table_cannot_see():
+    import pandas as pd
+
+    truth = build_latency_model("Qwen/Qwen3-8B", "H200_SXM")  # tp=1: no communication in any row
+    keys = [ForwardKey(False, 1, n, n) for n in (512, 4096)] + [ForwardKey(True, b, 1, 2048) for b in (1, 64)]
+    table = pd.DataFrame([{**k.__dict__, "latency_ms": v} for k, v in zip(keys, truth.latency_ms(keys), strict=True)])
+    cal = calibrate(truth, table)
+    assert "eff_communication" not in cal.params
+    assert cal.model.device.eff_communication == truth.device.eff_communication

@@ -98,3 +98,22 @@ def test_bad_input_names_the_flag(change, flag):
     with pytest.raises(InputError) as err:
         RFC.with_(**change).validate()
     assert err.value.flag == flag
+
+
+@pytest.mark.parametrize("role, budget", [("agg", 8192), ("prefill", 8192), ("decode", 8192)])
+def test_memory_bound_is_never_below_a_feasible_point(role, budget):
+    from orchestrator.optimize import Job, memory_bound
+
+    s = RFC.with_(input_length=16384, output_length=64, model="Qwen/Qwen3-8B", device="H200_SXM")
+    job = Job(role, Layout(1), budget)
+    bound = memory_bound(s, job)
+    assert bound is not None
+    for n in (bound + 1, 2 * bound):  # nothing above the bound fits
+        assert not evaluate_point(s, Layout(1), role, budget, n)["fits_memory"]
+
+
+def test_no_memory_bound_where_none_is_provable():
+    from orchestrator.optimize import Job, memory_bound
+
+    assert memory_bound(RFC.with_(input_length=4096), Job("agg", Layout(1), 8192)) is None  # one chunk
+    assert memory_bound(RFC.with_(scheduler="token-budget"), Job("agg", Layout(1), 8192)) is None

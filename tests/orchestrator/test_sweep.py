@@ -218,3 +218,23 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
     embedded = tmp_path / "embedded"
     run_sweep(expand(load_spec(ROOT / "examples" / "quickstart.toml")), embedded, backend="inline", progress=False)
     pd.testing.assert_frame_equal(table(out), table(embedded), check_exact=False, rtol=1e-12)
+
+
+def test_sweep_rows_equal_the_optimize_run_of_the_same_scenario(ray_session, tmp_path):
+    from orchestrator.optimize import optimize
+
+    items = expand(SPEC)[:3]
+    run_sweep(items, tmp_path, backend="ray", progress=False)
+    best = read_table(tmp_path, "best")
+    points = read_table(tmp_path, "points")
+    for item in items:
+        direct = optimize(item.scenario)
+        got_best = best[best["scenario_id"] == item.id]
+        got_points = points[points["scenario_id"] == item.id]
+        assert len(got_points) == len(direct.points)
+        for row in direct.best:
+            match = got_best[(got_best["role"] == row["role"]) & (got_best["tp"] == row["tp"])
+                             & (got_best["max_batched_tokens"] == row["max_batched_tokens"])]
+            assert len(match) == 1
+            for col in ("concurrency", "ttft_ms", "tpot_ms", "output_throughput", "peak_kv_tokens"):
+                assert match.iloc[0][col] == pytest.approx(row[col], rel=1e-12)
