@@ -45,6 +45,15 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text)[:80]
 
 
+def _save(fig, path: Path, title: str, plt) -> tuple[str, str]:
+    """Title, lay out, write and close a figure; (file name, caption) for the index."""
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path.name, title
+
+
 def _plot_curves(points, best, out: Path, max_plots: int, plt) -> list[tuple[str, str]]:
     """TTFT and TPOT vs concurrency per layout, limits drawn, one figure per scenario."""
     files = []
@@ -65,12 +74,7 @@ def _plot_curves(points, best, out: Path, max_plots: int, plt) -> list[tuple[str
             ax.legend(fontsize=7)
         title = (f"{first['model']} on {first['num_devices']} x {first['device']}, "
                  f"in {first['input_length']} / out {first['output_length']}")
-        fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
-        name = f"curves_{sid}.png"
-        fig.savefig(out / name, dpi=80)
-        plt.close(fig)
-        files.append((name, title))
+        files.append(_save(fig, out / f"curves_{sid}.png", title, plt))
     return files
 
 
@@ -98,13 +102,9 @@ def _plot_pareto(points, splits, out: Path, max_plots: int, plt) -> list[tuple[s
                     label="Pareto frontier")
         ax.set_xlabel("tokens/s per user (1000 / TPOT)")
         ax.set_ylabel("output tokens/s per device")
-        ax.set_title(f"{model} on {device}", fontsize=9)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        name = f"pareto_{_slug(model)}_{_slug(device)}.png"
-        fig.savefig(out / name, dpi=80)
-        plt.close(fig)
-        files.append((name, f"Pareto frontier: {model} on {device}"))
+        files.append(_save(fig, out / f"pareto_{_slug(model)}_{_slug(device)}.png",
+                           f"Pareto frontier: {model} on {device}", plt))
     return files
 
 
@@ -129,12 +129,7 @@ def _plot_budget(best_rows, out: Path, max_plots: int, plt) -> list[tuple[str, s
             ax.set_ylabel(name)
         axes[2].legend(fontsize=7)
         title = "effect of max_batched_tokens: " + _group_label(key, keys)
-        fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
-        name = f"budget_{_slug(_group_label(key, keys))}.png"
-        fig.savefig(out / name, dpi=80)
-        plt.close(fig)
-        files.append((name, title))
+        files.append(_save(fig, out / f"budget_{_slug(_group_label(key, keys))}.png", title, plt))
     return files
 
 
