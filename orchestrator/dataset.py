@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 from urllib.parse import quote
 
 from orchestrator.optimize import assemble
+from orchestrator.results import scenario_columns as scenario_fields
 from orchestrator.results import write_parquet
 from orchestrator.runner import SweepItem
 
@@ -34,12 +34,11 @@ PARTITIONS = ("model", "device")
 
 
 def scenario_columns(item: SweepItem, mode: str) -> dict:
+    """A sweep scenario has one budget and at most one limit of each kind: single-valued columns."""
     s = item.scenario
-    cols = {"scenario_id": item.id, "mode": mode}
-    for k, v in asdict(s).items():
-        if k in ("max_batched_tokens", "ttft_limits", "tpot_limits"):
-            continue
-        cols[k] = " ".join(map(str, v)) if isinstance(v, tuple) else v
+    cols = {"scenario_id": item.id, "mode": mode, **scenario_fields(s)}
+    for k in ("max_batched_tokens", "ttft_limits", "tpot_limits"):
+        del cols[k]
     cols["ttft_limit_ms"] = s.ttft_limits[0] if s.ttft_limits else None
     cols["tpot_limit_ms"] = s.tpot_limits[0] if s.tpot_limits else None
     return cols

@@ -8,10 +8,6 @@ import numpy as np
 
 from latency.keys import ForwardKey, StepShape
 
-#: A latency model (`latency_ms(keys)`, optionally `step_latency_ms(shapes)` for fused steps) or a
-#: plain callable `keys -> sequence of ms`.
-LatencyLike = object
-
 
 def key_latency(latency, keys: Sequence[ForwardKey]) -> np.ndarray:
     """Milliseconds of each ForwardKey, priced as its own forward pass, in one call."""
