@@ -228,7 +228,7 @@ class RooflineModel:
     def _link(self, group: int) -> tuple[float, float]:
         """(bytes/s, seconds per hop) of the slowest link a group of `group` devices spans."""
         d = self.device
-        if group * (1 if group > d.devices_per_node else 1) <= d.devices_per_node:
+        if group <= d.devices_per_node:
             return d.intra_node_bandwidth_gbps * 1e9 * d.eff_communication, d.intra_node_latency_us * 1e-6
         return d.inter_node_bandwidth_gbps * 1e9 * d.eff_communication, d.inter_node_latency_us * 1e-6
 

@@ -71,10 +71,11 @@ class ModelSpec:
             if "first_k_dense_replace" in config:
                 dense = config["first_k_dense_replace"]
             else:
-                dense = len(config.get("mlp_only_layers") or [])
+                # Qwen-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not
+                # listed in mlp_only_layers
+                mlp_only = set(config.get("mlp_only_layers") or [])
                 step = config.get("decoder_sparse_step", 1) or 1
-                dense += sum(1 for i in range(layers) if (i + 1) % step != 0 and i not in
-                             (config.get("mlp_only_layers") or []))
+                dense = sum(1 for i in range(layers) if i in mlp_only or (i + 1) % step != 0)
         spec = cls(
             name=name,
             hidden_size=hidden,

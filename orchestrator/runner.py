@@ -6,14 +6,13 @@ job results to `on_done`; only where a point is evaluated differs.
 
 from __future__ import annotations
 
-import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from orchestrator.cache import CachedPricer
-from orchestrator.evaluate import evaluate_point, finish_point, plan_point
+from orchestrator.evaluate import evaluate_point, finish_point, plan_point, workload
 from orchestrator.optimize import Job, JobResult, job_search
 from orchestrator.scenario import Scenario
 
@@ -37,8 +36,9 @@ OnDone = Callable[[SweepItem, list[JobResult]], None]
 
 
 def estimate_ms(s: Scenario, job: Job, n: int) -> float:
-    e = s.input_length - math.floor(s.input_length * s.prefix_cache_hit_rate)
-    steps = (s.output_length if job.role != "prefill" else 0) + n * e / job.max_batched_tokens + 1
+    """Rough work of one point: decode steps plus the steps its prompt tokens fill at B per step."""
+    w = workload(s, job.max_batched_tokens, n)
+    steps = (w.decode_steps if job.role != "prefill" else 0) + n * w.effective_input_length / w.max_batched_tokens + 1
     return MS_PER_POINT + MS_PER_STEP * steps
 
 

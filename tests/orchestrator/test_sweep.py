@@ -165,9 +165,26 @@ def test_cli_sweep_inline_and_bad_spec(tmp_path):
     assert p.returncode == 2 and "input_length = -1" in p.stderr and "Traceback" not in p.stderr
 
 
+def _free_ports(n):
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
 def _start_node(args, env):
-    return subprocess.Popen(["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *args], env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """A node in the foreground (`--block`) in a session of its own, on ports nobody else holds."""
+    agent, grpc, metrics, runtime_env, manager, objects = _free_ports(6)
+    ports = ["--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(grpc),
+             "--metrics-export-port", str(metrics), "--runtime-env-agent-port", str(runtime_env),
+             "--node-manager-port", str(manager), "--object-manager-port", str(objects)]
+    return subprocess.Popen(["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *ports, *args],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _stop(nodes):
@@ -197,11 +214,11 @@ def _wait_for_nodes(address, n, env, timeout=60):
 def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
-    port = 6400 + os.getpid() % 500
+    port, client_port = _free_ports(2)
     address = f"127.0.0.1:{port}"
     temp = f"/tmp/ss-{os.getpid()}"  # short: Ray's socket paths must stay under 108 bytes
     nodes = [_start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp,
-                          "--include-dashboard", "false"], env)]
+                          "--include-dashboard", "false", "--ray-client-server-port", str(client_port)], env)]
     try:
         time.sleep(3)
         nodes.append(_start_node(["--address", address, "--temp-dir", temp], env))
