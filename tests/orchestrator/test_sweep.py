@@ -177,14 +177,15 @@ def _free_ports(n):
     return ports
 
 
-def _start_node(args, env):
+def _start_node(args, env, log: Path):
     """A node in the foreground (`--block`) in a session of its own, on ports nobody else holds."""
     agent, grpc, metrics, runtime_env, manager, objects = _free_ports(6)
     ports = ["--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(grpc),
              "--metrics-export-port", str(metrics), "--runtime-env-agent-port", str(runtime_env),
              "--node-manager-port", str(manager), "--object-manager-port", str(objects)]
-    return subprocess.Popen(["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *ports, *args],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log, "wb") as out:
+        return subprocess.Popen(["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *ports,
+                                 *args], env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _stop(nodes):
@@ -193,36 +194,57 @@ def _stop(nodes):
             os.killpg(p.pid, signal.SIGTERM)
     for p in nodes:
         try:
-            p.wait(30)
+            p.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
 
 
-def _wait_for_nodes(address, n, env, timeout=60):
+def _alive_nodes(address, env) -> int:
     probe = ("import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False); "
              "print(sum(1 for x in ray.nodes() if x['Alive']))")
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        p = subprocess.run([sys.executable, "-c", probe, address], env=env, capture_output=True, text=True)
-        if p.returncode == 0 and p.stdout.strip().isdigit() and int(p.stdout.strip()) >= n:
-            return
-        time.sleep(2)
-    raise TimeoutError(f"{n} Ray nodes did not come up at {address}")
+    try:
+        p = subprocess.run([sys.executable, "-c", probe, address], env=env, capture_output=True, text=True,
+                           timeout=30)
+    except subprocess.TimeoutExpired:
+        return 0
+    out = p.stdout.strip().splitlines()
+    return int(out[-1]) if p.returncode == 0 and out and out[-1].isdigit() else 0
+
+
+def _start_cluster(env, tmp_path, attempt):
+    """Head and one worker node on fresh ports; None (with the nodes stopped) if they do not come up."""
+    port, client_port = _free_ports(2)
+    address = f"127.0.0.1:{port}"
+    temp = f"/tmp/ss-{os.getpid()}-{attempt}"  # short: Ray's socket paths must stay under 108 bytes
+    head = _start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp,
+                        "--include-dashboard", "false", "--ray-client-server-port", str(client_port)], env,
+                       tmp_path / f"head{attempt}.log")
+    nodes = [head]
+    deadline = time.time() + 90
+    while time.time() < deadline and head.poll() is None and _alive_nodes(address, env) < 1:
+        time.sleep(1)
+    if head.poll() is None:
+        nodes.append(_start_node(["--address", address, "--temp-dir", temp], env, tmp_path / f"worker{attempt}.log"))
+        while time.time() < deadline and all(n.poll() is None for n in nodes):
+            if _alive_nodes(address, env) >= 2:
+                return address, nodes
+            time.sleep(2)
+    _stop(nodes)
+    return None, []
 
 
 def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
-    port, client_port = _free_ports(2)
-    address = f"127.0.0.1:{port}"
-    temp = f"/tmp/ss-{os.getpid()}"  # short: Ray's socket paths must stay under 108 bytes
-    nodes = [_start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp,
-                          "--include-dashboard", "false", "--ray-client-server-port", str(client_port)], env)]
+    address, nodes = None, []
+    for attempt in range(3):  # starting a second Ray on a busy machine can fail; the logs say why
+        address, nodes = _start_cluster(env, tmp_path, attempt)
+        if address:
+            break
+    logs = "\n".join(f.read_text()[-1500:] for f in sorted(tmp_path.glob("*.log")))
+    assert address, f"a two-node cluster did not come up in 3 attempts:\n{logs}"
     try:
-        time.sleep(3)
-        nodes.append(_start_node(["--address", address, "--temp-dir", temp], env))
-        _wait_for_nodes(address, 2, env)
         out = tmp_path / "cluster"
         p = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", str(ROOT / "examples" / "quickstart.toml"),
                             "--output", str(out), "--address", address, "--no-progress"], env=env,
