@@ -214,11 +214,11 @@ def _alive_nodes(address, env) -> int:
 
 def _start_cluster(env, tmp_path, attempt):
     """Head and one worker node on fresh ports; None (with the nodes stopped) if they do not come up."""
-    port, client_port = _free_ports(2)
+    (port,) = _free_ports(1)
     address = f"127.0.0.1:{port}"
     temp = f"/tmp/ss-{os.getpid()}-{attempt}"  # short: Ray's socket paths must stay under 108 bytes
     head = _start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp,
-                        "--include-dashboard", "false", "--ray-client-server-port", str(client_port)], env,
+                        "--include-dashboard", "false"], env,
                        tmp_path / f"head{attempt}.log")
     nodes = [head]
     deadline = time.time() + 90
