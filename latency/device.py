@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -95,6 +96,12 @@ class DeviceSpec:
         return cls(name=name, source=str(data.get("source", "")), **values)
 
 
+@lru_cache(maxsize=256)
+def _parse(path: str, mtime_ns: int) -> DeviceSpec:
+    """Each device file is parsed once per version (a sweep validates thousands of scenarios)."""
+    return DeviceSpec.from_file(Path(path))
+
+
 def _search_path() -> list[Path]:
     extra = [Path(p) for p in os.environ.get(DEVICE_PATH_ENV, "").split(os.pathsep) if p]
     return [*extra, DATA]
@@ -108,9 +115,9 @@ def load_device(device: str | Path) -> DeviceSpec:
     """A device id (file stem under the data folder or SERVESWEEP_DEVICE_PATH) or a .toml path."""
     path = Path(device)
     if path.suffix == ".toml" and path.is_file():
-        return DeviceSpec.from_file(path)
+        return _parse(str(path), path.stat().st_mtime_ns)
     for folder in _search_path():
         candidate = folder / f"{device}.toml"
         if candidate.is_file():
-            return DeviceSpec.from_file(candidate)
+            return _parse(str(candidate), candidate.stat().st_mtime_ns)
     raise ValueError(f"unknown device {str(device)!r}; known: {', '.join(shipped_devices())}")

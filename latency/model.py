@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "models"
@@ -128,8 +129,14 @@ def load_model(model: str | Path) -> ModelSpec:
             raise ValueError(f"unknown model {str(model)!r}; shipped: {', '.join(shipped_models())}; "
                              "or give a path to a config.json")
         name = str(model)
+    return _parse(str(path), path.stat().st_mtime_ns, name)
+
+
+@lru_cache(maxsize=256)
+def _parse(path: str, mtime_ns: int, name: str) -> ModelSpec:
+    """Each config is parsed once per version (a sweep validates thousands of scenarios)."""
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"cannot read model config {path}: {err}") from None
     return ModelSpec.from_config(config, name=name)
