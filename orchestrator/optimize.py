@@ -92,14 +92,12 @@ def job_search(s: Scenario, job: Job, width: int = 1):
 
 
 def optimize(s: Scenario, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
-             disagg: bool = False, pd_devices: tuple[int, int] | None = None, progress=None) -> OptimizeResult:
+             disagg: bool = False, pd_devices: tuple[int, int] | None = None) -> OptimizeResult:
     """Search every job of the scenario inline, then assemble the answer."""
     s.validate()
     results = []
     for job in plan_jobs(s, disagg, pd_devices):
         results.append(drive(job_search(s, job, width), lambda ns, j=job: evaluator(s, j, ns)))
-        if progress:
-            progress(1)
     return assemble(s, results, pd_devices)
 
 

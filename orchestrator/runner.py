@@ -84,19 +84,21 @@ class _Active:
 
 
 class _Queue(deque):
-    """Points waiting for a task, with their estimated work in ms kept as a running total."""
+    """Points waiting for a task, with their estimated work in ms kept as a running total.
+    `popleft` also returns the point's estimate, computed once when it was queued."""
 
     ms = 0.0
 
     def extend(self, entries) -> None:
         for key, item, n in entries:
-            self.append((key, item, n))
-            self.ms += estimate_ms(item.scenario, item.jobs[key[1]], n)
+            ms = estimate_ms(item.scenario, item.jobs[key[1]], n)
+            self.append((key, item, n, ms))
+            self.ms += ms
 
     def popleft(self):
-        key, item, n = super().popleft()
-        self.ms -= estimate_ms(item.scenario, item.jobs[key[1]], n)
-        return key, item, n
+        entry = super().popleft()
+        self.ms -= entry[3]
+        return entry
 
 
 def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> dict:
@@ -163,10 +165,9 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None, m
                 break  # let work accumulate: a task should carry >= TARGET_TASK_MS
             chunk, ms = [], 0.0
             while queue and ms < TARGET_TASK_MS:
-                key, it, n = queue.popleft()
-                job = it.jobs[key[1]]
-                chunk.append((key, it.scenario, job, n))
-                ms += estimate_ms(it.scenario, job, n)
+                key, it, n, point_ms = queue.popleft()
+                chunk.append((key, it.scenario, it.jobs[key[1]], n))
+                ms += point_ms
             in_flight[task.remote(chunk, cache, crash_marker)] = chunk
         if not in_flight:
             if exhausted and not queue:
