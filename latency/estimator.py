@@ -181,9 +181,9 @@ class RooflineModel:
         ops["qkv_proj"] = linear(self.qkv_params, L, KERNELS["qkv_proj"])
         ops["o_proj"] = linear(self.o_params, L, KERNELS["o_proj"])
         ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, bf16)
-        ops["mlp"] = linear(self.mlp_params, self.dense_layers, KERNELS["mlp"]) if self.dense_layers \
-            else (np.zeros(n_steps), np.full(n_steps, "-"))
-        ops["moe"] = self._moe(tokens, lin_peak) if self.moe_layers else (np.zeros(n_steps), np.full(n_steps, "-"))
+        absent = (np.zeros(n_steps), np.full(n_steps, "-"))
+        ops["mlp"] = linear(self.mlp_params, self.dense_layers, KERNELS["mlp"]) if self.dense_layers else absent
+        ops["moe"] = self._moe(tokens, lin_peak) if self.moe_layers else absent
         inter = (self.dense_layers * m.intermediate_size / p.tp
                  + self.moe_layers * m.experts_per_token * m.moe_intermediate_size / p.tp) / L
         ew_bytes = tokens * (HIDDEN_PASSES * h + MLP_ACT_PASSES * inter) * ACT_BYTES

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True, order=True)
 class ForwardKey:
@@ -27,8 +29,6 @@ StepShape = tuple[ForwardKey, ...]
 
 def keys_to_arrays(keys: Sequence[ForwardKey]):
     """Columns (is_decode, concurrency, query_len, seq_len) of `keys` as numpy arrays."""
-    import numpy as np
-
     n = len(keys)
     dec = np.fromiter((k.is_decode for k in keys), dtype=bool, count=n)
     conc = np.fromiter((k.concurrency for k in keys), dtype=np.float64, count=n)

@@ -127,7 +127,7 @@ CALIBRATED = {
 }
 
 
-def _identifiable(model, keys, fields, rebuild_with) -> list[str]:
+def _identifiable(model, keys, fields, rebuild) -> list[str]:
     """The fields the table can tell anything about: a 10 % change moves some prediction. A field
     the rows never exercise (communication at tp=1) would otherwise drift to a bound."""
     base = model.latency_ms(keys)
@@ -135,7 +135,7 @@ def _identifiable(model, keys, fields, rebuild_with) -> list[str]:
     for f in fields:
         value = getattr(model.device, f)
         probe = value * 0.9 if value > 0 else 1.0
-        if np.any(np.abs(rebuild_with({f: probe}).latency_ms(keys) - base) > 1e-9 * np.maximum(base, 1.0)):
+        if np.any(np.abs(rebuild({f: probe}).latency_ms(keys) - base) > 1e-9 * np.maximum(base, 1.0)):
             kept.append(f)
     if not kept:
         raise ValueError("the measured table exercises none of the calibrated fields")
@@ -165,21 +165,20 @@ def calibrate(model, table, fields: Sequence[str] = tuple(CALIBRATED)) -> Calibr
     if unknown:
         raise ValueError(f"cannot calibrate {unknown}; choose from {list(CALIBRATED)}")
 
-    def rebuild(x):
-        device = dataclasses.replace(model.device, **dict(zip(fields, x, strict=True)))
+    def rebuild(changes: dict):
+        device = dataclasses.replace(model.device, **changes)
         return RooflineModel(model.model, device, model.parallel, model.quant, model.reserved_memory_gib)
 
-    def residual(x):
-        return np.log(rebuild(x).latency_ms(keys) / measured)
+    fields = _identifiable(model, keys, fields, rebuild)
 
-    fields = _identifiable(model, keys, fields, rebuild_with=lambda changes: RooflineModel(
-        model.model, dataclasses.replace(model.device, **changes), model.parallel, model.quant,
-        model.reserved_memory_gib))
+    def residual(x):
+        return np.log(rebuild(dict(zip(fields, x, strict=True))).latency_ms(keys) / measured)
+
     x0 = np.array([getattr(model.device, f) for f in fields], dtype=float)
     lo = np.array([CALIBRATED[f][0] for f in fields])
     hi = np.array([CALIBRATED[f][1] for f in fields])
     fit = least_squares(residual, np.clip(x0, lo, hi), bounds=(lo, hi))
     before = float(np.median(np.abs(model.latency_ms(keys) / measured - 1)))
-    calibrated = rebuild(fit.x)
+    calibrated = rebuild(dict(zip(fields, fit.x, strict=True)))
     after = float(np.median(np.abs(calibrated.latency_ms(keys) / measured - 1)))
     return Calibration(dict(zip(fields, map(float, fit.x), strict=True)), before, after, calibrated)

@@ -166,11 +166,10 @@ class TokenBudget(Scheduler):
         for pos, (count, done) in enumerate(view.prefill):
             if budget <= 0:
                 break
-            if done == 0:
+            if done == 0:  # waiting requests: only as many as there are free slots are admitted
                 count = int(min(count, slots))
                 if count <= 0:
                     break
-                slots -= count  # an upper bound; unused slots are returned below
             need = min(view.effective_input_length - done, cap)
             full = min(count, budget // need)
             if full:
@@ -182,7 +181,7 @@ class TokenBudget(Scheduler):
                 budget = 0
                 taken += 1
             if done == 0:
-                slots += count - taken
+                slots -= taken
         return StepPlan(tuple(takes), decode)
 
 

@@ -192,13 +192,8 @@ def plan(
             kv_prefill += kv_added - first_tokens * I
         else:
             first_tokens = 0
-        ctx = 0
-        if d:
-            if decode_context == "mid":
-                ctx = mid_context
-            else:
-                mean = I + qlen - 1 + pool.generated_sum(d) / d
-                ctx = math.ceil(mean / context_round - 1e-9) * context_round
+        ctx = _decode_key_context(pool, d, I, qlen, mid_context if decode_context == "mid" else None,
+                                  context_round)
         signature = (tuple(sorted(entries.items())), d, ctx)
         shape_id = shape_ids.get(signature)
         if shape_id is None:
@@ -219,6 +214,18 @@ def plan(
     counts, first, finish = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
     step_ids = np.array(step_shape, dtype=np.int64)
     return Plan(w, scheduler, phase, tuple(shapes), step_ids, counts, first, finish, float(peak))
+
+
+def _decode_key_context(pool: _DecodePool, d: int, prompt: int, qlen: int, fixed: int | None,
+                        round_to: int) -> int:
+    """seq_len of the step's decode key: `fixed` ("mid" mode), else the mean context of the `d`
+    oldest decoding requests after the step, rounded up to `round_to`; 0 when nobody decodes."""
+    if not d:
+        return 0
+    if fixed is not None:
+        return fixed
+    mean = prompt + qlen - 1 + pool.generated_sum(d) / d
+    return math.ceil(mean / round_to - 1e-9) * round_to
 
 
 def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> StepShape:
