@@ -55,7 +55,7 @@ def test_bad_input_is_one_line_exit_two(args, flag):
     (["--device", "NOPE"], "--device"), (["--input-length", "-4"], "--input-length"),
 ])
 def test_bad_device_and_length(args, flag):
-    base = [a for a in BASE]
+    base = list(BASE)
     i = base.index(args[0])
     base[i + 1] = args[1]
     p = run(*base)

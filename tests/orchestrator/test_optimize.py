@@ -117,3 +117,10 @@ def test_no_memory_bound_where_none_is_provable():
 
     assert memory_bound(RFC.with_(input_length=4096), Job("agg", Layout(1), 8192)) is None  # one chunk
     assert memory_bound(RFC.with_(scheduler="token-budget"), Job("agg", Layout(1), 8192)) is None
+
+
+def test_documented_point_columns_are_the_columns_written():
+    from orchestrator.results import POINT_COLUMNS
+
+    row = evaluate_point(RFC.with_(input_length=1024), Layout(1), "agg", 8192, 1)
+    assert list(row) == list(POINT_COLUMNS)
