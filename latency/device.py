@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from latency.quant import parse_quantization
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -62,6 +64,7 @@ class DeviceSpec:
     kernel_overhead_us: float
     prefill_attention_overhead_us: float
     step_overhead_ms: float
+    default_quantization: str = "bf16"   # what `optimize` uses when --quantize-linear-action is not given
 
     def peak_flops(self, dtype: str) -> float:
         return getattr(self, f"{dtype}_tflops") * 1e12
@@ -93,7 +96,12 @@ class DeviceSpec:
         name = data.get("name", path.stem)
         if name != path.stem:
             raise ValueError(f"device file {path}: name {name!r} must match the file name {path.stem!r}")
-        return cls(name=name, source=str(data.get("source", "")), **values)
+        quant = data.get("defaults", {}).get("quantization", "bf16")
+        try:
+            parse_quantization(quant)
+        except ValueError as err:
+            raise ValueError(f"device file {path}: [defaults] quantization: {err}") from None
+        return cls(name=name, source=str(data.get("source", "")), default_quantization=quant, **values)
 
 
 @lru_cache(maxsize=256)

@@ -34,6 +34,7 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    max_position_embeddings: int = 0   # longest context the model was trained for; 0: not stated
 
     @property
     def is_moe(self) -> bool:
@@ -97,6 +98,7 @@ class ModelSpec:
             qk_nope_head_dim=config.get("qk_nope_head_dim") or 0,
             qk_rope_head_dim=config.get("qk_rope_head_dim") or 0,
             v_head_dim=config.get("v_head_dim") or 0,
+            max_position_embeddings=config.get("max_position_embeddings") or 0,
         )
         spec.validate()
         return spec

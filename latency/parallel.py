@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from latency.checks import check_int
 from latency.model import ModelSpec
 
 
@@ -19,9 +20,7 @@ class ParallelSpec:
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "ep"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_int(name, getattr(self, name))
         if self.tp % self.ep:
             raise ValueError(f"ep={self.ep} must divide tp={self.tp}")
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
-from orchestrator.scenario import AUTO_MAX_BATCHED_TOKENS, DEFAULT_MAX_CONCURRENCY, InputError, Scenario
+from orchestrator.fields import InputError, fields_for
+from orchestrator.modes import MODES, Mode, make_mode
+from orchestrator.scenario import Scenario
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,82 +27,74 @@ TABLE = [  # (header, column, format)
 ]
 
 
+def add_field_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """Every scenario field of `command` as a flag (from the field table), grouped, with unit and default."""
+    groups = {}
+    for f in fields_for(command):
+        if f.flag == "MODEL":
+            p.add_argument("model", metavar="MODEL", help=f.help)
+            continue
+        group = groups.get(f.group) or groups.setdefault(f.group, p.add_argument_group(f.group))
+        unit = f" [{f.unit}]" if f.unit else ""
+        default = "" if f.required else f" (default: {f.default_text()})"
+        choices = f" {{{','.join(f.choices)}}}" if f.choices else ""
+        group.add_argument(f.flag, *f.aliases, dest=f.name, type=f.kind, nargs="+" if f.many else None,
+                           required=f.required, default=None, metavar=f.name.upper().rstrip("S") if f.many else None,
+                           help=f"{f.help}{choices}{unit}{default}")
+        if f.deprecated:
+            group.add_argument(f.deprecated, dest=f"deprecated_{f.name}", type=f.kind, nargs="+" if f.many else None,
+                               help=argparse.SUPPRESS)
+
+
+def scenario_from_args(a, command: str) -> Scenario:
+    """The scenario of parsed flags: given flags, else the table's defaults."""
+    values = {}
+    for f in fields_for(command):
+        v = getattr(a, f.name, None)
+        old = getattr(a, f"deprecated_{f.name}", None)
+        if old is not None:
+            print(f"servesweep: {f.deprecated} is deprecated; use {f.flag}", file=sys.stderr)
+            v = v if v is not None else old
+        if v is not None:
+            values[f.name] = tuple(v) if f.many else v
+    return Scenario(**values)
+
+
 def _add_optimize(sub) -> None:
-    p = sub.add_parser("optimize", help="best concurrency, parallelism and PD split for one scenario")
-    p.add_argument("model", help="shipped model name or path to a config.json (or its folder)")
-    p.add_argument("--device", required=True)
-    p.add_argument("--num-devices", type=int, required=True)
-    p.add_argument("--input-length", type=int, required=True)
-    p.add_argument("--output-length", type=int, required=True)
-    p.add_argument("--max-batched-tokens", type=int, nargs="+",
-                   help=f"token budget per step and chunk size; default: best of {AUTO_MAX_BATCHED_TOKENS}")
-    p.add_argument("--max-prefill-tokens", type=int, nargs="+", help=argparse.SUPPRESS)
-    p.add_argument("--ttft-limits", type=float, nargs="+", default=[])
-    p.add_argument("--tpot-limits", type=float, nargs="+", default=[])
-    p.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
-    p.add_argument("--tp-sizes", type=int, nargs="+", default=[])
-    p.add_argument("--pp-size", type=int, default=1)
-    p.add_argument("--ep-size", type=int, default=1)
-    p.add_argument("--disagg", action="store_true")
-    p.add_argument("--enable-optimize-prefill-decode-ratio", action="store_true")
-    p.add_argument("--prefill-devices-per-instance", type=int)
-    p.add_argument("--decode-devices-per-instance", type=int)
-    p.add_argument("--num-mtp-tokens", type=int, default=0)
-    p.add_argument("--mtp-acceptance-rates", type=float, nargs="+", default=[])
-    p.add_argument("--quantize-linear-action", default="bf16")
-    p.add_argument("--kv-cache-dtype", default="bf16")
-    p.add_argument("--reserved-memory-gb", type=float, default=10.0, help="GiB kept free per device")
-    p.add_argument("--scheduler", default="decode-first")
-    p.add_argument("--decode-context", default="mean", choices=["mean", "mid"])
-    p.add_argument("--max-concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY)
-    p.add_argument("--top-n", type=int, default=5)
-    p.add_argument("--output", help="write every evaluated point to this Parquet file")
+    p = sub.add_parser("optimize", help="best concurrency, parallelism and PD split for one scenario",
+                       description="The throughput optimizer (the reference tool's flags).")
+    add_field_flags(p, "optimize")
+    m = p.add_argument_group("search mode")
+    m.add_argument("--disagg", action="store_true", help=MODES["disagg"].help)
+    m.add_argument("--enable-optimize-prefill-decode-ratio", action="store_true", help=MODES["pd"].help)
+    m.add_argument("--prefill-devices-per-instance", type=int, help="devices of one prefill instance (PD split)")
+    m.add_argument("--decode-devices-per-instance", type=int, help="devices of one decode instance (PD split)")
+    o = p.add_argument_group("output")
+    o.add_argument("--top-n", type=int, default=5, help="rows shown per limit pair (default: 5)")
+    o.add_argument("--output", help="write every evaluated point to this Parquet file")
     p.set_defaults(func=cmd_optimize)
 
 
-def _scenario(a) -> Scenario:
-    budgets = a.max_batched_tokens
-    if a.max_prefill_tokens:
-        print("servesweep: --max-prefill-tokens is deprecated; use --max-batched-tokens", file=sys.stderr)
-        budgets = budgets or a.max_prefill_tokens
-    return Scenario(
-        model=a.model, device=a.device, num_devices=a.num_devices, input_length=a.input_length,
-        output_length=a.output_length, max_batched_tokens=tuple(budgets or AUTO_MAX_BATCHED_TOKENS),
-        ttft_limits=tuple(a.ttft_limits), tpot_limits=tuple(a.tpot_limits),
-        prefix_cache_hit_rate=a.prefix_cache_hit_rate, tp_sizes=tuple(a.tp_sizes), pp=a.pp_size, ep=a.ep_size,
-        quantization=a.quantize_linear_action, kv_cache_dtype=a.kv_cache_dtype,
-        reserved_memory_gb=a.reserved_memory_gb, scheduler=a.scheduler, decode_context=a.decode_context,
-        mtp_tokens=a.num_mtp_tokens, mtp_acceptance_rates=tuple(a.mtp_acceptance_rates),
-        max_concurrency=a.max_concurrency)
-
-
-def _pd_devices(a, s: Scenario):
-    if not a.enable_optimize_prefill_decode_ratio:
-        return None
-    p, q = a.prefill_devices_per_instance, a.decode_devices_per_instance
-    for flag, v in (("--prefill-devices-per-instance", p), ("--decode-devices-per-instance", q)):
-        if v is None or v < 1 or v > s.num_devices:
-            raise InputError(flag, v, f"an integer in [1, {s.num_devices}] (needed by the PD-ratio search)")
-    if p + q > s.num_devices:
-        raise InputError("--decode-devices-per-instance", q, f"at most --num-devices - P = {s.num_devices - p}")
-    for flag, v in (("--prefill-devices-per-instance", p), ("--decode-devices-per-instance", q)):
-        try:
-            s.with_(tp_sizes=(v,), num_devices=v).layouts()
-        except ValueError as err:
-            raise InputError(flag, v, str(err)) from None
-    return p, q
+def _mode(a) -> Mode:
+    if a.enable_optimize_prefill_decode_ratio:
+        for flag, v in (("--prefill-devices-per-instance", a.prefill_devices_per_instance),
+                        ("--decode-devices-per-instance", a.decode_devices_per_instance)):
+            if v is None:
+                raise InputError(flag, v, "an integer >= 1 (needed by the PD-ratio search)")
+        return make_mode("pd", prefill_devices=a.prefill_devices_per_instance,
+                         decode_devices=a.decode_devices_per_instance)
+    return make_mode("disagg" if a.disagg else "agg")
 
 
 def cmd_optimize(a) -> int:
     from orchestrator.optimize import optimize
     from orchestrator.results import scenario_columns, write_parquet
 
-    s = _scenario(a)
+    s = scenario_from_args(a, "optimize")
     if a.top_n < 1:
         raise InputError("--top-n", a.top_n, "an integer >= 1")
-    s.validate()
-    pd_devices = _pd_devices(a, s)
-    result = optimize(s, disagg=a.disagg, pd_devices=pd_devices)
+    mode = _mode(a)
+    result = optimize(s, mode)
     for item in result.infeasible:
         print(item["message"])
     for ttft, tpot in s.limit_pairs():
@@ -108,7 +103,8 @@ def cmd_optimize(a) -> int:
             continue
         rows.sort(key=lambda r: -r["output_throughput"])
         head = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None)
-        print(f"\n{s.model} on {s.num_devices} x {s.device}, input {s.input_length}, output {s.output_length}"
+        print(f"\n{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
+              f"input {s.input_length}, output {s.output_length}, {s.scheduler}"
               f"{', ' + head if head else ''}: top {min(a.top_n, len(rows))}")
         print(_table(rows[: a.top_n]))
     for split in result.splits:
@@ -168,11 +164,10 @@ def cmd_sweep(a) -> int:
         print(f"servesweep sweep: error: {err}", file=sys.stderr)
         return 2
     output = a.output or default_output()
-    mode = spec.get("sweep", {}).get("mode", "agg")
     if not a.inline:
         init_ray(a.address, a.num_cpus)
     try:
-        summary = run_sweep(items, output, mode=mode, resume=a.resume, backend="inline" if a.inline else "ray",
+        summary = run_sweep(items, output, resume=a.resume, backend="inline" if a.inline else "ray",
                             progress=not a.no_progress, spec=spec)
     except FileExistsError as err:
         print(f"servesweep sweep: error: --output: {err}", file=sys.stderr)
@@ -254,6 +249,8 @@ def cmd_compare(a) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="servesweep", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log what happens to stderr (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_optimize(sub)
     _add_sweep(sub)
@@ -263,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     try:
         return args.func(args)
     except InputError as err:

@@ -17,39 +17,17 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-from orchestrator.optimize import assemble
-from orchestrator.results import scenario_columns as scenario_fields
-from orchestrator.results import write_parquet
-from orchestrator.runner import SweepItem
+from orchestrator.jobs import OptimizeResult, SweepItem
+from orchestrator.results import column_type, scenario_columns, write_parquet
 
 TABLES = ("points", "best", "splits")
-INT = {"tp", "pp", "dp", "ep", "concurrency", "max_batched_tokens", "num_steps", "prefill_num_chunks",
-       "effective_input_length", "kv_capacity_tokens", "num_devices", "input_length", "output_length",
-       "mtp_tokens", "max_concurrency", "prefill_tp", "decode_tp", "prefill_concurrency", "decode_concurrency",
-       "prefill_instances", "decode_instances", "devices_used"}
-BOOL = {"fits_memory", "feasible"}
-STR = {"role", "scenario_id", "mode", "quantization", "kv_cache_dtype", "scheduler", "decode_context",
-       "mtp_acceptance_rates", "tp_sizes", "message", "model", "device"}
 PARTITIONS = ("model", "device")
-
-
-def scenario_columns(item: SweepItem, mode: str) -> dict:
-    """A sweep scenario has one budget and at most one limit of each kind: single-valued columns."""
-    s = item.scenario
-    cols = {"scenario_id": item.id, "mode": mode, **scenario_fields(s)}
-    for k in ("max_batched_tokens", "ttft_limits", "tpot_limits"):
-        del cols[k]
-    cols["ttft_limit_ms"] = s.ttft_limits[0] if s.ttft_limits else None
-    cols["tpot_limit_ms"] = s.tpot_limits[0] if s.tpot_limits else None
-    return cols
 
 
 def _schema(columns):
     import pyarrow as pa
 
-    def kind(c):
-        return pa.int64() if c in INT else pa.bool_() if c in BOOL else pa.string() if c in STR else pa.float64()
-    return pa.schema([(c, kind(c)) for c in columns])
+    return pa.schema([(c, column_type(c)) for c in columns])
 
 
 class Dataset:
@@ -64,13 +42,9 @@ class Dataset:
     def finished_ids(self) -> set[str]:
         return {p.stem for p in (self.root / "best").glob("*/*/*.parquet")}
 
-    def has_results(self) -> bool:
-        return bool(self.finished_ids())
-
-    def write(self, item: SweepItem, job_results, mode: str) -> list[dict]:
-        """Write one finished scenario; returns its best rows."""
-        result = assemble(item.scenario, job_results, item.pd_devices)
-        cols = scenario_columns(item, mode)
+    def write(self, item: SweepItem, result: OptimizeResult) -> list[dict]:
+        """Write one finished scenario's assembled result; returns its best rows."""
+        cols = {"scenario_id": item.id, "mode": item.mode.name, **scenario_columns(item.scenario)}
         points = [{**cols, **p} for p in result.points]
         best = [{**cols, **b, "feasible": True, "message": ""} for b in result.best]
         best += [{**cols, **i, "feasible": False} for i in result.infeasible]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from latency.estimator import GIB
+from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
-from simulator import Workload, make_scheduler, plan, price, replay, step_times
+from simulator import Workload, plan, price, replay, step_times
 
 PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
 
@@ -19,25 +20,24 @@ def direct_pricer(lm, keys, fused: bool):
     return price(lm, keys, fused)
 
 
-def plan_point(s: Scenario, layout: Layout, role: str, max_batched_tokens: int, concurrency: int):
+def plan_point(s: Scenario, job: Job, concurrency: int):
     """Phase one of a point: the latency model and the planned schedule (no prices yet)."""
-    w = workload(s, max_batched_tokens, concurrency)
-    return s.latency_model(layout), plan(w, make_scheduler(s.scheduler), phase=PHASE[role],
-                                         decode_context=s.decode_context)
+    w = workload(s, job.max_batched_tokens, concurrency)
+    return s.latency_model(job.layout), plan(w, s.make_scheduler(), phase=PHASE[job.role],
+                                             decode_context=s.decode_context)
 
 
-def finish_point(s: Scenario, layout: Layout, role: str, lm, planned, prices) -> dict:
+def finish_point(s: Scenario, job: Job, lm, planned, prices) -> dict:
     """Phase two: replay the plan with its prices; the row of the point."""
-    m = replay(planned, step_times(planned, prices), layout.devices)
-    return point_row(s, layout, role, m, lm.memory_for(planned.workload.max_batched_tokens))
+    m = replay(planned, step_times(planned, prices), job.layout.devices)
+    return point_row(s, job.layout, job.role, m, lm.memory_for(planned.workload.max_batched_tokens))
 
 
-def evaluate_point(s: Scenario, layout: Layout, role: str, max_batched_tokens: int, concurrency: int,
-                   pricer=direct_pricer) -> dict:
-    """Simulate one instance at `concurrency`; throughputs in the row are for all dp instances.
+def evaluate_point(s: Scenario, job: Job, concurrency: int, pricer=direct_pricer) -> dict:
+    """Simulate one instance of `job` at `concurrency`; throughputs in the row are for all dp instances.
     `pricer(lm, keys, fused)` prices the plan's distinct keys (a cache may stand in front)."""
-    lm, planned = plan_point(s, layout, role, max_batched_tokens, concurrency)
-    return finish_point(s, layout, role, lm, planned, pricer(lm, planned.price_keys, planned.scheduler.fused))
+    lm, planned = plan_point(s, job, concurrency)
+    return finish_point(s, job, lm, planned, pricer(lm, planned.price_keys, planned.scheduler.fused))
 
 
 def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import asdict
 from pathlib import Path
+
+from orchestrator.fields import FIELDS
 
 #: columns of a point row (one evaluated concurrency of one instance layout); see README "Results"
 POINT_COLUMNS = {
@@ -27,11 +28,52 @@ POINT_COLUMNS = {
 }
 
 
+#: integer and boolean result columns (scenario columns take their type from the field table)
+INT_COLUMNS = {"tp", "pp", "dp", "ep", "concurrency", "max_batched_tokens", "num_steps", "prefill_num_chunks",
+               "effective_input_length", "kv_capacity_tokens", "prefill_tp", "decode_tp", "prefill_concurrency",
+               "decode_concurrency", "prefill_instances", "decode_instances", "devices_used"}
+BOOL_COLUMNS = {"fits_memory", "feasible"}
+STR_COLUMNS = {"role", "scenario_id", "mode", "message", "model", "device"}
+
+
+def _column_kinds() -> dict:
+    kinds = {}
+    for f in FIELDS:
+        if f.column:
+            kinds[f.column] = f.kind if (not f.many or f.scalar_column) else str
+    return kinds
+
+
+_SCENARIO_KINDS = _column_kinds()
+
+
+def column_type(column: str):
+    """The Arrow type of a result column."""
+    import pyarrow as pa
+
+    kind = _SCENARIO_KINDS.get(column)
+    if column in INT_COLUMNS or kind is int:
+        return pa.int64()
+    if column in BOOL_COLUMNS:
+        return pa.bool_()
+    if column in STR_COLUMNS or kind is str:
+        return pa.string()
+    return pa.float64()
+
+
 def scenario_columns(scenario) -> dict:
-    """The scenario's fields as flat columns (tuples joined by spaces)."""
+    """The scenario's fields as flat columns, named and typed by the field table: a list field is
+    its values joined by spaces, or its single value where the field says so."""
     out = {}
-    for k, v in asdict(scenario).items():
-        out[k] = " ".join(map(str, v)) if isinstance(v, tuple) else v
+    for f in FIELDS:
+        if not f.column:
+            continue
+        v = getattr(scenario, f.name)
+        if f.many and f.scalar_column and len(v) <= 1:
+            v = v[0] if v else None
+        elif f.many:
+            v = " ".join(map(str, v))
+        out[f.column] = v
     return out
 
 
@@ -43,6 +85,10 @@ def write_parquet(rows: list[dict], path: str | Path, schema=None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+        os.replace(tmp, path)
+    except BaseException:  # interrupted or failed: leave no half-written file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path

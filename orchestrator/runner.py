@@ -6,31 +6,26 @@ job results to `on_done`; only where a point is evaluated differs.
 
 from __future__ import annotations
 
-import os
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
-from orchestrator.cache import CachedPricer
 from orchestrator.evaluate import evaluate_point, finish_point, plan_point, workload
-from orchestrator.optimize import Job, JobResult, job_search
+from orchestrator.jobs import Job, JobResult, SweepItem
+from orchestrator.optimize import job_search
+from orchestrator.pricer import CachedPricer
 from orchestrator.scenario import Scenario
+
+log = logging.getLogger(__name__)
 
 #: a Ray task should carry at least this much work: ~2 ms of overhead per task
 TARGET_TASK_MS = 50.0
 #: rough cost of one simulated step plus a fixed cost per point, for packing tasks
 MS_PER_STEP, MS_PER_POINT = 0.008, 0.3
-
-
-@dataclass(frozen=True)
-class SweepItem:
-    """One scenario of a sweep: its id, the scenario and the jobs it searches."""
-
-    id: str
-    scenario: Scenario
-    jobs: tuple[Job, ...]
-    pd_devices: tuple[int, int] | None = None
-
+#: times Ray re-runs a task whose worker died
+TASK_RETRIES = 3
+#: tasks in flight per CPU, and points queued per CPU before more scenarios are admitted
+IN_FLIGHT_PER_CPU, QUEUED_PER_CPU = 2, 4
 
 OnDone = Callable[[SweepItem, list[JobResult]], None]
 
@@ -110,7 +105,7 @@ def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> di
         while queue:
             key, it, n = queue.popleft()
             job = it.jobs[key[1]]
-            row = evaluate_point(it.scenario, job.layout, job.role, job.max_batched_tokens, n, pricer)
+            row = evaluate_point(it.scenario, job, n, pricer)
             done += active.answer(key, n, row, queue)
             if progress:
                 progress.point(pricer.take_stats())
@@ -119,19 +114,16 @@ def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> di
     return {"nodes": {"inline": 1}}
 
 
-def _evaluate_chunk(items, cache, crash_marker=None):
+def _evaluate_chunk(items, cache):
     """Ray task body: evaluate (key, scenario, job, n) items with the worker's cached pricer."""
     import ray
 
     global _WORKER_PRICER
-    if crash_marker and not os.path.exists(crash_marker):  # fault injection for tests: die once
-        open(crash_marker, "w").close()
-        os._exit(1)
     if _WORKER_PRICER is None or _WORKER_PRICER.cache != cache:
         _WORKER_PRICER = CachedPricer(cache)
-    planned = [plan_point(s, job.layout, job.role, job.max_batched_tokens, n) for _, s, job, n in items]
+    planned = [plan_point(s, job, n) for _, s, job, n in items]
     _WORKER_PRICER.prefetch([(lm, p.price_keys, p.scheduler.fused) for lm, p in planned])
-    rows = [(key, n, finish_point(s, job.layout, job.role, lm, p, _WORKER_PRICER.lookup(lm, p.price_keys)))
+    rows = [(key, n, finish_point(s, job, lm, p, _WORKER_PRICER.lookup(lm, p.price_keys)))
             for (key, s, job, n), (lm, p) in zip(items, planned, strict=True)]
     return rows, _WORKER_PRICER.take_stats(), ray.get_runtime_context().get_node_id()
 
@@ -139,21 +131,22 @@ def _evaluate_chunk(items, cache, crash_marker=None):
 _WORKER_PRICER: CachedPricer | None = None
 
 
-def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None, max_in_flight: int | None = None,
-            crash_marker: str | None = None) -> dict:
+def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
+            max_in_flight: int | None = None) -> dict:
     """Fan the points out as Ray tasks of >= TARGET_TASK_MS estimated work, a bounded number in
     flight; admit scenarios while the queue is short."""
     import ray
 
-    task = ray.remote(max_retries=3)(_evaluate_chunk)
+    task = ray.remote(max_retries=TASK_RETRIES)(_evaluate_chunk)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    max_in_flight = max_in_flight or 2 * cpus
+    max_in_flight = max_in_flight or IN_FLIGHT_PER_CPU * cpus
+    log.info("Ray: %d CPUs, up to %d tasks in flight", cpus, max_in_flight)
     items = iter(items)
     active, queue, in_flight, nodes = _Active(), _Queue(), {}, {}
     exhausted = False
 
     while True:
-        while not exhausted and (len(queue) < 4 * cpus or queue.ms < 2 * TARGET_TASK_MS * cpus):
+        while not exhausted and (len(queue) < QUEUED_PER_CPU * cpus or queue.ms < 2 * TARGET_TASK_MS * cpus):
             item = next(items, None)
             if item is None:
                 exhausted = True
@@ -168,7 +161,7 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None, m
                 key, it, n, point_ms = queue.popleft()
                 chunk.append((key, it.scenario, it.jobs[key[1]], n))
                 ms += point_ms
-            in_flight[task.remote(chunk, cache, crash_marker)] = chunk
+            in_flight[task.remote(chunk, cache)] = chunk
         if not in_flight:
             if exhausted and not queue:
                 break

@@ -1,33 +1,26 @@
-"""A scenario: what one optimizer run answers (model, devices, lengths, budget, limits), validated."""
+"""A scenario: what one optimizer run answers (model, devices, lengths, budget, limits), validated.
+
+Its fields are the rows of `orchestrator.fields.FIELDS`; this module adds what a scenario means:
+its layouts, latency models, scheduler and limit pairs, and the checks that span several fields.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from functools import lru_cache
 
-from latency import DEFAULT_RESERVED_GIB, build_latency_model, load_device, load_model, parse_quantization
+from latency import build_latency_model, load_device, load_model, parse_quantization
 from latency.parallel import ParallelSpec
-from simulator.scheduler import SCHEDULERS
+from orchestrator.fields import FIELDS, InputError
+from simulator.scheduler import Scheduler, make_scheduler
 
-#: max_batched_tokens tried when the user gives none: vLLM's ITL-friendly 2048 up to the 8192+ it
-#: recommends for throughput; the optimizer keeps the best
-AUTO_MAX_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
-#: highest concurrency per instance the search probes (all requests arrive at t=0, so without a
-#: TTFT limit feasibility is bounded only by memory and this cap)
-DEFAULT_MAX_CONCURRENCY = 4096
-ROLES = ("agg", "prefill", "decode")
-
-
-class InputError(ValueError):
-    """Bad user input: `flag` names the option, `allowed` the range."""
-
-    def __init__(self, flag: str, value, allowed: str):
-        super().__init__(f"{flag}: {value!r} is not allowed; expected {allowed}")
-        self.flag, self.value, self.allowed = flag, value, allowed
+__all__ = ["InputError", "Layout", "Scenario"]
 
 
 @dataclass(frozen=True)
 class Layout:
+    """One instance: tp x pp devices, experts over ep groups."""
+
     tp: int = 1
     pp: int = 1
     ep: int = 1
@@ -36,85 +29,56 @@ class Layout:
     def devices(self) -> int:
         return self.tp * self.pp
 
-    def label(self) -> str:
-        return f"tp{self.tp}pp{self.pp}" + (f"ep{self.ep}" if self.ep > 1 else "")
 
-
-@dataclass(frozen=True)
-class Scenario:
-    model: str
-    device: str
-    num_devices: int
-    input_length: int
-    output_length: int
-    max_batched_tokens: tuple[int, ...] = AUTO_MAX_BATCHED_TOKENS
-    ttft_limits: tuple[float, ...] = ()
-    tpot_limits: tuple[float, ...] = ()
-    prefix_cache_hit_rate: float = 0.0
-    tp_sizes: tuple[int, ...] = ()          # empty: every valid size
-    pp: int = 1
-    ep: int = 1
-    quantization: str = "bf16"
-    kv_cache_dtype: str = "bf16"
-    reserved_memory_gb: float = DEFAULT_RESERVED_GIB
-    scheduler: str = "decode-first"
-    decode_context: str = "mean"
-    mtp_tokens: int = 0
-    mtp_acceptance_rates: tuple[float, ...] = field(default_factory=tuple)
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+class _ScenarioMethods:
+    def __post_init__(self) -> None:
+        if self.quantization is None:  # the device's default (the reference tool's on Ascend devices)
+            try:
+                object.__setattr__(self, "quantization", load_device(self.device).default_quantization)
+            except ValueError:
+                pass  # validate() names the device
 
     def validate(self) -> None:
-        """Raise InputError naming the flag of the first bad value."""
+        """Raise InputError naming the field of the first bad value."""
         try:
-            load_model(self.model)
+            spec = load_model(self.model)
         except ValueError as err:
-            raise InputError("MODEL", self.model, str(err)) from None
+            raise InputError("model", self.model, str(err)) from None
         try:
             load_device(self.device)
         except ValueError as err:
-            raise InputError("--device", self.device, str(err).split("; ", 1)[-1]) from None
-        _positive_int("--num-devices", self.num_devices)
-        _positive_int("--input-length", self.input_length)
-        _positive_int("--output-length", self.output_length)
-        for b in self.max_batched_tokens:
-            _positive_int("--max-batched-tokens", b, low=1 + self.mtp_tokens)
+            raise InputError("device", self.device, str(err).split("; ", 1)[-1]) from None
+        for f in FIELDS:
+            f.check(getattr(self, f.name))
+        self._validate_cross(spec)
+
+    def _validate_cross(self, spec) -> None:
         if not self.max_batched_tokens:
-            raise InputError("--max-batched-tokens", self.max_batched_tokens, "at least one integer > 0")
-        for limit in self.ttft_limits:
-            _positive_float("--ttft-limits", limit)
-        for limit in self.tpot_limits:
-            _positive_float("--tpot-limits", limit)
-        rate = self.prefix_cache_hit_rate
-        if not (isinstance(rate, (int, float)) and 0 <= rate < 1):
-            raise InputError("--prefix-cache-hit-rate", rate, "a number in [0, 1)")
-        if self.input_length - int(self.input_length * rate) < 1:
-            raise InputError("--prefix-cache-hit-rate", rate, "a rate that leaves at least 1 prompt token")
+            raise InputError("max_batched_tokens", self.max_batched_tokens, "at least one integer > 0")
+        for b in self.max_batched_tokens:
+            if b < 1 + self.mtp_tokens:
+                raise InputError("max_batched_tokens", b, f"an integer >= {1 + self.mtp_tokens} (1 + MTP tokens)")
+        if self.input_length - int(self.input_length * self.prefix_cache_hit_rate) < 1:
+            raise InputError("prefix_cache_hit_rate", self.prefix_cache_hit_rate,
+                             "a rate that leaves at least 1 prompt token")
+        context = self.input_length + self.output_length
+        if spec.max_position_embeddings and context > spec.max_position_embeddings:
+            raise InputError("input_length", self.input_length,
+                             f"input + output <= {spec.max_position_embeddings} tokens, the context of {spec.name} "
+                             f"(max_position_embeddings); output is {self.output_length}")
         for tp in self.tp_sizes:
-            _positive_int("--tp-sizes", tp)
             if self.num_devices % (tp * self.pp):
-                raise InputError("--tp-sizes", tp, f"a divisor of --num-devices {self.num_devices} (with pp={self.pp})")
-        _positive_int("--pp-size", self.pp)
-        _positive_int("--ep-size", self.ep)
+                raise InputError("tp_sizes", tp, f"a divisor of --num-devices {self.num_devices} (with pp={self.pp})")
         try:
             parse_quantization(self.quantization, self.kv_cache_dtype)
         except ValueError as err:
-            flag = "--kv-cache-dtype" if "KV" in str(err) else "--quantize-linear-action"
-            raise InputError(flag, self.quantization if flag.startswith("--q") else self.kv_cache_dtype,
-                             str(err).split("; ", 1)[-1]) from None
-        if not self.reserved_memory_gb >= 0:
-            raise InputError("--reserved-memory-gb", self.reserved_memory_gb, "a number >= 0 (GiB)")
-        if self.scheduler not in SCHEDULERS:
-            raise InputError("--scheduler", self.scheduler, f"one of {', '.join(SCHEDULERS)}")
-        _positive_int("--num-mtp-tokens", self.mtp_tokens, low=0)
+            name = "kv_cache_dtype" if "KV" in str(err) else "quantization"
+            raise InputError(name, getattr(self, name), str(err).split("; ", 1)[-1]) from None
         if len(self.mtp_acceptance_rates) < self.mtp_tokens:
-            raise InputError("--mtp-acceptance-rates", list(self.mtp_acceptance_rates),
+            raise InputError("mtp_acceptance_rates", list(self.mtp_acceptance_rates),
                              f"{self.mtp_tokens} rates in [0, 1], one per MTP token")
-        for r in self.mtp_acceptance_rates:
-            if not 0 <= r <= 1:
-                raise InputError("--mtp-acceptance-rates", r, "rates in [0, 1]")
-        _positive_int("--max-concurrency", self.max_concurrency)
         if not self.layouts():
-            raise InputError("--tp-sizes", list(self.tp_sizes) or "auto",
+            raise InputError("tp_sizes", list(self.tp_sizes) or "auto",
                              f"a tensor-parallel size that fits {self.model} on {self.num_devices} devices")
 
     def layouts(self) -> list[Layout]:
@@ -140,25 +104,32 @@ class Scenario:
         return _latency_model(self.model, self.device, layout.tp, layout.pp, self.num_devices // layout.devices,
                               layout.ep, self.quantization, self.kv_cache_dtype, self.reserved_memory_gb)
 
+    def make_scheduler(self) -> Scheduler:
+        """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
+        options = {f.name: getattr(self, f.name) for f in FIELDS if f.scheduler == self.scheduler}
+        if options.get("long_prefill_token_threshold") == 0:
+            options["long_prefill_token_threshold"] = None
+        return make_scheduler(self.scheduler, **options)
+
     def limit_pairs(self) -> list[tuple[float | None, float | None]]:
         """Every (TTFT limit, TPOT limit) combination; None where no limit is given."""
         return [(t, p) for t in (self.ttft_limits or (None,)) for p in (self.tpot_limits or (None,))]
 
-    def with_(self, **changes) -> Scenario:
+    def with_(self, **changes):
         return replace(self, **changes)
+
+
+def _dataclass_field(f):
+    kind = tuple if f.many else f.kind
+    return (f.name, kind) if f.required else (f.name, kind, field(default=f.default))
+
+
+Scenario = make_dataclass("Scenario", [_dataclass_field(f) for f in FIELDS], bases=(_ScenarioMethods,), frozen=True)
+Scenario.__doc__ = "One scenario; fields from orchestrator.fields.FIELDS (see there for meaning and ranges)."
+Scenario.__module__ = __name__
 
 
 @lru_cache(maxsize=256)
 def _latency_model(model, device, tp, pp, dp, ep, quantization, kv_cache_dtype, reserved):
     return build_latency_model(model, device, tp=tp, pp=pp, dp=dp, ep=ep, quantization=quantization,
                                kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved)
-
-
-def _positive_int(flag: str, value, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InputError(flag, value, f"an integer >= {low}")
-
-
-def _positive_float(flag: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InputError(flag, value, "a number > 0 (ms)")

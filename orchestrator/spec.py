@@ -30,39 +30,18 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from orchestrator.optimize import plan_jobs
-from orchestrator.runner import SweepItem
-from orchestrator.scenario import InputError, Scenario
+from orchestrator.fields import FIELD_BY_KEY, FIELDS, InputError
+from orchestrator.jobs import SweepItem
+from orchestrator.modes import MODES, make_mode
+from orchestrator.scenario import Scenario
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-MODES = ("agg", "disagg", "pd")
-#: spec key -> (Scenario field, kind); grid keys may be lists, option keys are scalars
-KEYS = {
-    "model": ("model", str), "device": ("device", str), "num_devices": ("num_devices", int),
-    "input_length": ("input_length", int), "output_length": ("output_length", int),
-    "max_batched_tokens": ("max_batched_tokens", int), "ttft_limit_ms": ("ttft_limits", float),
-    "tpot_limit_ms": ("tpot_limits", float), "prefix_cache_hit_rate": ("prefix_cache_hit_rate", float),
-    "tp": ("tp_sizes", int), "pp": ("pp", int), "ep": ("ep", int), "quantization": ("quantization", str),
-    "kv_cache_dtype": ("kv_cache_dtype", str), "reserved_memory_gb": ("reserved_memory_gb", float),
-    "scheduler": ("scheduler", str), "decode_context": ("decode_context", str),
-    "mtp_tokens": ("mtp_tokens", int), "mtp_acceptance_rate": ("mtp_acceptance_rates", float),
-    "max_concurrency": ("max_concurrency", int),
-}
-REQUIRED = ("model", "device", "num_devices", "input_length", "output_length")
-TUPLE_FIELDS = {"max_batched_tokens", "ttft_limits", "tpot_limits", "tp_sizes", "mtp_acceptance_rates"}
-#: Scenario validation names CLI flags; a spec names its keys
-FLAG_TO_KEY = {"MODEL": "model", "--device": "device", "--num-devices": "num_devices",
-               "--input-length": "input_length", "--output-length": "output_length",
-               "--max-batched-tokens": "max_batched_tokens", "--ttft-limits": "ttft_limit_ms",
-               "--tpot-limits": "tpot_limit_ms", "--prefix-cache-hit-rate": "prefix_cache_hit_rate",
-               "--tp-sizes": "tp", "--pp-size": "pp", "--ep-size": "ep", "--quantize-linear-action": "quantization",
-               "--kv-cache-dtype": "kv_cache_dtype", "--reserved-memory-gb": "reserved_memory_gb",
-               "--scheduler": "scheduler", "--num-mtp-tokens": "mtp_tokens",
-               "--mtp-acceptance-rates": "mtp_acceptance_rate", "--max-concurrency": "max_concurrency"}
+SWEEP_KEYS = ("name", "mode", "pd_devices")
+REQUIRED = tuple(f.key for f in FIELDS if f.required)
 
 
 class SpecError(ValueError):
@@ -84,38 +63,50 @@ def load_spec(path: str | Path) -> dict:
 
 
 def _values(table: str, key: str, value, many: bool) -> list:
-    if key not in KEYS:
-        raise SpecError(f"{table}.{key}: unknown key; allowed: {', '.join(KEYS)}")
+    """The values of one spec key, typed as its field: a list in [grid], one value in [options].
+    A list field takes "none" for no value (e.g. no TTFT limit)."""
+    f = FIELD_BY_KEY.get(key)
+    if f is None:
+        raise SpecError(f"{table}.{key}: unknown key; allowed: {', '.join(FIELD_BY_KEY)}")
     values = value if isinstance(value, list) and many else [value]
-    kind = KEYS[key][1]
+    kind = f.kind
     out = []
     for v in values:
-        if key in ("ttft_limit_ms", "tpot_limit_ms") and (v == "none" or v is None):
+        if f.many and (v == "none" or v is None):
             out.append(None)
             continue
-        ok = isinstance(v, kind) and not isinstance(v, bool) or (kind is float and isinstance(v, int)
-                                                                 and not isinstance(v, bool))
-        if not ok:
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, kind) or isinstance(v, bool):
             raise SpecError(f"{table}.{key} = {v!r}: expected {'a list of ' if many else ''}{kind.__name__}")
-        out.append(kind(v))
+        out.append(v)
     if not out:
         raise SpecError(f"{table}.{key}: empty list")
     return out
 
 
+def _mode(sweep: dict):
+    unknown = set(sweep) - set(SWEEP_KEYS)
+    if unknown:
+        raise SpecError(f"sweep.{sorted(unknown)[0]}: unknown key; allowed: {', '.join(SWEEP_KEYS)}")
+    name = sweep.get("mode", "agg")
+    if name not in MODES:
+        raise SpecError(f"sweep.mode = {name!r}: expected one of {', '.join(MODES)}")
+    if name != "pd":
+        return make_mode(name)
+    pd_devices = sweep.get("pd_devices")
+    if not (isinstance(pd_devices, list) and len(pd_devices) == 2):
+        raise SpecError(f"sweep.pd_devices = {pd_devices!r}: mode 'pd' needs [P, Q], two integers >= 1")
+    try:
+        return make_mode("pd", prefill_devices=pd_devices[0], decode_devices=pd_devices[1])
+    except InputError as err:
+        raise SpecError(f"sweep.pd_devices = {pd_devices!r}: mode 'pd' needs [P, Q], two integers >= 1; "
+                        f"{err.render('key')}") from None
+
+
 def expand(spec: dict) -> list[SweepItem]:
     """Every scenario of the spec, validated; errors name the spec key and the bad value."""
-    sweep = spec.get("sweep", {})
-    mode = sweep.get("mode", "agg")
-    if mode not in MODES:
-        raise SpecError(f"sweep.mode = {mode!r}: expected one of {', '.join(MODES)}")
-    pd_devices = sweep.get("pd_devices")
-    if mode == "pd" and not (isinstance(pd_devices, list) and len(pd_devices) == 2
-                             and all(isinstance(x, int) and x >= 1 for x in pd_devices)):
-        raise SpecError(f"sweep.pd_devices = {pd_devices!r}: mode 'pd' needs [P, Q], two integers >= 1")
-    unknown = set(sweep) - {"name", "mode", "pd_devices"}
-    if unknown:
-        raise SpecError(f"sweep.{sorted(unknown)[0]}: unknown key; allowed: name, mode, pd_devices")
+    mode = _mode(spec.get("sweep", {}))
     grid = {k: _values("grid", k, v, True) for k, v in spec.get("grid", {}).items()}
     options = {k: _values("options", k, v, False)[0] for k, v in spec.get("options", {}).items()}
     both = set(grid) & set(options)
@@ -129,24 +120,21 @@ def expand(spec: dict) -> list[SweepItem]:
     for combo in itertools.product(*(grid[k] for k in names)):
         fields = {}
         for key, value in [*zip(names, combo, strict=True), *options.items()]:
-            name = KEYS[key][0]
-            fields[name] = (() if value is None else (value,)) if name in TUPLE_FIELDS else value
-        s = Scenario(**fields)
+            f = FIELD_BY_KEY[key]
+            fields[f.name] = (() if value is None else (value,)) if f.many else value
         try:
+            s = Scenario(**fields)
             s.validate()
-            pd = tuple(pd_devices) if mode == "pd" else None
-            if pd and sum(pd) > s.num_devices:
-                raise InputError("--num-devices", s.num_devices, f">= P + Q = {sum(pd)} for mode 'pd'")
-            jobs = tuple(plan_jobs(s, disagg=mode == "disagg", pd_devices=pd))
+            mode.validate(s)
+            jobs = tuple(mode.jobs(s))
         except InputError as err:
-            key = FLAG_TO_KEY.get(err.flag, err.flag)
-            raise SpecError(f"{key} = {err.value!r}: expected {err.allowed}") from None
+            raise SpecError(err.render("key")) from None
         except ValueError as err:
             raise SpecError(str(err)) from None
-        items.append(SweepItem(scenario_id(s, mode, pd), s, jobs, pd))
+        items.append(SweepItem(scenario_id(s, mode), s, mode, jobs))
     return items
 
 
-def scenario_id(s: Scenario, mode: str, pd_devices) -> str:
-    payload = json.dumps([asdict(s), mode, pd_devices], sort_keys=True, default=list)
+def scenario_id(s: Scenario, mode) -> str:
+    payload = json.dumps([asdict(s), mode.name, mode.options().get("pd_devices")], sort_keys=True, default=list)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

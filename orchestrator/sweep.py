@@ -3,6 +3,7 @@ write each finished scenario to the dataset."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -10,8 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.dataset import Dataset
+from orchestrator.jobs import SweepItem
 from orchestrator.progress import Progress
-from orchestrator.runner import SweepItem, run_inline, run_ray
+from orchestrator.runner import run_inline, run_ray
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,11 +52,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None):
     return ray
 
 
-def run_sweep(items: list[SweepItem], output: str | Path, mode: str = "agg", resume: bool = False,
-              backend: str = "ray", progress: bool = True, spec: dict | None = None, crash_marker: str | None = None,
-              stop_after: int | None = None) -> SweepSummary:
-    """`stop_after` stops the driver (KeyboardInterrupt) after that many scenarios are written, to
-    test interrupted runs."""
+def run_sweep(items: list[SweepItem], output: str | Path, resume: bool = False, backend: str = "ray",
+              progress: bool = True, spec: dict | None = None) -> SweepSummary:
+    """Evaluate every item not finished in `output`; each finished scenario is written at once."""
     data = Dataset(output)
     finished = data.finished_ids()
     if finished and not resume:
@@ -64,12 +66,12 @@ def run_sweep(items: list[SweepItem], output: str | Path, mode: str = "agg", res
     bar.bar.update(summary.skipped)
     started = time.perf_counter()
 
+    log.info("sweep %s: %d scenarios, %d already finished, backend %s", output, len(items), summary.skipped, backend)
+
     def on_done(item, job_results):
-        summary.best += data.write(item, job_results, mode)
+        summary.best += data.write(item, item.mode.assemble(item.scenario, job_results))
         summary.written += 1
         bar.scenario_done()
-        if stop_after is not None and summary.written >= stop_after:
-            raise KeyboardInterrupt
 
     try:
         if backend == "inline":
@@ -79,7 +81,7 @@ def run_sweep(items: list[SweepItem], output: str | Path, mode: str = "agg", res
 
             from orchestrator.cache import get_cache
 
-            info = run_ray(todo, on_done, get_cache(), progress=bar, crash_marker=crash_marker)
+            info = run_ray(todo, on_done, get_cache(), progress=bar)
             summary.cache = ray.get(get_cache().stats.remote())
         summary.nodes = info["nodes"]
     finally:

@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from latency.checks import check_int, check_number
+
 #: The RFC's mixed-step slack: prefill + decode tokens may reach floor(B * 1.15).
 DEFAULT_SLACK_RATIO = 1.15
 
@@ -123,8 +125,7 @@ class DecodeFirstWithSlack(CountScheduler):
     name: str = "decode-first"
 
     def __post_init__(self) -> None:
-        if not self.slack_ratio >= 1.0:
-            raise ValueError(f"slack_ratio must be >= 1.0, got {self.slack_ratio!r}")
+        check_number("slack_ratio", self.slack_ratio, low=1)
 
     def decide(self, state: SchedulerState) -> StepDecision:
         limit = math.floor(state.max_batched_tokens * self.slack_ratio)
@@ -151,8 +152,8 @@ class TokenBudget(Scheduler):
     def __post_init__(self) -> None:
         for field_name in ("max_num_seqs", "long_prefill_token_threshold"):
             value = getattr(self, field_name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{field_name} must be None or an integer >= 1, got {value!r}")
+            if value is not None:
+                check_int(field_name, value)
 
     def plan_step(self, view: QueueView) -> StepPlan:
         budget = view.max_batched_tokens

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from latency.checks import check_int, check_number
+
 
 @dataclass(frozen=True)
 class PrefillChunk:
@@ -13,11 +15,6 @@ class PrefillChunk:
     index: int
     query_len: int
     seq_len: int
-
-
-def _require_int(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -37,14 +34,12 @@ class Workload:
     mtp_acceptance_rates: tuple[float, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        _require_int("input_length", self.input_length, 1)
-        _require_int("output_length", self.output_length, 1)
-        _require_int("max_batched_tokens", self.max_batched_tokens, 1)
-        _require_int("concurrency", self.concurrency, 1)
-        _require_int("mtp_tokens", self.mtp_tokens, 0)
-        rate = self.prefix_cache_hit_rate
-        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0.0 <= rate < 1.0:
-            raise ValueError(f"prefix_cache_hit_rate must be in [0, 1), got {rate!r}")
+        check_int("input_length", self.input_length, 1)
+        check_int("output_length", self.output_length, 1)
+        check_int("max_batched_tokens", self.max_batched_tokens, 1)
+        check_int("concurrency", self.concurrency, 1)
+        check_int("mtp_tokens", self.mtp_tokens, 0)
+        rate = check_number("prefix_cache_hit_rate", self.prefix_cache_hit_rate, low=0, high=1, high_open=True)
         if self.effective_input_length < 1:
             raise ValueError(
                 f"prefix_cache_hit_rate={rate} leaves effective_input_length="
@@ -62,8 +57,7 @@ class Workload:
                 f"mtp_acceptance_rates needs {self.mtp_tokens} values (one per MTP token), got {len(rates)}"
             )
         for r in rates:
-            if not 0.0 <= r <= 1.0:
-                raise ValueError(f"mtp_acceptance_rates must be in [0, 1], got {r!r}")
+            check_number("mtp_acceptance_rates", r, low=0, high=1)
 
     @property
     def cached_prefix_tokens(self) -> int:
@@ -103,8 +97,8 @@ class Workload:
 
 def chunk_plan(effective_input_length: int, max_batched_tokens: int) -> list[PrefillChunk]:
     """Chunks of at most `max_batched_tokens` over the effective prompt (RFC 3.1.3)."""
-    _require_int("effective_input_length", effective_input_length, 1)
-    _require_int("max_batched_tokens", max_batched_tokens, 1)
+    check_int("effective_input_length", effective_input_length, 1)
+    check_int("max_batched_tokens", max_batched_tokens, 1)
     chunks, done = [], 0
     while done < effective_input_length:
         q = min(max_batched_tokens, effective_input_length - done)

@@ -1,6 +1,11 @@
 """One real local Ray for the whole suite (ray.init costs ~10 s and ~0.7 GB here)."""
 
+import _thread
 import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # before ray is imported anywhere
 
@@ -16,3 +21,57 @@ def ray_session():
                  log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+class Faults:
+    """Real faults for tests, from outside the code under test: kill a Ray worker process while it
+    runs a task, or interrupt the main thread (KeyboardInterrupt) when a condition holds."""
+
+    def __init__(self):
+        self.killed: list[int] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _watch(self, poll, act):
+        def loop():
+            while not self._stop.is_set():
+                hit = poll()
+                if hit:
+                    act(hit)
+                    return
+                time.sleep(0.002)
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def kill_worker(self, task: str) -> None:
+        """SIGKILL the first process whose title says it runs Ray task `task` (Ray names it "ray::task")."""
+        def running():
+            for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    if cmd.read_bytes().startswith(f"ray::{task}".encode()):
+                        return int(cmd.parent.name)
+                except OSError:
+                    continue
+            return None
+
+        def kill(pid):
+            os.kill(pid, signal.SIGKILL)
+            self.killed.append(pid)
+        self._watch(running, kill)
+
+    def interrupt_when(self, condition) -> None:
+        """KeyboardInterrupt in the main thread, wherever it is, as soon as `condition()` is true."""
+        self._watch(condition, lambda _: _thread.interrupt_main())
+
+    def stop(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+
+
+@pytest.fixture
+def faults():
+    f = Faults()
+    yield f
+    f.stop()

@@ -25,7 +25,7 @@ PD = {"sweep": {"mode": "pd", "pd_devices": [1, 1]}, "grid": {**AGG["grid"], "ma
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
     run_sweep(expand(AGG), out, backend="inline", progress=False)
-    run_sweep(expand(PD), out, mode="pd", backend="inline", progress=False, resume=True)
+    run_sweep(expand(PD), out, backend="inline", progress=False, resume=True)
     return out
 
 

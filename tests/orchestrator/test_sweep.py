@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.cache import CachedPricer, get_cache
+from orchestrator.cache import get_cache
 from orchestrator.dataset import read_table
+from orchestrator.pricer import CachedPricer
 from orchestrator.spec import SpecError, expand, load_spec
 from orchestrator.sweep import run_sweep
 
@@ -89,36 +90,39 @@ def test_ray_sweep_equals_inline_and_second_sweep_prices_nothing(ray_session, in
 
 def test_cache_actor_serves_a_fresh_worker(ray_session):
     from orchestrator.evaluate import evaluate_point
+    from orchestrator.jobs import Job
     from orchestrator.scenario import Layout, Scenario
 
     s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 1, 3000, 40, (1024,))
     cache = get_cache()
     a = CachedPricer(cache)
-    row_a = evaluate_point(s, Layout(1), "agg", 1024, 7, a)
+    row_a = evaluate_point(s, Job("agg", Layout(1), 1024), 7, a)
     assert a.priced > 0
     ray_session.get(cache.stats.remote())  # the fire-and-forget put_many has landed before this returns
     b = CachedPricer(cache)  # a new worker: empty local dict
-    row_b = evaluate_point(s, Layout(1), "agg", 1024, 7, b)
+    row_b = evaluate_point(s, Job("agg", Layout(1), 1024), 7, b)
     assert b.priced == 0 and b.remote_hits == b.lookups > 0
     assert row_a == row_b
 
 
-def test_killed_worker_loses_and_duplicates_nothing(ray_session, inline_run, tmp_path):
-    marker = tmp_path / "crashed"
-    summary = run_sweep(expand(SPEC), tmp_path / "out", backend="ray", progress=False, crash_marker=str(marker))
-    assert marker.exists()  # one worker did die
+def test_killed_worker_loses_and_duplicates_nothing(ray_session, inline_run, tmp_path, faults):
+    faults.kill_worker("_evaluate_chunk")
+    summary = run_sweep(expand(SPEC), tmp_path / "out", backend="ray", progress=False)
+    assert len(faults.killed) == 1  # a worker did die in the middle of a task
     assert summary.written == 16
     got = table(tmp_path / "out")
     assert not got.duplicated(KEY).any()
     pd.testing.assert_frame_equal(got, table(inline_run), check_exact=False, rtol=1e-12)
 
 
-def test_interrupted_driver_resumes_without_loss_or_duplicates(ray_session, inline_run, tmp_path):
+def test_interrupted_driver_resumes_without_loss_or_duplicates(ray_session, inline_run, tmp_path, faults):
     out = tmp_path / "out"
+    faults.interrupt_when(lambda: len(list(out.glob("best/*/*/*.parquet"))) >= 5)
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(expand(SPEC), out, backend="ray", progress=False, stop_after=5)
+        run_sweep(expand(SPEC), out, backend="ray", progress=False)
     partial = read_table(out, "best")["scenario_id"].nunique()
     assert 5 <= partial < 16
+    assert not list(out.rglob("*.tmp"))  # an interrupted write leaves no half file behind
     with pytest.raises(FileExistsError):
         run_sweep(expand(SPEC), out, backend="ray", progress=False)
     rest = run_sweep(expand(SPEC), out, backend="ray", progress=False, resume=True)

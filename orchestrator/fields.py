@@ -1,0 +1,193 @@
+"""The one table of scenario fields. Each user-facing field is declared here once; the CLI flags of
+every command, the sweep-spec keys, the `estimate --from-csv` columns, the validation messages and
+the Parquet scenario columns are all derived from it. Adding a field is one entry plus its use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from latency import DEFAULT_RESERVED_GIB
+from latency.checks import RangeError, check_number, describe
+from simulator.scheduler import DEFAULT_SLACK_RATIO, SCHEDULERS
+from simulator.timeline import DECODE_CONTEXTS
+
+#: max_batched_tokens tried when the user gives none: vLLM's ITL-friendly 2048 up to the 8192+ it
+#: recommends for throughput; the optimizer keeps the best
+AUTO_MAX_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
+#: highest concurrency per instance the search probes
+DEFAULT_MAX_CONCURRENCY = 4096
+#: vLLM's `max_num_seqs` default (the measured runs used it)
+VLLM_MAX_NUM_SEQS = 1024
+ARRIVALS = ("burst", "closed", "poisson")
+#: commands that take scenario fields; `sweep` reads them as spec keys
+COMMANDS = ("optimize", "estimate", "sweep")
+
+
+class InputError(ValueError):
+    """Bad user input for field (or flag) `name`: rendered with the flag on the command line
+    (style "flag"), or with the key of a spec file or the column of a CSV (style "key")."""
+
+    def __init__(self, name: str, value, allowed: str):
+        self.name, self.value, self.allowed = name, value, allowed
+        super().__init__(self.render("flag"))
+
+    def render(self, style: str = "flag") -> str:
+        f = FIELD_BY_NAME.get(self.name)
+        if f is not None:
+            label = f.flag if style == "flag" else f.key
+        else:
+            label = MODE_LABELS.get(self.name, {}).get(style, self.name)
+        if style == "flag":
+            return f"{label}: {self.value!r} is not allowed; expected {self.allowed}"
+        return f"{label} = {self.value!r}: expected {self.allowed}"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One scenario field. `flag` "" means `--name-with-dashes`; `key` "" means the name (spec key,
+    CSV column); `column` "" means the key, None: not a scenario column (the point row has it)."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    unit: str = ""
+    low: float | None = None
+    high: float | None = None
+    high_open: bool = False
+    low_open: bool = False
+    choices: tuple[str, ...] = ()
+    many: bool = False
+    flag: str = ""
+    aliases: tuple[str, ...] = ()
+    deprecated: str = ""         # an old flag still accepted, with a warning
+    key: str = ""
+    column: str | None = ""
+    required: bool = False
+    group: str = "workload"
+    commands: tuple[str, ...] = COMMANDS
+    scheduler: str = ""          # a scheduler option: passed to that policy only
+    scalar_column: bool = False  # a list field whose column holds its one value (None if empty)
+    default_help: str = ""       # how --help names a default computed elsewhere
+
+    def __post_init__(self):
+        object.__setattr__(self, "flag", self.flag or "--" + self.name.replace("_", "-"))
+        object.__setattr__(self, "key", self.key or self.name)
+        if self.column == "":
+            object.__setattr__(self, "column", self.key)
+
+    @property
+    def allowed(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.kind is str:
+            return "a string"
+        text = describe(self.kind is int, self.low, self.high, self.low_open, self.high_open)
+        return f"{text} ({self.unit})" if self.unit else text
+
+    def check(self, value):
+        """`value` checked (each element when `many`); InputError names this field."""
+        if self.many:
+            if not isinstance(value, tuple):
+                raise InputError(self.name, value, f"a list of {self.allowed}")
+            for v in value:
+                self._check_one(v)
+            return value
+        if value is None and self.default is None:
+            return value
+        return self._check_one(value)
+
+    def _check_one(self, value):
+        if self.kind is str:
+            if not isinstance(value, str) or (self.choices and value not in self.choices):
+                raise InputError(self.name, value, self.allowed)
+            return value
+        try:
+            return check_number(self.name, value, integer=self.kind is int, low=self.low, high=self.high,
+                                low_open=self.low_open, high_open=self.high_open)
+        except RangeError:
+            raise InputError(self.name, value, self.allowed) from None
+
+    def parse(self, text: str):
+        """A value from text (a CSV cell, a "none" in a spec): int, float or str as the field is."""
+        text = text.strip()
+        if self.kind is str:
+            return text
+        try:
+            return self.kind(text)
+        except ValueError:
+            raise InputError(self.name, text, self.allowed) from None
+
+    def default_text(self) -> str:
+        if self.default_help:
+            return self.default_help
+        if self.default is None:
+            return "none"
+        if isinstance(self.default, tuple):
+            return " ".join(map(str, self.default)) or "none"
+        return str(self.default)
+
+
+def _f(*args, **kw) -> Field:
+    return Field(*args, **kw)
+
+
+FIELDS: tuple[Field, ...] = (
+    _f("model", str, None, "a shipped model name or a config.json (or its folder)", flag="MODEL", required=True,
+       group="hardware"),
+    _f("device", str, None, "device id (latency/data/devices/*.toml) or a .toml path", required=True,
+       group="hardware"),
+    _f("num_devices", int, None, "devices in the deployment", low=1, required=True, group="hardware"),
+    _f("input_length", int, None, "prompt tokens per request", "tokens", low=1, required=True),
+    _f("output_length", int, None, "output tokens per request", "tokens", low=1, required=True),
+    _f("max_batched_tokens", int, AUTO_MAX_BATCHED_TOKENS,
+       "token budget per step, also the prefill chunk size; several values are all tried",
+       "tokens", low=1, many=True, deprecated="--max-prefill-tokens", column=None, group="scheduler"),
+    _f("ttft_limits", float, (), "limits on TTFT (mean, or --slo-percentile); every combination is answered",
+       "ms", low=0, low_open=True, many=True, key="ttft_limit_ms", group="limits", scalar_column=True),
+    _f("tpot_limits", float, (), "limits on TPOT (mean, or --slo-percentile)", "ms", low=0, low_open=True,
+       many=True, key="tpot_limit_ms", group="limits", scalar_column=True),
+    _f("prefix_cache_hit_rate", float, 0.0, "share of each prompt served from the prefix cache", low=0, high=1,
+       high_open=True),
+    _f("tp_sizes", int, (), "tensor-parallel sizes to try; default: every size that divides the devices",
+       low=1, many=True, aliases=("--tp",), key="tp", column="tp_sizes", group="parallelism"),
+    _f("pp", int, 1, "pipeline-parallel stages", low=1, flag="--pp-size", group="parallelism"),
+    _f("ep", int, 1, "expert-parallel groups (MoE)", low=1, flag="--ep-size", group="parallelism"),
+    _f("quantization", str, None, "linear-layer quantisation (bf16, W8A8_DYNAMIC, FP8, W4A16, ...)",
+       flag="--quantize-linear-action", group="hardware",
+       default_help="the device file's: W8A8_DYNAMIC on Ascend and TEST_DEVICE as the reference tool, bf16 on GPUs"),
+    _f("kv_cache_dtype", str, "bf16", "KV-cache dtype (bf16, int8, fp8)", group="hardware"),
+    _f("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
+       group="hardware"),
+    _f("scheduler", str, "decode-first", "step policy: decode-first (the RFC's) or token-budget (vLLM V1)",
+       choices=tuple(SCHEDULERS), group="scheduler"),
+    _f("slack_ratio", float, DEFAULT_SLACK_RATIO, "decode-first: a mixed step may hold floor(B * ratio) tokens",
+       low=1, group="scheduler", scheduler="decode-first"),
+    _f("max_num_seqs", int, VLLM_MAX_NUM_SEQS, "token-budget: requests running at once (vLLM's default)",
+       low=1, group="scheduler", scheduler="token-budget"),
+    _f("long_prefill_token_threshold", int, 0, "token-budget: prefill tokens per request per step; 0 = no cap",
+       "tokens", low=0, group="scheduler", scheduler="token-budget"),
+    _f("decode_context", str, "mean", "decode key context: mean of the batch, or the reference tool's "
+       "mid = input + output // 2 + 1", choices=DECODE_CONTEXTS, group="scheduler"),
+    _f("mtp_tokens", int, 0, "MTP / speculative draft tokens per decode step", low=0, flag="--num-mtp-tokens",
+       group="scheduler"),
+    _f("mtp_acceptance_rates", float, (), "acceptance rate of each draft token", low=0, high=1, many=True,
+       key="mtp_acceptance_rate", group="scheduler"),
+    _f("max_concurrency", int, DEFAULT_MAX_CONCURRENCY, "highest concurrency per instance the search probes",
+       low=1, group="limits", commands=("optimize", "sweep")),
+)
+
+FIELD_BY_NAME = {f.name: f for f in FIELDS}
+#: labels of the search-mode options (not scenario fields) on the command line and in a spec
+MODE_LABELS = {
+    "mode": {"flag": "--disagg / --enable-optimize-prefill-decode-ratio", "key": "sweep.mode"},
+    "prefill_devices": {"flag": "--prefill-devices-per-instance", "key": "sweep.pd_devices"},
+    "decode_devices": {"flag": "--decode-devices-per-instance", "key": "sweep.pd_devices"},
+}
+FIELD_BY_KEY = {f.key: f for f in FIELDS}
+
+
+def fields_for(command: str) -> list[Field]:
+    return [f for f in FIELDS if command in f.commands]
