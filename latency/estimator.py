@@ -10,19 +10,24 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
 from latency.device import DeviceSpec
 from latency.keys import ForwardKey, StepShape, keys_to_arrays
+from latency.memory import (
+    ACT_BYTES,
+    ACTIVATION_TOKENS,
+    DEFAULT_RESERVED_GIB,
+    LOGIT_BYTES,
+    MemoryAccount,
+    MemoryPicture,
+)
 from latency.model import ModelSpec
 from latency.parallel import ParallelSpec
 from latency.quant import Quantization
 
-GIB = 1024**3
-#: bf16 activations between ops
-ACT_BYTES = 2
 #: hidden-sized activation passes per token per layer outside the GEMMs (2 norms in/out, residual
 #: adds, rope on q/k, qk-norm): read or written once each
 HIDDEN_PASSES = 8
@@ -30,38 +35,15 @@ HIDDEN_PASSES = 8
 MLP_ACT_PASSES = 3
 #: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
 KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
-#: logits are written in fp32
-LOGIT_BYTES = 4
-#: a GiB the reference tool calls "GB": memory figures in this module are GiB
-DEFAULT_RESERVED_GIB = 10.0
 OPS = ("qkv_proj", "attention", "o_proj", "mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm",
        "pp_comm", "overhead")
-
-
-@dataclass(frozen=True)
-class MemoryPicture:
-    """Per device, in GiB unless named otherwise."""
-
-    hbm_gib: float
-    reserved_gib: float
-    weights_gib: float
-    activation_gib: float
-    kv_bytes_per_token: float
-    kv_capacity_tokens: int
-
-    @property
-    def kv_capacity_gib(self) -> float:
-        return self.kv_capacity_tokens * self.kv_bytes_per_token / GIB
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "kv_capacity_gib": self.kv_capacity_gib}
 
 
 class RooflineModel:
     """Latency and memory of one model instance (tp x pp devices) on one device type."""
 
     def __init__(self, model: ModelSpec, device: DeviceSpec, parallel: ParallelSpec, quant: Quantization,
-                 reserved_memory_gib: float = DEFAULT_RESERVED_GIB, activation_tokens: int = 8192):
+                 reserved_memory_gib: float = DEFAULT_RESERVED_GIB, activation_tokens: int = ACTIVATION_TOKENS):
         parallel.validate(model)
         if reserved_memory_gib < 0:
             raise ValueError(f"reserved_memory_gb must be >= 0, got {reserved_memory_gib}")
@@ -69,6 +51,7 @@ class RooflineModel:
         self.reserved_memory_gib = reserved_memory_gib
         self.activation_tokens = activation_tokens
         self._derive()
+        self.memory_account = MemoryAccount(self)
 
     # ----- static shape of one device's share -------------------------------------------------
     def _derive(self) -> None:
@@ -252,40 +235,20 @@ class RooflineModel:
         label = np.full(len(tokens), "memory")
         return (tp_ms, label), (ep_ms, label), (pp_ms, label)
 
-    # ----- memory ------------------------------------------------------------------------------
+    # ----- memory (latency.memory) -------------------------------------------------------------
     @property
     def weights_bytes(self) -> float:
-        """Weights on the most loaded device: its pipeline stage's layers, plus embeddings/LM head."""
-        m, p = self.model, self.parallel
-        w = self.quant.weight_bytes
-        per_layer_attn = (self.qkv_params + self.o_params) * w
-        dense = self.dense_layers * self.mlp_params * w
-        moe = self.moe_layers * (self.local_experts * m.expert_params / self.expert_tp + self.shared_params
-                                 + self.router_params) * w
-        layers = (m.num_layers * per_layer_attn + dense + moe) / p.pp
-        vocab = m.vocab_size * m.hidden_size / p.tp * 2  # bf16
-        vocab_total = vocab * (1 if m.tie_word_embeddings else 2)
-        return layers + (vocab_total if p.pp == 1 else vocab)
+        return self.memory_account.weights_bytes
 
     @property
     def kv_bytes_per_token(self) -> float:
-        layers = -(-self.model.num_layers // self.parallel.pp)
-        return layers * self.kv_elems_per_token_layer * self.quant.kv_bytes
+        return self.memory_account.kv_bytes_per_token
 
     def activation_bytes(self, tokens: int) -> float:
-        """Peak transient activations of a step of `tokens` tokens (largest intermediate + logits)."""
-        m, p = self.model, self.parallel
-        widest = max(self.qkv_params / m.hidden_size, 2 * m.intermediate_size / p.tp if self.dense_layers else 0,
-                     2 * m.experts_per_token * m.moe_intermediate_size / p.tp)
-        return tokens * (2 * m.hidden_size + widest) * ACT_BYTES + min(tokens, 1024) * m.vocab_size / p.tp \
-            * LOGIT_BYTES
+        return self.memory_account.activation_bytes(tokens)
 
     def memory_for(self, max_batched_tokens: int) -> MemoryPicture:
-        act = self.activation_bytes(max_batched_tokens)
-        free = self.device.hbm_gib * GIB - self.reserved_memory_gib * GIB - self.weights_bytes - act
-        capacity = max(0, int(free // self.kv_bytes_per_token))
-        return MemoryPicture(self.device.hbm_gib, self.reserved_memory_gib, self.weights_bytes / GIB, act / GIB,
-                             self.kv_bytes_per_token, capacity)
+        return self.memory_account.picture(max_batched_tokens)
 
     @property
     def memory(self) -> MemoryPicture:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from latency.estimator import GIB
+from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
 from simulator import Workload, plan, price, replay, step_times

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latency import ForwardKey, MeasuredLatency, build_latency_model, calibrate
-from latency.estimator import GIB
+from latency.memory import GIB
 
 
 def test_decode_one_request_is_bounded_by_weight_reads():

@@ -1,0 +1,81 @@
+"""Memory accounting of one device of an instance: weights, KV bytes per token, activation peak,
+and the KV capacity left after the reserve (GiB, as the reference tool counts "GB")."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+GIB = 1024**3
+#: bf16 activations between ops
+ACT_BYTES = 2
+#: logits are written in fp32
+LOGIT_BYTES = 4
+#: logit rows materialised at once: only sampled rows need logits, and samplers work in blocks
+LOGIT_ROWS = 1024
+#: tokens of the step the default memory picture assumes (vLLM's max_num_batched_tokens default on H100)
+ACTIVATION_TOKENS = 8192
+#: GiB kept free per device by default, as the reference tool
+DEFAULT_RESERVED_GIB = 10.0
+
+
+@dataclass(frozen=True)
+class MemoryPicture:
+    """Per device, in GiB unless named otherwise."""
+
+    hbm_gib: float
+    reserved_gib: float
+    weights_gib: float
+    activation_gib: float
+    kv_bytes_per_token: float
+    kv_capacity_tokens: int
+
+    @property
+    def kv_capacity_gib(self) -> float:
+        return self.kv_capacity_tokens * self.kv_bytes_per_token / GIB
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "kv_capacity_gib": self.kv_capacity_gib}
+
+
+class MemoryAccount:
+    """Bytes on the most loaded device of an instance, from the per-device parameter counts of
+    `share` (a RooflineModel: qkv/o/mlp/expert parameters, KV elements per token and layer)."""
+
+    def __init__(self, share):
+        self.share = share
+        self.model, self.parallel, self.quant, self.device = share.model, share.parallel, share.quant, share.device
+
+    @property
+    def weights_bytes(self) -> float:
+        """Weights of its pipeline stage's layers, plus embeddings / LM head."""
+        m, p, sh = self.model, self.parallel, self.share
+        w = self.quant.weight_bytes
+        per_layer_attn = (sh.qkv_params + sh.o_params) * w
+        dense = sh.dense_layers * sh.mlp_params * w
+        moe = sh.moe_layers * (sh.local_experts * m.expert_params / sh.expert_tp + sh.shared_params
+                               + sh.router_params) * w
+        layers = (m.num_layers * per_layer_attn + dense + moe) / p.pp
+        vocab = m.vocab_size * m.hidden_size / p.tp * 2  # bf16
+        vocab_total = vocab * (1 if m.tie_word_embeddings else 2)
+        return layers + (vocab_total if p.pp == 1 else vocab)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        layers = -(-self.model.num_layers // self.parallel.pp)
+        return layers * self.share.kv_elems_per_token_layer * self.quant.kv_bytes
+
+    def activation_bytes(self, tokens: int) -> float:
+        """Peak transient activations of a step of `tokens` tokens (largest intermediate + logits)."""
+        m, p, sh = self.model, self.parallel, self.share
+        widest = max(sh.qkv_params / m.hidden_size, 2 * m.intermediate_size / p.tp if sh.dense_layers else 0,
+                     2 * m.experts_per_token * m.moe_intermediate_size / p.tp)
+        logits = min(tokens, LOGIT_ROWS) * m.vocab_size / p.tp * LOGIT_BYTES
+        return tokens * (2 * m.hidden_size + widest) * ACT_BYTES + logits
+
+    def picture(self, max_batched_tokens: int) -> MemoryPicture:
+        act = self.activation_bytes(max_batched_tokens)
+        reserved = self.share.reserved_memory_gib
+        free = self.device.hbm_gib * GIB - reserved * GIB - self.weights_bytes - act
+        capacity = max(0, int(free // self.kv_bytes_per_token))
+        return MemoryPicture(self.device.hbm_gib, reserved, self.weights_bytes / GIB, act / GIB,
+                             self.kv_bytes_per_token, capacity)
