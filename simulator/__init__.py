@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from simulator.disagg import PDRatio, decode_qps, pd_ratio, prefill_qps
 from simulator.metrics import Metrics, replay
-from simulator.pricing import price, step_times
+from simulator.pricing import StepPricer, price, step_times
 from simulator.scheduler import (
     SCHEDULERS,
     DecodeFirstWithSlack,
@@ -19,18 +19,26 @@ from simulator.workload import PrefillChunk, Workload, chunk_plan
 
 __all__ = [
     "SCHEDULERS", "DecodeFirstWithSlack", "Metrics", "PDRatio", "Plan", "PrefillChunk", "Scheduler",
-    "SchedulerState", "StepDecision", "TokenBudget", "Workload", "chunk_plan", "decode_qps",
+    "SchedulerState", "StepDecision", "StepPricer", "TokenBudget", "Workload", "chunk_plan", "decode_qps",
     "make_scheduler", "pd_ratio", "plan", "prefill_qps", "price", "replay", "simulate", "step_times",
 ]
 
 
 def simulate(workload: Workload, latency, scheduler: Scheduler | None = None, *, phase: str = "both",
-             decode_context: str = "mean", num_devices: int | None = None) -> Metrics:
+             decode_context: str = "mean", num_devices: int | None = None, slo_percentile: float | None = None,
+             limits: tuple = (None, None)) -> Metrics:
     """Plan the schedule, price its distinct keys in ONE batched call, replay to get the metrics.
+    A Poisson workload depends on time, so its steps are priced (once per distinct shape) as planned.
 
     `latency` is a latency model (`latency_ms(keys)`) or a callable `keys -> ms`.
     """
-    p = plan(workload, scheduler, phase=phase, decode_context=decode_context)
-    prices = price(latency, p.price_keys, p.scheduler.fused)
+    scheduler = scheduler or DecodeFirstWithSlack()
     devices = num_devices if num_devices is not None else getattr(latency, "num_devices", 1)
-    return replay(p, step_times(p, prices), devices)
+    if workload.arrival == "poisson":
+        pricer = StepPricer(latency, scheduler)
+        p = plan(workload, scheduler, phase=phase, decode_context=decode_context, step_ms=pricer)
+        prices = pricer.prices(p)
+    else:
+        p = plan(workload, scheduler, phase=phase, decode_context=decode_context)
+        prices = price(latency, p.price_keys, p.scheduler.fused)
+    return replay(p, step_times(p, prices), devices, slo_percentile, limits)

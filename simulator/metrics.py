@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -12,7 +13,14 @@ PERCENTILES = (50, 90, 99)
 @dataclass(frozen=True)
 class Metrics:
     """Times in ms, throughputs per second. `peak_kv_tokens` counts every token held in KV at the
-    fullest step (cached prefix included)."""
+    fullest step (cached prefix included).
+
+    Latencies are over the measured requests: all of a burst; in a closed loop or Poisson stream
+    those that are neither warm-up nor drain (`steady`; False when too few prompts leave none, and
+    then every request counts). Throughputs of a steady run are completions over the window from
+    the first to the last measured arrival, while the load is full; of a burst, N over the makespan.
+    `ttft_slo_ms` / `tpot_slo_ms` are at the SLO percentile (the mean when none is given);
+    `goodput` is the request throughput times the share of measured requests within both limits."""
 
     concurrency: int
     ttft_ms: float
@@ -23,60 +31,135 @@ class Metrics:
     tpot_p50_ms: float
     tpot_p90_ms: float
     tpot_p99_ms: float
+    itl_ms: float
+    itl_p50_ms: float
+    itl_p90_ms: float
+    itl_p99_ms: float
+    e2e_ms: float
+    e2e_p50_ms: float
+    e2e_p90_ms: float
+    e2e_p99_ms: float
+    ttft_slo_ms: float
+    tpot_slo_ms: float
     makespan_ms: float
     request_throughput: float
     output_throughput: float
     output_throughput_per_device: float
+    goodput: float
     num_devices: int
     num_steps: int
     prefill_num_chunks: int
     effective_input_length: int
     max_batched_tokens: int
     peak_kv_tokens: float
+    arrival: str
+    num_prompts: int
+    request_rate: float
+    measured_requests: int
+    steady: bool
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _weighted_percentiles(values: np.ndarray, counts: np.ndarray) -> list[float]:
+def weighted_percentiles(values: np.ndarray, counts: np.ndarray, ps=PERCENTILES) -> list[float]:
+    """Nearest-rank percentiles of a sample where values[i] occurs counts[i] times: the
+    ceil(p * n / 100)-th smallest value."""
     order = np.argsort(values, kind="stable")
     v, c = values[order], np.cumsum(counts[order])
-    total = c[-1]
-    # nearest-rank percentile over the per-request sample: the ceil(p * n / 100)-th smallest value
-    return [float(v[np.searchsorted(c, -(-p * int(total) // 100), side="left")]) for p in PERCENTILES]
+    total = int(c[-1])
+    return [float(v[np.searchsorted(c, max(1, math.ceil(p * total / 100)), side="left")]) for p in ps]
 
 
-def replay(plan, durations: np.ndarray, num_devices: int = 1) -> Metrics:
-    """Times from step durations: a group's first token / finish is the end of its step."""
+def _mean(values: np.ndarray, counts: np.ndarray) -> float:
+    return float((values * counts).sum() / counts.sum())
+
+
+def _window(plan, arrival: np.ndarray, finish: np.ndarray, counts: np.ndarray, measured: np.ndarray,
+            makespan: float) -> tuple[float, float]:
+    """(requests finished, ms) of the throughput window: from the first to the last measured
+    arrival of a steady run, else the whole run."""
+    if plan.workload.arrival != "burst" and measured.any():
+        start, end = arrival[measured].min(), arrival[measured].max()
+        done = counts[(finish > start) & (finish <= end)].sum()
+        if end > start and done:
+            return float(done), float(end - start)
+    return float(counts.sum()), makespan
+
+
+def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: float | None = None,
+           limits: tuple[float | None, float | None] = (None, None)) -> Metrics:
+    """Times from step durations (a timed plan keeps its own clock): a group's first token / finish
+    is the end of its step; its arrival the end of the step it came after, or its send time."""
     w = plan.workload
-    ends = np.concatenate(([0.0], np.cumsum(durations)))
-    first = ends[plan.first_step + 1]
+    if plan.step_end_ms is not None:
+        ends = np.concatenate(([0.0], plan.step_end_ms))
+        arrival = plan.event_ms[plan.arrival]
+    else:
+        ends = np.concatenate(([0.0], np.cumsum(durations)))
+        arrival = ends[plan.event_step[plan.arrival] + 1]
+    # a decode-only instance receives requests prefilled elsewhere: their first token is their arrival
+    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1]
     finish = ends[plan.finish_step + 1]
     counts = plan.counts
-    n = int(counts.sum())
-    ttft = first if plan.phase != "decode" else np.zeros_like(first)
+    ttft = first - arrival if plan.phase != "decode" else np.zeros_like(first)
     r = w.decode_tokens if plan.phase != "prefill" else 0
     tpot = (finish - first) / r if r else np.zeros_like(first)
+    e2e = finish - arrival
+    steady = plan.event_steady[plan.arrival]
+    measured = steady if steady.any() else np.ones_like(steady)
     makespan = float(ends[-1])
-    req_tput = 1000.0 * n / makespan if makespan > 0 else float("inf")
+    done, span = _window(plan, arrival, finish, counts, measured, makespan)
+    req_tput = 1000.0 * done / span if span > 0 else float("inf")
     out_tokens = w.output_length if plan.phase != "prefill" else 1
     out_tput = req_tput * out_tokens
-    tp = _weighted_percentiles(ttft, counts)
-    dp = _weighted_percentiles(tpot, counts)
+    c = counts[measured]
+    tt, tp, ee = ttft[measured], tpot[measured], e2e[measured]
+    itl, itl_w = _itl(plan, ends, arrival[measured], w)
+    slo = [slo_percentile] if slo_percentile else []
+    tt_p, tp_p, ee_p = (weighted_percentiles(x, c, [*PERCENTILES, *slo]) for x in (tt, tp, ee))
+    il_p = weighted_percentiles(itl, itl_w) if itl_w.sum() else [0.0] * len(PERCENTILES)
+    ttft_slo = tt_p[-1] if slo else _mean(tt, c)
+    tpot_slo = tp_p[-1] if slo else _mean(tp, c)
+    ok = np.ones(len(c), dtype=bool)
+    if limits[0] is not None and plan.phase != "decode":
+        ok &= tt <= limits[0]
+    if limits[1] is not None and plan.phase != "prefill":
+        ok &= tp <= limits[1]
     return Metrics(
         concurrency=w.concurrency,
-        ttft_ms=float((ttft * counts).sum() / n),
-        tpot_ms=float((tpot * counts).sum() / n),
-        ttft_p50_ms=tp[0], ttft_p90_ms=tp[1], ttft_p99_ms=tp[2],
-        tpot_p50_ms=dp[0], tpot_p90_ms=dp[1], tpot_p99_ms=dp[2],
+        ttft_ms=_mean(tt, c), tpot_ms=_mean(tp, c),
+        ttft_p50_ms=tt_p[0], ttft_p90_ms=tt_p[1], ttft_p99_ms=tt_p[2],
+        tpot_p50_ms=tp_p[0], tpot_p90_ms=tp_p[1], tpot_p99_ms=tp_p[2],
+        itl_ms=_mean(itl, itl_w) if itl_w.sum() else 0.0,
+        itl_p50_ms=il_p[0], itl_p90_ms=il_p[1], itl_p99_ms=il_p[2],
+        e2e_ms=_mean(ee, c), e2e_p50_ms=ee_p[0], e2e_p90_ms=ee_p[1], e2e_p99_ms=ee_p[2],
+        ttft_slo_ms=ttft_slo, tpot_slo_ms=tpot_slo,
         makespan_ms=makespan,
         request_throughput=req_tput,
         output_throughput=out_tput,
         output_throughput_per_device=out_tput / num_devices,
+        goodput=req_tput * float(c[ok].sum()) / float(c.sum()),
         num_devices=num_devices,
         num_steps=plan.num_steps,
         prefill_num_chunks=w.prefill_num_chunks,
         effective_input_length=w.effective_input_length,
         max_batched_tokens=w.max_batched_tokens,
         peak_kv_tokens=plan.peak_kv_tokens,
+        arrival=w.arrival, num_prompts=w.prompts, request_rate=w.request_rate,
+        measured_requests=int(c.sum()), steady=bool(steady.any()),
     )
+
+
+def _itl(plan, ends: np.ndarray, measured_arrivals: np.ndarray, w) -> tuple[np.ndarray, np.ndarray]:
+    """Inter-token latency of every decode step (its duration over the tokens it advances each
+    request), weighted by the requests decoding in it; a steady run counts the steps that end
+    between its first and last measured arrival."""
+    durations = np.diff(ends)
+    weights = plan.step_decode.astype(np.float64)
+    if w.arrival != "burst" and len(measured_arrivals):
+        end_of_step = ends[1:]
+        inside = (end_of_step > measured_arrivals.min()) & (end_of_step <= measured_arrivals.max())
+        if (weights * inside).sum():
+            weights = weights * inside
+    return durations / w.tokens_per_decode_step, weights

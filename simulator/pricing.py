@@ -59,3 +59,29 @@ def step_times(plan, prices: Sequence[float]) -> np.ndarray:
             dtype=np.float64,
         )
     return shape_ms[plan.step_shape]
+
+
+class StepPricer:
+    """Prices step shapes one at a time, for plans that depend on time (Poisson arrivals): each
+    distinct shape (fused policy) or ForwardKey is priced once and remembered. `prices` are aligned
+    with the plan's `price_keys` afterwards, so a timed plan replays like any other."""
+
+    def __init__(self, latency, scheduler):
+        self.latency, self.scheduler = latency, scheduler
+        self.memo: dict = {}
+
+    def _key_ms(self, key) -> float:
+        ms = self.memo.get(key)
+        if ms is None:
+            ms = self.memo[key] = float(price(self.latency, [key], self.scheduler.fused)[0])
+        return ms
+
+    def __call__(self, shape: StepShape) -> float:
+        if self.scheduler.fused:
+            return self._key_ms(shape)
+        prefill = sum(self._key_ms(k) for k in shape if not k.is_decode)
+        decode = sum(self._key_ms(k) for k in shape if k.is_decode)
+        return self.scheduler.step_latency(prefill, decode)
+
+    def prices(self, plan) -> np.ndarray:
+        return np.array([self.memo[k] for k in plan.price_keys], dtype=np.float64)

@@ -42,7 +42,8 @@ class StepDecision:
 
 @dataclass(frozen=True)
 class QueueView:
-    """The loop's state as a policy sees it. `prefill` is the FIFO, front first."""
+    """The loop's state as a policy sees it. `prefill` is the FIFO, front first: groups of
+    `(count, done, ...)` (`done`: effective prompt tokens prefilled; further fields are the loop's)."""
 
     prefill: Sequence[tuple[int, int]]
     ready_decode: int
@@ -160,11 +161,11 @@ class TokenBudget(Scheduler):
         seqs = self.max_num_seqs if self.max_num_seqs is not None else math.inf
         decode = int(min(view.ready_decode, budget // view.decode_query_len, seqs))
         budget -= decode * view.decode_query_len
-        started = sum(c for c, done in view.prefill if done > 0)
+        started = sum(g[0] for g in view.prefill if g[1] > 0)
         slots = seqs - view.ready_decode - started
         cap = self.long_prefill_token_threshold or budget
         takes = []
-        for pos, (count, done) in enumerate(view.prefill):
+        for pos, (count, done, *_) in enumerate(view.prefill):
             if budget <= 0:
                 break
             if done == 0:  # waiting requests: only as many as there are free slots are admitted

@@ -29,8 +29,12 @@ DECODE_CONTEXTS = ("mean", "mid")
 @dataclass(frozen=True)
 class Plan:
     """A planned schedule: step i has shape `shapes[step_shape[i]]`; finish records say that
-    `counts[j]` requests got their first token at the end of step `first_step[j]` (-1: at t=0) and
-    finished at the end of step `finish_step[j]`."""
+    `counts[j]` requests of arrival event `arrival[j]` got their first token at the end of step
+    `first_step[j]` (-1: at t=0) and finished at the end of step `finish_step[j]`.
+
+    Arrival event e came at the end of step `event_step[e]` (-1: at t=0) or, in a timed plan
+    (Poisson), at `event_ms[e]`; `event_steady[e]` says whether its requests are measured (not
+    warm-up or drain). A timed plan was priced while planned: `step_end_ms` holds its clock."""
 
     workload: Workload
     scheduler: Scheduler
@@ -41,6 +45,12 @@ class Plan:
     first_step: np.ndarray
     finish_step: np.ndarray
     peak_kv_tokens: float
+    arrival: np.ndarray
+    event_step: np.ndarray
+    event_steady: np.ndarray
+    step_decode: np.ndarray
+    event_ms: np.ndarray | None = None
+    step_end_ms: np.ndarray | None = None
 
     @property
     def num_steps(self) -> int:
@@ -65,13 +75,13 @@ class _DecodePool:
         self.steps, self.rate, self.prompt = steps, tokens_per_step, prompt_tokens
         self.ticks = self.ready = self.steps_sum = 0  # steps_sum: decode steps done, all requests
 
-    def join(self, count: int, first_step: int) -> None:
+    def join(self, count: int, first_step: int, event: int) -> None:
         end = self.ticks + self.steps
         last = self.groups[-1] if self.groups else None
-        if last is not None and last[1] == end and last[2] == first_step:
+        if last is not None and last[1] == end and last[2] == first_step and last[3] == event:
             last[0] += count
         else:
-            self.groups.append([count, end, first_step])
+            self.groups.append([count, end, first_step, event])
         self.ready += count
 
     def generated_sum(self, d: int) -> float:
@@ -79,7 +89,7 @@ class _DecodePool:
         if d == self.ready:
             return d + self.rate * self.steps_sum
         total, left = 0.0, d
-        for count, end, _ in self.groups:
+        for count, end, *_ in self.groups:
             n = min(count, left)
             total += n * (1 + self.rate * (self.steps - (end - self.ticks)))
             left -= n
@@ -101,8 +111,8 @@ class _DecodePool:
         kv = self.kv_tokens()
         groups = self.groups
         while groups and groups[0][1] == self.ticks:
-            count, _, first = groups.popleft()
-            finished.append((count, first, step))
+            count, _, first, event = groups.popleft()
+            finished.append((count, event, first, step))
             self.ready -= count
             self.steps_sum -= count * self.steps
         return kv
@@ -111,28 +121,78 @@ class _DecodePool:
         """Requests beyond the `d` oldest skip this step: their end tick moves one later."""
         kept: deque[list[int]] = deque()
         left = d
-        for count, end, first in self.groups:
+        for count, end, first, event in self.groups:
             if left >= count:
-                kept.append([count, end, first])
+                kept.append([count, end, first, event])
                 left -= count
             elif left:
-                kept.append([left, end, first])
-                kept.append([count - left, end + 1, first])
+                kept.append([left, end, first, event])
+                kept.append([count - left, end + 1, first, event])
                 left = 0
             else:
-                kept.append([count, end + 1, first])
+                kept.append([count, end + 1, first, event])
         self.groups = kept
 
 
-def _merge(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Fold neighbouring groups at the same prefill progress into one."""
-    out: list[tuple[int, int]] = []
-    for count, done in groups:
-        if out and out[-1][1] == done:
-            out[-1] = (out[-1][0] + count, done)
+def _merge(groups: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Fold neighbouring groups of one arrival event at the same prefill progress into one."""
+    out: list[tuple[int, int, int]] = []
+    for count, done, event in groups:
+        if out and out[-1][1] == done and out[-1][2] == event:
+            out[-1] = (out[-1][0] + count, done, event)
         else:
-            out.append((count, done))
+            out.append((count, done, event))
     return out
+
+
+class _Arrivals:
+    """Arrival events of a workload: the first requests at t=0, then replacements (closed loop) or
+    timed arrivals (Poisson). Warm-up and drain are not measured: in a closed loop the first
+    `concurrency` requests (a burst no steady system sees) and the last `concurrency` (sent while
+    the loop drains); in a Poisson stream the first and last STEADY_MARGIN of the arrivals."""
+
+    def __init__(self, w: Workload):
+        self.w, self.total = w, w.prompts
+        self.steps: list[int] = []
+        self.ms: list[float] = []
+        self.steady: list[bool] = []
+        self.sent = 0
+        self.times = w.arrival_times_ms() if w.arrival == "poisson" else None
+        self.first = w.concurrency if w.arrival != "poisson" else 0
+
+    def add(self, count: int, step: int, ms: float = 0.0) -> int:
+        """Record `count` arrivals at the end of `step`; returns the event index."""
+        w, lo, hi = self.w, self.sent, self.sent + count
+        if w.arrival == "burst":
+            steady = True
+        elif w.arrival == "closed":
+            steady = lo >= w.concurrency and hi <= self.total - w.concurrency
+        else:
+            margin = STEADY_MARGIN * self.total
+            steady = lo >= margin and hi <= self.total - margin
+        self.steps.append(step)
+        self.ms.append(ms)
+        self.steady.append(steady)
+        self.sent = hi
+        return len(self.steps) - 1
+
+    def replacements(self, finished: int) -> int:
+        """Closed loop: requests sent to replace `finished` ones (until all prompts are sent)."""
+        if self.w.arrival != "closed":
+            return 0
+        return min(finished, self.total - self.sent)
+
+    def due(self, clock: float) -> list[float]:
+        """Poisson: send times of the requests due by `clock` not yet sent."""
+        end = int(np.searchsorted(self.times, clock, side="right"))
+        return [float(t) for t in self.times[self.sent:end]]
+
+    def next_time(self) -> float | None:
+        return float(self.times[self.sent]) if self.times is not None and self.sent < self.total else None
+
+
+#: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
+STEADY_MARGIN = 0.1
 
 
 def plan(
@@ -142,11 +202,14 @@ def plan(
     phase: str = "both",
     decode_context: str = "mean",
     context_round: int = DECODE_CONTEXT_ROUND,
+    step_ms=None,
 ) -> Plan:
     """Play the scheduler over `workload` until every request has its `output_length` tokens.
 
     phase "prefill" models a prefill-only instance (requests leave at their first token),
     "decode" a decode-only one (requests arrive with their prompt prefilled and first token out).
+    A Poisson workload depends on time: `step_ms(shape) -> ms` prices each new step shape while
+    planning (see `simulator.pricing.StepPricer`).
     """
     scheduler = scheduler or DecodeFirstWithSlack()
     if phase not in PHASES:
@@ -156,42 +219,61 @@ def plan(
     if not isinstance(context_round, int) or context_round < 1:
         raise ValueError(f"context_round must be an integer >= 1, got {context_round!r}")
     w = workload
-    E, B, I, N = w.effective_input_length, w.max_batched_tokens, w.input_length, w.concurrency
+    timed = w.arrival == "poisson"
+    if timed and step_ms is None:
+        raise ValueError("a Poisson workload is planned with its prices: pass step_ms")
+    E, B, I = w.effective_input_length, w.max_batched_tokens, w.input_length
     qlen, cached = w.decode_query_len, w.cached_prefix_tokens
     steps = 0 if phase == "prefill" else w.decode_steps
     if phase == "decode" and not steps:
         raise ValueError("a decode-only instance needs output_length >= 2 (nothing to decode)")
     pool = _DecodePool(steps, w.tokens_per_decode_step, I)
-    queue: list[tuple[int, int]] = []
-    if phase == "decode":
-        pool.join(N, -1)
-    else:
-        queue = [(N, 0)]
+    queue: list[tuple[int, int, int]] = []
+    arrivals = _Arrivals(w)
+
+    def send(count: int, step: int, ms: float = 0.0) -> None:
+        event = arrivals.add(count, step, ms)
+        if phase == "decode":
+            pool.join(count, step, event)
+        else:
+            queue.append((count, 0, event))
+
+    if not timed:
+        send(min(w.concurrency, arrivals.total), -1)
     mid_context = I + w.output_length // 2 + 1
     shape_ids: dict[tuple, int] = {}
     shapes: list[StepShape] = []
+    shape_ms: list[float] = []
     step_shape: list[int] = []
-    finished: list[tuple[int, int, int]] = []
+    step_decode: list[int] = []
+    step_end: list[float] = []
+    finished: list[tuple[int, int, int, int]] = []
     kv_prefill = 0
     peak = 0.0
-    left = N
+    left = arrivals.total
+    clock = 0.0
     while left:
         step = len(step_shape)
+        if timed:
+            if not queue and not pool.ready:  # idle: jump to the next arrival
+                clock = max(clock, arrivals.next_time())
+            for t in arrivals.due(clock):
+                send(1, step - 1, t)
         sp = scheduler.plan_step(QueueView(queue, pool.ready, E, B, qlen))
         d = sp.decode
         if not sp.takes and d == 0:
             raise RuntimeError(
-                f"scheduler {scheduler.name!r} made no progress with {sum(c for c, _ in queue)} requests "
+                f"scheduler {scheduler.name!r} made no progress with {sum(g[0] for g in queue)} requests "
                 f"waiting to prefill and {pool.ready} ready to decode"
             )
         if not 0 <= d <= pool.ready:
             raise RuntimeError(f"scheduler {scheduler.name!r} asked {d} decodes of {pool.ready} ready")
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
-            queue, first_tokens, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
-            kv_prefill += kv_added - first_tokens * I
+            queue, firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
+            kv_prefill += kv_added - sum(n for n, _ in firsts) * I
         else:
-            first_tokens = 0
+            firsts = []
         ctx = _decode_key_context(pool, d, I, qlen, mid_context if decode_context == "mid" else None,
                                   context_round)
         signature = (tuple(sorted(entries.items())), d, ctx)
@@ -199,21 +281,36 @@ def plan(
         if shape_id is None:
             shape_id = shape_ids[signature] = len(shapes)
             shapes.append(_shape(entries, d, qlen, ctx))
+            if timed:
+                shape_ms.append(step_ms(shapes[-1]))
         step_shape.append(shape_id)
+        step_decode.append(d)
+        if timed:
+            clock += shape_ms[shape_id]
+            step_end.append(clock)
         done = len(finished)
         kv_decode = pool.advance(d, step, finished) if d else pool.kv_tokens()
-        if first_tokens:
+        first_tokens = 0
+        for n, event in firsts:
+            first_tokens += n
             if steps:
-                pool.join(first_tokens, step)
+                pool.join(n, step, event)
             else:
-                finished.append((first_tokens, step, step))
+                finished.append((n, event, step, step))
         peak = max(peak, kv_prefill + kv_decode + first_tokens * (I + 1))
+        finished_now = 0
         while done < len(finished):
-            left -= finished[done][0]
+            finished_now += finished[done][0]
             done += 1
-    counts, first, finish = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
-    step_ids = np.array(step_shape, dtype=np.int64)
-    return Plan(w, scheduler, phase, tuple(shapes), step_ids, counts, first, finish, float(peak))
+        left -= finished_now
+        new = arrivals.replacements(finished_now)
+        if new:
+            send(new, step)
+    counts, arrival, first, finish = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
+    return Plan(w, scheduler, phase, tuple(shapes), np.array(step_shape, dtype=np.int64), counts, first, finish,
+                float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
+                np.array(step_decode, dtype=np.int64),
+                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
 
 
 def _decode_key_context(pool: _DecodePool, d: int, prompt: int, qlen: int, fixed: int | None,
@@ -236,18 +333,19 @@ def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> 
 
 
 def _apply_takes(queue, takes, scheduler, E, cached, entries):
-    """Advance the chosen prefill groups; return the new FIFO, the requests whose prompt is now
-    complete, and the KV tokens the step added."""
+    """Advance the chosen prefill groups; return the new FIFO, the (requests, arrival event) whose
+    prompt is now complete, and the KV tokens the step added."""
     by_pos: dict[int, list[tuple[int, int]]] = {}
     for pos, n, tok in takes:
         if not 0 <= pos < len(queue) or n < 1 or tok < 1:
             raise RuntimeError(f"scheduler {scheduler.name!r} made an invalid take {(pos, n, tok)}")
         by_pos.setdefault(pos, []).append((n, tok))
-    front: list[tuple[int, int]] = []
-    back: list[tuple[int, int]] = []
-    first_tokens = kv_added = 0
+    front: list[tuple[int, int, int]] = []
+    back: list[tuple[int, int, int]] = []
+    firsts: list[tuple[int, int]] = []
+    kv_added = 0
     stay = back if scheduler.requeue else front
-    for pos, (count, done) in enumerate(queue):
+    for pos, (count, done, event) in enumerate(queue):
         left = count
         for n, tok in by_pos.get(pos, ()):
             seq = done + tok
@@ -257,9 +355,9 @@ def _apply_takes(queue, takes, scheduler, E, cached, entries):
             kv_added += n * tok + (n * cached if done == 0 else 0)
             entries[(tok, seq)] = entries.get((tok, seq), 0) + n
             if seq == E:
-                first_tokens += n
+                firsts.append((n, event))
             else:
-                stay.append((n, seq))
+                stay.append((n, seq, event))
         if left:
-            front.append((left, done))
-    return _merge(front + back if scheduler.requeue else front), first_tokens, kv_added
+            front.append((left, done, event))
+    return _merge(front + back if scheduler.requeue else front), firsts, kv_added

@@ -17,9 +17,23 @@ class PrefillChunk:
     seq_len: int
 
 
+#: how requests arrive: all at t=0 (the RFC's window), a closed loop of `concurrency` in flight, or
+#: an open Poisson stream at `request_rate`
+ARRIVALS = ("burst", "closed", "poisson")
+#: a closed loop with num_prompts = 0 sends this many prompts per unit of concurrency
+PROMPTS_PER_CONCURRENCY = 8
+#: a Poisson stream with num_prompts = 0 sends this many (`vllm bench serve`'s default)
+POISSON_PROMPTS = 1000
+
+
 @dataclass(frozen=True)
 class Workload:
-    """`concurrency` identical requests that all arrive at t=0 (the RFC's candidate window).
+    """Identical requests. `arrival` "burst": `concurrency` requests all at t=0 (the RFC's candidate
+    window); "closed": at most `concurrency` in flight, each finished request replaced by a new one
+    from the next step on, `num_prompts` in all (what `vllm bench serve --max-concurrency` sends);
+    "poisson": `num_prompts` requests at `request_rate` per second with gamma(`burstiness`)
+    inter-arrival times (as `vllm bench serve --request-rate --burstiness`), seeded; the server
+    admits them all (`concurrency` is not a cap; the scheduler's max_num_seqs is).
 
     `mtp_tokens` draft tokens are verified in each decode step; `mtp_acceptance_rates[i]` is the
     probability that draft i is accepted, so a step advances 1 + sum(rates[:mtp_tokens]) tokens.
@@ -32,6 +46,11 @@ class Workload:
     prefix_cache_hit_rate: float = 0.0
     mtp_tokens: int = 0
     mtp_acceptance_rates: tuple[float, ...] = field(default_factory=tuple)
+    arrival: str = "burst"
+    num_prompts: int = 0          # 0: concurrency for a burst, PROMPTS_PER_CONCURRENCY x concurrency otherwise
+    request_rate: float = 0.0     # requests per second (poisson)
+    burstiness: float = 1.0       # gamma shape of inter-arrival times; 1 = Poisson
+    seed: int = 0
 
     def __post_init__(self) -> None:
         check_int("input_length", self.input_length, 1)
@@ -58,6 +77,33 @@ class Workload:
             )
         for r in rates:
             check_number("mtp_acceptance_rates", r, low=0, high=1)
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"arrival must be one of {ARRIVALS}, got {self.arrival!r}")
+        check_int("num_prompts", self.num_prompts, 0)
+        check_int("seed", self.seed, 0)
+        check_number("burstiness", self.burstiness, low=0, low_open=True)
+        if self.arrival == "poisson":
+            check_number("request_rate", self.request_rate, low=0, low_open=True)
+        if self.arrival == "burst" and self.num_prompts not in (0, self.concurrency):
+            raise ValueError(f"a burst sends its concurrency ({self.concurrency}) prompts; num_prompts="
+                             f"{self.num_prompts} needs arrival 'closed' or 'poisson'")
+
+    @property
+    def prompts(self) -> int:
+        """Requests sent in all (num_prompts resolved)."""
+        if self.num_prompts:
+            return self.num_prompts
+        if self.arrival == "poisson":
+            return POISSON_PROMPTS
+        return self.concurrency if self.arrival == "burst" else PROMPTS_PER_CONCURRENCY * self.concurrency
+
+    def arrival_times_ms(self):
+        """Poisson: the seeded send time of every request (the first at 0), in ms."""
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        gaps = rng.gamma(self.burstiness, 1.0 / (self.request_rate * self.burstiness), self.prompts - 1)
+        return np.concatenate(([0.0], np.cumsum(gaps))) * 1000.0
 
     @property
     def cached_prefix_tokens(self) -> int:

@@ -8,12 +8,13 @@ import math
 import numpy as np
 
 from latency.keys import ForwardKey
-from simulator.scheduler import SchedulerState, TokenBudget
+from simulator.scheduler import TokenBudget
 from simulator.workload import Workload
 
 
 class Req:
-    def __init__(self):
+    def __init__(self, arrival: float):
+        self.arrival = arrival  # ms
         self.done = 0          # effective prompt tokens prefilled
         self.started = False
         self.steps = 0         # decode steps done
@@ -34,23 +35,39 @@ def _decode_key(w, reqs, ids, decode_context, round_to=128):
 
 
 def reference(w: Workload, scheduler, latency, decode_context="mean", phase="both"):
-    """Returns (ttft list, tpot list, makespan, peak kv, keys per step)."""
-    E, _B, I, N = w.effective_input_length, w.max_batched_tokens, w.input_length, w.concurrency
+    """Returns (requests, makespan, peak kv, keys per step); each request has .arrival, .first,
+    .finish (ms). Arrivals: a burst at t=0; a closed loop refilled at the end of each step; or
+    Poisson send times admitted when a step starts."""
+    E, I = w.effective_input_length, w.input_length
     a = w.tokens_per_decode_step
     steps_needed = 0 if phase == "prefill" else w.decode_steps
-    reqs = [Req() for _ in range(N)]
-    fifo = [] if phase == "decode" else list(range(N))
-    decoding = []
-    if phase == "decode":
-        for r in reqs:
-            r.done, r.first = E, 0.0
-        decoding = list(range(N))
+    total = w.prompts
+    sends = list(w.arrival_times_ms()) if w.arrival == "poisson" else []
+    reqs, fifo, decoding = [], [], []
+
+    def send(t):
+        r = Req(t)
+        reqs.append(r)
+        if phase == "decode":
+            r.done, r.first = E, t
+            decoding.append(len(reqs) - 1)
+        else:
+            fifo.append(len(reqs) - 1)
+
+    if w.arrival != "poisson":
+        for _ in range(min(w.concurrency, total)):
+            send(0.0)
     t, peak, step_keys = 0.0, 0.0, []
-    while any(r.finish is None for r in reqs):
+    while len(reqs) < total or any(r.finish is None for r in reqs):
+        if w.arrival == "poisson":
+            if not fifo and not decoding:
+                t = max(t, sends[len(reqs)])
+            while len(reqs) < total and sends[len(reqs)] <= t:
+                send(sends[len(reqs)])
         if isinstance(scheduler, TokenBudget):
             prefill, dec_ids = _token_budget(w, scheduler, reqs, fifo, decoding)
         else:
-            prefill, dec_ids = _count_policy(w, scheduler, reqs, fifo, decoding)
+            prefill, dec_ids = _decode_first(w, scheduler.slack_ratio, reqs, fifo, decoding)
         assert prefill or dec_ids, "no progress"
         entries = {}
         for i, tok in prefill:
@@ -61,10 +78,10 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         step_keys.append(tuple(sorted(keys)))
         if scheduler.fused:
             dur = sum(latency([k])[0] for k in keys)
-        else:
+        else:  # decode-first: prefill and decode passes overlap, the step costs the longer one
             p_ms = sum(latency([k])[0] for k in pkeys)
             d_ms = latency([dkey])[0] if dkey else 0.0
-            dur = scheduler.step_latency(p_ms, d_ms)
+            dur = max(p_ms, d_ms)
         t += dur
         new_decoders = []
         for i, tok in prefill:
@@ -97,28 +114,32 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
                 reqs[i].finish = t
                 decoding.remove(i)
         decoding.extend(new_decoders)
+        finished_now = sum(1 for r in reqs if r.finish is not None and not r.gone)
         for r in reqs:
             r.gone = r.finish is not None
-    ttft = [r.first for r in reqs]
-    R = w.decode_tokens if phase != "prefill" else 0
-    tpot = [(r.finish - r.first) / R if R else 0.0 for r in reqs]
-    return ttft, tpot, t, peak, step_keys
+        if w.arrival == "closed":
+            for _ in range(min(finished_now, total - len(reqs))):
+                send(t)
+    return reqs, t, peak, step_keys
 
 
-def _count_policy(w, scheduler, reqs, fifo, decoding):
-    E, B = w.effective_input_length, w.max_batched_tokens
-    if fifo:
-        done = reqs[fifo[0]].done
-        run = []
-        for i in fifo:
-            if reqs[i].done != done:
-                break
-            run.append(i)
-        chunk = min(B, E - done)
-    else:
-        run, chunk = [], B
-    dec = scheduler.decide(SchedulerState(len(decoding), len(run), chunk, B, w.decode_query_len))
-    return [(i, chunk) for i in run[: dec.p_step]], decoding[: dec.d_step]
+def _decode_first(w, slack_ratio, reqs, fifo, decoding):
+    """The RFC's policy, restated: all ready requests decode (at most B / (1 + MTP) of them); the
+    front run of requests waiting for the same chunk prefills while the step stays within
+    floor(B * slack)."""
+    E, B, q = w.effective_input_length, w.max_batched_tokens, w.decode_query_len
+    dec_ids = decoding[: B // q]
+    if not fifo:
+        return [], dec_ids
+    done = reqs[fifo[0]].done
+    chunk = min(B, E - done)
+    run = []
+    for i in fifo:
+        if reqs[i].done != done:
+            break
+        run.append(i)
+    fit = max(0, (math.floor(B * slack_ratio) - len(dec_ids) * q) // chunk)
+    return [(i, chunk) for i in run[:fit]], dec_ids
 
 
 def _token_budget(w, sch: TokenBudget, reqs, fifo, decoding):

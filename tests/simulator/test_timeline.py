@@ -1,11 +1,12 @@
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latency.keys import ForwardKey
-from simulator import Workload, plan, simulate
+from simulator import Workload, plan, price, simulate
 from simulator.scheduler import (
     CountScheduler,
     DecodeFirstWithSlack,
@@ -136,49 +137,83 @@ policies = st.one_of(
 
 
 @st.composite
-def workloads(draw):
+def workloads(draw, arrivals=("burst",)):
     mtp = draw(st.integers(0, 1))
+    arrival = draw(st.sampled_from(arrivals))
+    concurrency = draw(st.integers(1, 9))
+    prompts = 0 if arrival == "burst" else draw(st.integers(1, 30))
     return Workload(
         input_length=draw(st.integers(1, 40)),
         output_length=draw(st.integers(1, 7)),
         max_batched_tokens=draw(st.integers(1 + mtp, 16)),
-        concurrency=draw(st.integers(1, 9)),
+        concurrency=concurrency,
         prefix_cache_hit_rate=draw(st.sampled_from([0.0, 0.25, 0.5])),
         mtp_tokens=mtp,
         mtp_acceptance_rates=(0.5,) * mtp,
+        arrival=arrival,
+        num_prompts=prompts,
+        request_rate=draw(st.sampled_from([0.5, 5.0, 50.0, 500.0])),
+        burstiness=draw(st.sampled_from([0.5, 1.0, 4.0])),
+        seed=draw(st.integers(0, 3)),
     )
 
 
-@settings(max_examples=300, deadline=None)
-@given(w=workloads(), policy=policies, ctx=st.sampled_from(["mean", "mid"]),
+ARRIVALS = ("burst", "closed", "poisson")
+
+
+def _request_times(p, m_ends):
+    """(arrival, first token, finish) of every request of a plan, sorted."""
+    arrival = p.event_ms[p.arrival] if p.event_ms is not None else m_ends[p.event_step[p.arrival] + 1]
+    first = arrival if p.phase == "decode" else m_ends[p.first_step + 1]
+    rows = zip(arrival, first, m_ends[p.finish_step + 1], p.counts, strict=True)
+    return sorted((a, f, e) for a, f, e, n in rows for _ in range(n))
+
+
+@settings(max_examples=400, deadline=None)
+@given(w=workloads(ARRIVALS), policy=policies, ctx=st.sampled_from(["mean", "mid"]),
        phase=st.sampled_from(["both", "both", "prefill", "decode"]))
 def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
     if phase == "decode" and w.output_length == 1:
         return
+    from simulator import StepPricer, step_times
+
+    reqs, makespan, peak, step_keys = reference(w, policy, affine, ctx, phase)
+    pricer = StepPricer(affine, policy) if w.arrival == "poisson" else None
+    p = plan(w, policy, decode_context=ctx, phase=phase, step_ms=pricer)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    prices = pricer.prices(p) if pricer else price(affine, p.price_keys, policy.fused)
+    ends = np.concatenate(([0.0], p.step_end_ms if pricer else np.cumsum(step_times(p, prices))))
+    ours = _request_times(p, ends)
+    theirs = sorted((r.arrival, r.first, r.finish) for r in reqs)
+    assert np.allclose(ours, theirs)
     m = simulate(w, affine, policy, decode_context=ctx, phase=phase)
-    ttft, tpot, makespan, peak, step_keys = reference(w, policy, affine, ctx, phase)
-    assert m.ttft_ms == pytest.approx(sum(ttft) / len(ttft))
-    assert m.tpot_ms == pytest.approx(sum(tpot) / len(tpot))
     assert m.makespan_ms == pytest.approx(makespan)
     assert m.peak_kv_tokens == pytest.approx(peak)
-    for q in (50, 90, 99):
-        assert getattr(m, f"ttft_p{q}_ms") == pytest.approx(percentile(ttft, q))
-        assert getattr(m, f"tpot_p{q}_ms") == pytest.approx(percentile(tpot, q))
-    p = plan(w, policy, decode_context=ctx, phase=phase)
-    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    if w.arrival == "burst":  # every request is measured
+        ttft = [r.first for r in reqs] if phase != "decode" else [0.0] * len(reqs)
+        R = w.decode_tokens if phase != "prefill" else 0
+        tpot = [(r.finish - r.first) / R if R else 0.0 for r in reqs]
+        assert m.ttft_ms == pytest.approx(sum(ttft) / len(ttft))
+        assert m.tpot_ms == pytest.approx(sum(tpot) / len(tpot))
+        for q in (50, 90, 99):
+            assert getattr(m, f"ttft_p{q}_ms") == pytest.approx(percentile(ttft, q))
+            assert getattr(m, f"tpot_p{q}_ms") == pytest.approx(percentile(tpot, q))
 
 
 @settings(max_examples=200, deadline=None)
-@given(w=workloads(), policy=policies)
+@given(w=workloads(ARRIVALS), policy=policies)
 def test_conservation_of_requests_and_tokens(w, policy):
-    p = plan(w, policy)
-    assert p.counts.sum() == w.concurrency
+    from simulator import StepPricer
+
+    p = plan(w, policy, step_ms=StepPricer(affine, policy) if w.arrival == "poisson" else None)
+    n = w.prompts
+    assert p.counts.sum() == n
     steps = [p.shapes[i] for i in p.step_shape]
     prefill = sum(k.tokens for s in steps for k in s if not k.is_decode)
     decode_req_steps = sum(k.concurrency for s in steps for k in s if k.is_decode)
-    assert prefill == w.concurrency * w.effective_input_length
-    assert decode_req_steps == w.concurrency * w.decode_steps
-    assert decode_req_steps * w.tokens_per_decode_step >= w.concurrency * w.decode_tokens
+    assert prefill == n * w.effective_input_length
+    assert decode_req_steps == n * w.decode_steps
+    assert decode_req_steps * w.tokens_per_decode_step >= n * w.decode_tokens
     assert (p.first_step <= p.finish_step).all()
     limit = w.max_batched_tokens if isinstance(policy, TokenBudget) else \
         math.floor(w.max_batched_tokens * policy.slack_ratio)
