@@ -232,7 +232,7 @@ class RooflineModel:
         if p.pp > 1:
             bw, lat = self._link(p.tp * p.pp)
             pp_ms = (p.pp - 1) * (msg / bw + lat) * 1e3
-        label = np.full(len(tokens), "memory")
+        label = np.full(len(tokens), "communication")
         return (tp_ms, label), (ep_ms, label), (pp_ms, label)
 
     # ----- memory (latency.memory) -------------------------------------------------------------

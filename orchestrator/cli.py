@@ -27,19 +27,20 @@ TABLE = [  # (header, column, format)
 ]
 
 
-def add_field_flags(p: argparse.ArgumentParser, command: str) -> None:
-    """Every scenario field of `command` as a flag (from the field table), grouped, with unit and default."""
+def add_field_flags(p: argparse.ArgumentParser, command: str, require: bool = True) -> None:
+    """Every scenario field of `command` as a flag (from the field table), grouped, with unit and default.
+    `require=False` leaves required fields optional (a CSV may give them)."""
     groups = {}
     for f in fields_for(command):
         if f.flag == "MODEL":
-            p.add_argument("model", metavar="MODEL", help=f.help)
+            p.add_argument("model", metavar="MODEL", help=f.help, nargs=None if require else "?")
             continue
         group = groups.get(f.group) or groups.setdefault(f.group, p.add_argument_group(f.group))
         unit = f" [{f.unit}]" if f.unit else ""
         default = "" if f.required else f" (default: {f.default_text()})"
         choices = f" {{{','.join(f.choices)}}}" if f.choices else ""
         group.add_argument(f.flag, *f.aliases, dest=f.name, type=f.kind, nargs="+" if f.many else None,
-                           required=f.required, default=None, metavar=f.name.upper().rstrip("S") if f.many else None,
+                           required=f.required and require, default=None, metavar=f.name.upper().rstrip("S") if f.many else None,
                            help=f"{f.help}{choices}{unit}{default}")
         if f.deprecated:
             group.add_argument(f.deprecated, dest=f"deprecated_{f.name}", type=f.kind, nargs="+" if f.many else None,
@@ -48,6 +49,11 @@ def add_field_flags(p: argparse.ArgumentParser, command: str) -> None:
 
 def scenario_from_args(a, command: str) -> Scenario:
     """The scenario of parsed flags: given flags, else the table's defaults."""
+    return Scenario(**field_values(a, command))
+
+
+def field_values(a, command: str) -> dict:
+    """The field values the flags give (absent flags are left out)."""
     values = {}
     for f in fields_for(command):
         v = getattr(a, f.name, None)
@@ -57,7 +63,7 @@ def scenario_from_args(a, command: str) -> Scenario:
             v = v if v is not None else old
         if v is not None:
             values[f.name] = tuple(v) if f.many else v
-    return Scenario(**values)
+    return values
 
 
 def _add_optimize(sub) -> None:
@@ -95,6 +101,8 @@ def cmd_optimize(a) -> int:
         raise InputError("--top-n", a.top_n, "an integer >= 1")
     mode = _mode(a)
     result = optimize(s, mode)
+    for note in s.default_notes:
+        print(f"note: {note}")
     for item in result.infeasible:
         print(item["message"])
     for ttft, tpot in s.limit_pairs():
@@ -247,12 +255,77 @@ def cmd_compare(a) -> int:
     return 0
 
 
+def _add_estimate(sub) -> None:
+    p = sub.add_parser("estimate", help="metrics, memory and a per-op breakdown of one configuration (no search)",
+                       description="One configuration: a layout (--tp-sizes T, default all devices in one "
+                       "instance), a budget (default vLLM's), and a load (--concurrency, or --request-rate "
+                       "with --arrival poisson). --from-csv evaluates one configuration per row.")
+    add_field_flags(p, "estimate", require=False)
+    o = p.add_argument_group("many configurations")
+    o.add_argument("--from-csv", help="a CSV with one configuration per row; columns are spec keys (model, device, "
+                   "tp, concurrency, input_length, ...); a missing column or empty cell takes the flag or default")
+    o.add_argument("--output", help="where --from-csv writes its rows (.csv or .parquet): the input columns "
+                   "kept, the metric columns added, one row per input row in order")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_estimate)
+
+
+ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"), ("E2E ms", "e2e")]
+
+
+def cmd_estimate(a) -> int:
+    from orchestrator.estimate import breakdown, configure, estimate, estimate_many
+
+    values = field_values(a, "estimate")
+    if a.from_csv:
+        if not a.output:
+            raise InputError("--output", None, "a .csv or .parquet path (needed with --from-csv)")
+        if not a.output.endswith((".csv", ".parquet")):
+            raise InputError("--output", a.output, "a path ending in .csv or .parquet")
+        table, unknown = estimate_many(a.from_csv, values, progress=not a.no_progress)
+        if unknown:
+            print(f"servesweep estimate: columns kept but not read: {', '.join(unknown)}", file=sys.stderr)
+        if a.output.endswith(".parquet"):
+            table.to_parquet(a.output, index=False)
+        else:
+            table.to_csv(a.output, index=False)
+        print(f"{len(table)} configurations estimated; written to {a.output}")
+        return 0
+    if a.output:
+        raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")
+    s = configure(values)
+    row = estimate(s)
+    load = f"{s.request_rate:g} req/s" if s.arrival == "poisson" else f"concurrency {s.concurrency}"
+    print(f"{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
+          f"tp{row['tp']}pp{row['pp']}dp{row['dp']}{'ep' + str(row['ep']) if row['ep'] > 1 else ''}, {s.role}, "
+          f"{s.arrival} at {load} ({row['num_prompts']} prompts), input {s.input_length}, output {s.output_length}, "
+          f"{s.scheduler} B={row['max_batched_tokens']}")
+    for note in s.default_notes:
+        print(f"note: {note}")
+    print(f"{'':10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
+    for label, k in ESTIMATE_METRICS:
+        print(f"{label:10}" + "".join(f"{row[c]:>10.2f}" for c in
+                                      (f"{k}_ms", f"{k}_p50_ms", f"{k}_p90_ms", f"{k}_p99_ms")))
+    print(f"throughput: {row['request_throughput']:.3f} req/s, {row['output_throughput']:.1f} output tok/s "
+          f"({row['output_throughput_per_device']:.1f} per device), goodput {row['goodput']:.3f} req/s; "
+          f"{row['measured_requests']} requests measured{'' if row['steady'] else ' (no steady window: all)'}")
+    print(f"memory per device: weights {row['weights_gib']:.2f} GiB, KV peak {row['kv_gib']:.2f} GiB "
+          f"({row['peak_kv_tokens']:.0f} of {row['kv_capacity_tokens']} tokens), activations "
+          f"{row['activation_gib']:.2f} GiB, free {row['available_gib']:.2f} GiB"
+          f"{'' if row['fits_memory'] else '  -- DOES NOT FIT'}")
+    table = breakdown(s, row)
+    print("\nper-op breakdown of a typical step:")
+    print(table.to_string(index=False, formatters={"ms": "{:.3f}".format, "share": "{:.1%}".format}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="servesweep", description=__doc__)
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log what happens to stderr (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_optimize(sub)
+    _add_estimate(sub)
     _add_sweep(sub)
     _add_report(sub)
     return parser

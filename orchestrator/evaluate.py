@@ -1,18 +1,38 @@
-"""One evaluated point: a scenario's instance at one concurrency, simulated and checked for memory."""
+"""One evaluated point: a scenario's instance at one load (a concurrency, or a Poisson request rate),
+simulated and checked for memory and the limits."""
 
 from __future__ import annotations
+
+import math
+from collections import OrderedDict
 
 from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
-from simulator import Workload, plan, price, replay, step_times
+from simulator import StepPricer, Workload, plan, price, replay, step_times
 
 PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
+#: the Poisson capacity search walks a geometric grid of rates: point n offers
+#: RATE_BASE * RATE_GROWTH ** (n - 1) requests/s (5 % apart, from 0.01 req/s)
+RATE_BASE, RATE_GROWTH = 0.01, 1.05
+#: step pricers kept per process for timed (Poisson) plans: a capacity search reuses one
+STEP_PRICERS = 64
+_step_pricers: OrderedDict = OrderedDict()
 
 
-def workload(s: Scenario, max_batched_tokens: int, concurrency: int) -> Workload:
-    return Workload(s.input_length, s.output_length, max_batched_tokens, concurrency, s.prefix_cache_hit_rate,
-                    s.mtp_tokens, s.mtp_acceptance_rates)
+def grid_rate(n: int) -> float:
+    return RATE_BASE * RATE_GROWTH ** (n - 1)
+
+
+def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = None) -> Workload:
+    """The workload of search point `n`: concurrency n, or (Poisson) the n-th rate of the grid
+    unless `rate` is given."""
+    poisson = s.arrival == "poisson"
+    return Workload(s.input_length, s.output_length, max_batched_tokens, 1 if poisson else n,
+                    s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
+                    num_prompts=s.num_prompts if s.arrival != "burst" else 0,
+                    request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
+                    burstiness=s.burstiness, seed=s.seed)
 
 
 def direct_pricer(lm, keys, fused: bool):
@@ -20,39 +40,65 @@ def direct_pricer(lm, keys, fused: bool):
     return price(lm, keys, fused)
 
 
-def plan_point(s: Scenario, job: Job, concurrency: int):
-    """Phase one of a point: the latency model and the planned schedule (no prices yet)."""
-    w = workload(s, job.max_batched_tokens, concurrency)
-    return s.latency_model(job.layout), plan(w, s.make_scheduler(), phase=PHASE[job.role],
-                                             decode_context=s.decode_context)
+def _step_pricer(lm, scheduler) -> StepPricer:
+    key = (lm.fingerprint, scheduler)
+    pricer = _step_pricers.get(key)
+    if pricer is None:
+        pricer = _step_pricers[key] = StepPricer(lm, scheduler)
+        if len(_step_pricers) > STEP_PRICERS:
+            _step_pricers.popitem(last=False)
+    return pricer
+
+
+def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
+    """Phase one of a point: the latency model and the planned schedule. A Poisson schedule depends
+    on time, so its steps are priced while planned (a per-process step pricer remembers them)."""
+    w = workload(s, job.max_batched_tokens, n, rate)
+    lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
+    step_ms = _step_pricer(lm, scheduler) if w.arrival == "poisson" else None
+    return lm, plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context, step_ms=step_ms)
 
 
 def finish_point(s: Scenario, job: Job, lm, planned, prices) -> dict:
     """Phase two: replay the plan with its prices; the row of the point."""
-    m = replay(planned, step_times(planned, prices), job.layout.devices)
-    return point_row(s, job.layout, job.role, m, lm.memory_for(planned.workload.max_batched_tokens))
+    pairs = s.limit_pairs()
+    limits = pairs[0] if len(pairs) == 1 else (None, None)
+    m = replay(planned, step_times(planned, prices), job.layout.devices, s.slo_percentile or None, limits)
+    row = point_row(s, job.layout, job.role, m, lm.memory_for(planned.workload.max_batched_tokens))
+    if len(pairs) > 1:
+        row["goodput"] = math.nan  # several limit pairs: goodput has no single meaning
+    return row
 
 
-def evaluate_point(s: Scenario, job: Job, concurrency: int, pricer=direct_pricer) -> dict:
-    """Simulate one instance of `job` at `concurrency`; throughputs in the row are for all dp instances.
-    `pricer(lm, keys, fused)` prices the plan's distinct keys (a cache may stand in front)."""
-    lm, planned = plan_point(s, job, concurrency)
+def evaluate_point(s: Scenario, job: Job, n: int, pricer=direct_pricer, rate: float | None = None) -> dict:
+    """Simulate one instance of `job` at search point `n` (or `rate`); throughputs in the row are for
+    all dp instances. `pricer(lm, keys, fused)` prices the plan's distinct keys (a cache may stand
+    in front)."""
+    lm, planned = plan_point(s, job, n, rate)
     return finish_point(s, job, lm, planned, pricer(lm, planned.price_keys, planned.scheduler.fused))
 
 
 def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
     dp = s.num_devices // layout.devices
     kv_gib = m.peak_kv_tokens * mem.kv_bytes_per_token / GIB
+    in_flight = m.request_throughput * m.e2e_ms / 1000.0  # Little's law
     return {
         "role": role, "tp": layout.tp, "pp": layout.pp, "dp": dp, "ep": layout.ep,
-        "concurrency": m.concurrency, "max_batched_tokens": m.max_batched_tokens,
+        "concurrency": max(1, round(in_flight)) if m.arrival == "poisson" else m.concurrency,
+        "max_batched_tokens": m.max_batched_tokens,
+        "arrival": m.arrival, "request_rate": m.request_rate, "num_prompts": m.num_prompts,
         "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms,
         "ttft_p50_ms": m.ttft_p50_ms, "ttft_p90_ms": m.ttft_p90_ms, "ttft_p99_ms": m.ttft_p99_ms,
         "tpot_p50_ms": m.tpot_p50_ms, "tpot_p90_ms": m.tpot_p90_ms, "tpot_p99_ms": m.tpot_p99_ms,
+        "itl_ms": m.itl_ms, "itl_p50_ms": m.itl_p50_ms, "itl_p90_ms": m.itl_p90_ms, "itl_p99_ms": m.itl_p99_ms,
+        "e2e_ms": m.e2e_ms, "e2e_p50_ms": m.e2e_p50_ms, "e2e_p90_ms": m.e2e_p90_ms, "e2e_p99_ms": m.e2e_p99_ms,
+        "ttft_slo_ms": m.ttft_slo_ms, "tpot_slo_ms": m.tpot_slo_ms,
         "makespan_ms": m.makespan_ms,
         "request_throughput": m.request_throughput * dp,
         "output_throughput": m.output_throughput * dp,
         "output_throughput_per_device": m.output_throughput_per_device,
+        "goodput": m.goodput * dp,
+        "measured_requests": m.measured_requests, "steady": m.steady,
         "num_steps": m.num_steps, "prefill_num_chunks": m.prefill_num_chunks,
         "effective_input_length": m.effective_input_length,
         "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": mem.kv_capacity_tokens,
@@ -68,10 +114,11 @@ def meets(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> bool
 
 
 def first_failure(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> str | None:
+    """What fails first: memory, then TTFT, then TPOT, each at the SLO percentile (or the mean)."""
     if not row["fits_memory"]:
         return "memory"
-    if ttft_limit is not None and row["role"] != "decode" and row["ttft_ms"] > ttft_limit:
+    if ttft_limit is not None and row["role"] != "decode" and row["ttft_slo_ms"] > ttft_limit:
         return "TTFT"
-    if tpot_limit is not None and row["role"] != "prefill" and row["tpot_ms"] > tpot_limit:
+    if tpot_limit is not None and row["role"] != "prefill" and row["tpot_slo_ms"] > tpot_limit:
         return "TPOT"
     return None

@@ -12,6 +12,7 @@ from latency import DEFAULT_RESERVED_GIB
 from latency.checks import RangeError, check_number, describe
 from simulator.scheduler import DEFAULT_SLACK_RATIO, SCHEDULERS
 from simulator.timeline import DECODE_CONTEXTS
+from simulator.workload import ARRIVALS
 
 #: max_batched_tokens tried when the user gives none: vLLM's ITL-friendly 2048 up to the 8192+ it
 #: recommends for throughput; the optimizer keeps the best
@@ -20,7 +21,6 @@ AUTO_MAX_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 DEFAULT_MAX_CONCURRENCY = 4096
 #: vLLM's `max_num_seqs` default (the measured runs used it)
 VLLM_MAX_NUM_SEQS = 1024
-ARRIVALS = ("burst", "closed", "poisson")
 #: commands that take scenario fields; `sweep` reads them as spec keys
 COMMANDS = ("optimize", "estimate", "sweep")
 
@@ -142,9 +142,10 @@ FIELDS: tuple[Field, ...] = (
     _f("num_devices", int, None, "devices in the deployment", low=1, required=True, group="hardware"),
     _f("input_length", int, None, "prompt tokens per request", "tokens", low=1, required=True),
     _f("output_length", int, None, "output tokens per request", "tokens", low=1, required=True),
-    _f("max_batched_tokens", int, AUTO_MAX_BATCHED_TOKENS,
-       "token budget per step, also the prefill chunk size; several values are all tried",
-       "tokens", low=1, many=True, deprecated="--max-prefill-tokens", column=None, group="scheduler"),
+    _f("max_batched_tokens", int, (), "token budget per step, also the prefill chunk size; several values are "
+       "all tried", "tokens", low=1, many=True, deprecated="--max-prefill-tokens", column=None, group="scheduler",
+       default_help="token-budget: vLLM's max_num_batched_tokens default (8192; 16384 on devices with >= 160 GB); "
+       "decode-first: the best of " + " ".join(map(str, AUTO_MAX_BATCHED_TOKENS))),
     _f("ttft_limits", float, (), "limits on TTFT (mean, or --slo-percentile); every combination is answered",
        "ms", low=0, low_open=True, many=True, key="ttft_limit_ms", group="limits", scalar_column=True),
     _f("tpot_limits", float, (), "limits on TPOT (mean, or --slo-percentile)", "ms", low=0, low_open=True,
@@ -177,6 +178,22 @@ FIELDS: tuple[Field, ...] = (
        key="mtp_acceptance_rate", group="scheduler"),
     _f("max_concurrency", int, DEFAULT_MAX_CONCURRENCY, "highest concurrency per instance the search probes",
        low=1, group="limits", commands=("optimize", "sweep")),
+    _f("slo_percentile", float, 0.0, "apply the TTFT/TPOT limits to this percentile of requests; 0 = the mean",
+       low=0, high=100, high_open=True, group="limits"),
+    _f("arrival", str, "burst", "how requests arrive: burst (all at t=0, the RFC's window), closed (concurrency "
+       "in flight, each finished request replaced: vllm bench serve --max-concurrency), poisson (open loop at "
+       "--request-rate: vllm bench serve --request-rate)", choices=ARRIVALS, group="load"),
+    _f("num_prompts", int, 0, "requests sent in a closed loop or Poisson stream; 0 = 8 x concurrency (closed), "
+       "1000 (poisson)", low=0, group="load"),
+    _f("burstiness", float, 1.0, "poisson: gamma shape of the inter-arrival times (1 = Poisson; < 1 burstier)",
+       low=0, low_open=True, group="load"),
+    _f("seed", int, 0, "poisson: random seed of the arrival times", low=0, group="load"),
+    _f("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
+       commands=("estimate",), column=None),
+    _f("request_rate", float, 1.0, "poisson: requests per second offered to one instance", "req/s", low=0,
+       low_open=True, group="load", commands=("estimate",), column=None),
+    _f("role", str, "agg", "what the instance does: agg (prefill and decode), prefill only, or decode only",
+       choices=("agg", "prefill", "decode"), group="load", commands=("estimate",), column=None),
 )
 
 FIELD_BY_NAME = {f.name: f for f in FIELDS}

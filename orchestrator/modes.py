@@ -140,16 +140,20 @@ def _best_of(best: list[dict], role: str, ttft, tpot) -> dict | None:
 
 
 def pd_splits(s: Scenario, best: list[dict], pd_devices: tuple[int, int]) -> list[dict]:
-    """For each limit pair: P QPS from the chunked-prefill TTFT, D QPS from the TPOT (RFC formulas),
-    then the integer split of instances that serves the most requests per second per device."""
+    """For each limit pair: P QPS from the chunked-prefill TTFT, D QPS from the TPOT (RFC formulas;
+    under steady load, each instance's measured request throughput), then the integer split of
+    instances that serves the most requests per second per device."""
     p_dev, d_dev = pd_devices
     out = []
     for ttft, tpot in s.limit_pairs():
         pre, dec = (_best_of(best, role, ttft, tpot) for role in ("prefill", "decode"))
         if pre is None or dec is None:
             continue
-        p_qps = prefill_qps(pre["concurrency"], pre["ttft_ms"])
-        d_qps = decode_qps(dec["concurrency"], dec["tpot_ms"], s.output_length)
+        if s.arrival == "burst":  # the RFC's formulas over the window
+            p_qps = prefill_qps(pre["concurrency"], pre["ttft_ms"])
+            d_qps = decode_qps(dec["concurrency"], dec["tpot_ms"], s.output_length)
+        else:  # steady load: what one instance completes per second
+            p_qps, d_qps = pre["request_throughput"] / pre["dp"], dec["request_throughput"] / dec["dp"]
         choice = None
         for n_p in range(1, s.num_devices // p_dev + 1):
             n_d = (s.num_devices - n_p * p_dev) // d_dev

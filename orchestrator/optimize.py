@@ -22,7 +22,10 @@ def inline_evaluator(s: Scenario, job: Job, ns: list[int]) -> list[dict]:
 def memory_bound(s: Scenario, job: Job) -> int | None:
     """A concurrency above which the KV cache cannot fit, where one is provable: a decode instance
     holds every prompt from the start; under a breadth-first policy with >= 2 chunks every request
-    holds its first chunk (and cached prefix) before any request leaves. None where no bound holds."""
+    holds its first chunk (and cached prefix) before any request leaves. None where no bound holds
+    (and for a Poisson search, whose points are rates)."""
+    if s.arrival == "poisson":
+        return None
     mem = s.latency_model(job.layout).memory_for(job.max_batched_tokens)
     w = workload(s, job.max_batched_tokens, 1)
     if job.role == "decode":

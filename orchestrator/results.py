@@ -12,13 +12,25 @@ from orchestrator.fields import FIELDS
 POINT_COLUMNS = {
     "role": "agg | prefill | decode: what the instance does",
     "tp": "tensor-parallel size", "pp": "pipeline stages", "dp": "instances side by side", "ep": "expert groups",
-    "concurrency": "requests per instance in the window (all arrive at t=0)",
+    "concurrency": "requests per instance: in the window (burst), in flight (closed), or the mean in flight "
+                   "by Little's law (poisson)",
     "max_batched_tokens": "token budget per step (also the chunk size)",
-    "ttft_ms": "mean time to first token", "tpot_ms": "mean time per output token after the first",
+    "arrival": "burst | closed | poisson", "request_rate": "poisson: offered requests/s per instance",
+    "num_prompts": "requests simulated",
+    "ttft_ms": "mean time to first token (from arrival)", "tpot_ms": "mean time per output token after the first",
     "ttft_p50_ms": "", "ttft_p90_ms": "", "ttft_p99_ms": "", "tpot_p50_ms": "", "tpot_p90_ms": "", "tpot_p99_ms": "",
+    "itl_ms": "mean inter-token latency (decode step time per token)", "itl_p50_ms": "", "itl_p90_ms": "",
+    "itl_p99_ms": "", "e2e_ms": "mean end-to-end latency (arrival to last token)", "e2e_p50_ms": "",
+    "e2e_p90_ms": "", "e2e_p99_ms": "",
+    "ttft_slo_ms": "TTFT at the SLO percentile (the mean without one): what the limit is checked on",
+    "tpot_slo_ms": "TPOT at the SLO percentile (the mean without one)",
     "makespan_ms": "time until the last request finishes",
-    "request_throughput": "requests/s over all dp instances", "output_throughput": "output tokens/s, all instances",
+    "request_throughput": "requests/s over all dp instances (steady window, or N / makespan for a burst)",
+    "output_throughput": "output tokens/s, all instances",
     "output_throughput_per_device": "output tokens/s per device",
+    "goodput": "requests/s within both limits, all instances (NaN with several limit pairs)",
+    "measured_requests": "requests the latencies are over (warm-up and drain left out)",
+    "steady": "a steady window existed (else every request is measured)",
     "num_steps": "forward steps simulated", "prefill_num_chunks": "chunks per prompt",
     "effective_input_length": "prompt tokens left after the prefix cache",
     "peak_kv_tokens": "KV tokens held at the fullest step", "kv_capacity_tokens": "KV tokens that fit per instance",
@@ -30,9 +42,10 @@ POINT_COLUMNS = {
 
 #: integer and boolean result columns (scenario columns take their type from the field table)
 INT_COLUMNS = {"tp", "pp", "dp", "ep", "concurrency", "max_batched_tokens", "num_steps", "prefill_num_chunks",
+               "num_prompts", "measured_requests",
                "effective_input_length", "kv_capacity_tokens", "prefill_tp", "decode_tp", "prefill_concurrency",
                "decode_concurrency", "prefill_instances", "decode_instances", "devices_used"}
-BOOL_COLUMNS = {"fits_memory", "feasible"}
+BOOL_COLUMNS = {"fits_memory", "feasible", "steady"}
 STR_COLUMNS = {"role", "scenario_id", "mode", "message", "model", "device"}
 
 

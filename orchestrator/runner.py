@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 TARGET_TASK_MS = 50.0
 #: rough cost of one simulated step plus a fixed cost per point, for packing tasks
 MS_PER_STEP, MS_PER_POINT = 0.008, 0.3
+POISSON_IN_FLIGHT = 16
 #: times Ray re-runs a task whose worker died
 TASK_RETRIES = 3
 #: tasks in flight per CPU, and points queued per CPU before more scenarios are admitted
@@ -31,9 +32,12 @@ OnDone = Callable[[SweepItem, list[JobResult]], None]
 
 
 def estimate_ms(s: Scenario, job: Job, n: int) -> float:
-    """Rough work of one point: decode steps plus the steps its prompt tokens fill at B per step."""
+    """Rough work of one point: decode steps plus the steps its prompt tokens fill at B per step
+    (a Poisson point's requests in flight are unknown before it runs: POISSON_IN_FLIGHT is a guess)."""
     w = workload(s, job.max_batched_tokens, n)
-    steps = (w.decode_steps if job.role != "prefill" else 0) + n * w.effective_input_length / w.max_batched_tokens + 1
+    rounds = w.prompts / (POISSON_IN_FLIGHT if w.arrival == "poisson" else w.concurrency)
+    decode = w.decode_steps * rounds if job.role != "prefill" else 0
+    steps = decode + w.prompts * w.effective_input_length / w.max_batched_tokens + 1
     return MS_PER_POINT + MS_PER_STEP * steps
 
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from latency import build_latency_model, load_device, load_model, parse_quantization
 from latency.parallel import ParallelSpec
-from orchestrator.fields import FIELDS, InputError
+from orchestrator.fields import AUTO_MAX_BATCHED_TOKENS, FIELDS, InputError
 from simulator.scheduler import Scheduler, make_scheduler
 
 __all__ = ["InputError", "Layout", "Scenario"]
@@ -30,13 +30,39 @@ class Layout:
         return self.tp * self.pp
 
 
+#: devices with at least this much HBM get vLLM's larger max_num_batched_tokens default
+VLLM_LARGE_HBM_BYTES = 160e9
+VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE = 8192, 16384
+
+
+def engine_default_budget(device) -> int:
+    """vLLM's `max_num_batched_tokens` default: 8192, or 16384 on GPUs with >= 160 GB (B200)."""
+    large = device.hbm_gib * 1024**3 >= VLLM_LARGE_HBM_BYTES
+    return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
+
+
 class _ScenarioMethods:
     def __post_init__(self) -> None:
+        """Fill the defaults that depend on the device: quantisation, and the token budget."""
+        try:
+            device = load_device(self.device)
+        except ValueError:
+            return  # validate() names the device
         if self.quantization is None:  # the device's default (the reference tool's on Ascend devices)
-            try:
-                object.__setattr__(self, "quantization", load_device(self.device).default_quantization)
-            except ValueError:
-                pass  # validate() names the device
+            object.__setattr__(self, "quantization", device.default_quantization)
+        if not self.max_batched_tokens:
+            budgets = (engine_default_budget(device),) if self.scheduler == "token-budget" else AUTO_MAX_BATCHED_TOKENS
+            object.__setattr__(self, "max_batched_tokens", budgets)
+
+    @property
+    def default_notes(self) -> list[str]:
+        """Defaults taken from elsewhere, to print with a result."""
+        notes = []
+        if self.scheduler == "token-budget" and self.max_batched_tokens == (engine_default_budget(
+                load_device(self.device)),):
+            notes.append(f"max_batched_tokens {self.max_batched_tokens[0]} and max_num_seqs {self.max_num_seqs} "
+                         "are vLLM's defaults on this device unless given")
+        return notes
 
     def validate(self) -> None:
         """Raise InputError naming the field of the first bad value."""

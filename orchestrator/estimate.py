@@ -1,0 +1,117 @@
+"""`servesweep estimate`: one configuration, no search, or many from a CSV in one process.
+
+A configuration is a scenario with one layout, one budget and one load (a concurrency, or a
+request rate for Poisson arrivals). The answer is the point row (metrics and memory), plus a per-op
+breakdown of a typical prefill step and decode step with what bounds each op.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from latency import ForwardKey, load_device
+from orchestrator.evaluate import evaluate_point
+from orchestrator.fields import FIELD_BY_KEY, FIELDS, InputError
+from orchestrator.jobs import Job
+from orchestrator.scenario import Layout, Scenario, engine_default_budget
+
+#: ops whose bound is a link, not HBM
+COMMUNICATION_OPS = ("tp_comm", "ep_comm", "pp_comm")
+
+
+def configure(values: dict) -> Scenario:
+    """A validated one-configuration scenario from field values; the layout defaults to one instance
+    over all devices, the budget to vLLM's default on the device."""
+    for f in FIELDS:
+        if f.required and values.get(f.name) is None:
+            raise InputError(f.name, None, "a value (it is required)")
+    if not values.get("max_batched_tokens"):
+        try:
+            values["max_batched_tokens"] = (engine_default_budget(load_device(values["device"])),)
+        except ValueError as err:
+            raise InputError("device", values["device"], str(err).split("; ", 1)[-1]) from None
+    if not values.get("tp_sizes"):
+        values["tp_sizes"] = (values["num_devices"] // values.get("pp", 1) or 1,)
+    s = Scenario(**values)
+    for name in ("tp_sizes", "max_batched_tokens"):
+        if len(getattr(s, name)) != 1:
+            raise InputError(name, list(getattr(s, name)), "exactly one value for estimate")
+    s.validate()
+    return s
+
+
+def job_of(s: Scenario) -> Job:
+    (layout,) = [x for x in s.layouts() if x.tp == s.tp_sizes[0]] or [Layout(s.tp_sizes[0], s.pp, s.ep)]
+    return Job(s.role, layout, s.max_batched_tokens[0])
+
+
+def estimate(s: Scenario) -> dict:
+    """The point row of the configuration (throughputs over all dp instances)."""
+    rate = s.request_rate if s.arrival == "poisson" else None
+    return evaluate_point(s, job_of(s), s.concurrency, rate=rate)
+
+
+def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
+    """A prefill step of one full chunk and a decode step of the run's concurrency at mid-output context."""
+    job = job_of(s)
+    chunk = min(job.max_batched_tokens, row["effective_input_length"])
+    keys = [] if s.role == "decode" else [ForwardKey(False, 1, chunk, chunk)]
+    if s.role != "prefill" and s.output_length > 1:
+        keys.append(ForwardKey(True, max(1, row["concurrency"]), 1 + s.mtp_tokens,
+                               s.input_length + s.output_length // 2))
+    return keys
+
+
+def breakdown(s: Scenario, row: dict):
+    """Per-op ms, share and bound (compute, memory, communication, overhead) of the typical steps."""
+    lm = s.latency_model(job_of(s).layout)
+    table = lm.breakdown(typical_steps(s, row))
+    table.insert(0, "step", ["decode" if k.is_decode else "prefill" for k in table.pop("key")])
+    return table
+
+
+def read_configs(path: Path, defaults: dict):
+    """The rows of a CSV as field values over `defaults`; a bad cell raises InputError naming the
+    line and column. Returns (input table, list of values, unknown columns)."""
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, ValueError) as err:
+        raise InputError("--from-csv", str(path), f"a readable CSV file ({err})") from None
+    unknown = [c for c in table.columns if c not in FIELD_BY_KEY]
+    configs = []
+    for i, cells in enumerate(table.to_dict("records")):
+        values = dict(defaults)
+        for column, text in cells.items():
+            f = FIELD_BY_KEY.get(column)
+            if f is None or text.strip() == "":
+                continue
+            try:
+                parsed = tuple(f.parse(t) for t in text.split()) if f.many else f.parse(text)
+            except InputError as err:
+                raise InputError(f"{path} line {i + 2}, column {column}", err.value, err.allowed) from None
+            values[f.name] = parsed
+        configs.append(values)
+    return table, configs, unknown
+
+
+def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
+    """Estimate every row of a CSV: (input table with the metric columns added, unknown columns)."""
+    import pandas as pd
+    from tqdm import tqdm
+
+    table, configs, unknown = read_configs(path, defaults)
+    rows = []
+    for i, values in enumerate(tqdm(configs, desc="estimate", unit="row", disable=not progress, file=sys.stderr)):
+        try:
+            s = configure(values)
+        except InputError as err:
+            f = FIELD_BY_KEY.get(err.name) or next((x for x in FIELDS if x.name == err.name), None)
+            column = f.key if f else err.name
+            raise InputError(f"{path} line {i + 2}, column {column}", err.value, err.allowed) from None
+        rows.append(estimate(s))
+    metrics = pd.DataFrame(rows, index=table.index)
+    metrics = metrics[[c for c in metrics.columns if c not in table.columns]]
+    return pd.concat([table, metrics], axis=1), unknown
