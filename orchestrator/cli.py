@@ -39,8 +39,9 @@ def add_field_flags(p: argparse.ArgumentParser, command: str, require: bool = Tr
         unit = f" [{f.unit}]" if f.unit else ""
         default = "" if f.required else f" (default: {f.default_text()})"
         choices = f" {{{','.join(f.choices)}}}" if f.choices else ""
+        metavar = f.name.upper().rstrip("S") if f.many else None
         group.add_argument(f.flag, *f.aliases, dest=f.name, type=f.kind, nargs="+" if f.many else None,
-                           required=f.required and require, default=None, metavar=f.name.upper().rstrip("S") if f.many else None,
+                           required=f.required and require, default=None, metavar=metavar,
                            help=f"{f.help}{choices}{unit}{default}")
         if f.deprecated:
             group.add_argument(f.deprecated, dest=f"deprecated_{f.name}", type=f.kind, nargs="+" if f.many else None,

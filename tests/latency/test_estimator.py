@@ -74,7 +74,8 @@ def test_breakdown_shares_add_up():
     key = ForwardKey(False, 1, 4096, 4096)
     bd = lm.breakdown([key])
     assert bd["share"].sum() == pytest.approx(1.0)
-    assert set(bd["bound"]) <= {"compute", "memory", "overhead"}
+    assert set(bd["bound"]) <= {"compute", "memory", "communication", "overhead"}
+    assert bd.loc[bd["op"] == "tp_comm", "bound"].tolist() == ["communication"]
     assert bd["ms"].sum() == pytest.approx(lm.latency_ms([key])[0])
 
 
