@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from latency.device import DeviceSpec, load_device, shipped_devices
+from latency.engine import EngineProfile, load_engine, shipped_engines
 from latency.estimator import DEFAULT_RESERVED_GIB, MemoryPicture, RooflineModel
 from latency.keys import ForwardKey, StepShape
 from latency.measured import MeasuredLatency, calibrate
@@ -11,18 +12,21 @@ from latency.parallel import ParallelSpec
 from latency.quant import Quantization, parse_quantization
 
 __all__ = [
-    "DEFAULT_RESERVED_GIB", "DeviceSpec", "ForwardKey", "MeasuredLatency", "MemoryPicture", "ModelSpec",
-    "ParallelSpec", "Quantization", "RooflineModel", "StepShape", "build_latency_model", "calibrate",
-    "load_device", "load_model", "parse_quantization", "shipped_devices", "shipped_models",
+    "DEFAULT_RESERVED_GIB", "DeviceSpec", "EngineProfile", "ForwardKey", "MeasuredLatency", "MemoryPicture",
+    "ModelSpec", "ParallelSpec", "Quantization", "RooflineModel", "StepShape", "build_latency_model", "calibrate",
+    "load_device", "load_engine", "load_model", "parse_quantization", "shipped_devices", "shipped_engines",
+    "shipped_models",
 ]
 
 
 def build_latency_model(model, device, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
                         quantization: str = "bf16", kv_cache_dtype: str = "bf16",
-                        reserved_memory_gb: float = DEFAULT_RESERVED_GIB) -> RooflineModel:
+                        reserved_memory_gb: float = DEFAULT_RESERVED_GIB, engine: str = "none") -> RooflineModel:
     """The roofline model of one instance: `model` is a shipped name or a config.json path,
-    `device` a device id or .toml path; `reserved_memory_gb` is GiB, as the reference tool counts."""
+    `device` a device id or .toml path; `reserved_memory_gb` is GiB, as the reference tool counts;
+    `engine` names the serving engine whose per-step overhead is added (latency/data/engines)."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     dev = device if isinstance(device, DeviceSpec) else load_device(device)
     return RooflineModel(spec, dev, ParallelSpec(tp=tp, pp=pp, dp=dp, ep=ep),
-                         parse_quantization(quantization, kv_cache_dtype), reserved_memory_gb)
+                         parse_quantization(quantization, kv_cache_dtype), reserved_memory_gb,
+                         engine=engine if isinstance(engine, EngineProfile) else load_engine(engine))

@@ -15,6 +15,7 @@ from dataclasses import asdict
 import numpy as np
 
 from latency.device import DeviceSpec
+from latency.engine import EngineProfile
 from latency.keys import ForwardKey, StepShape, keys_to_arrays
 from latency.memory import (
     ACT_BYTES,
@@ -35,6 +36,7 @@ HIDDEN_PASSES = 8
 MLP_ACT_PASSES = 3
 #: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
 KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
+NO_ENGINE = EngineProfile()
 OPS = ("qkv_proj", "attention", "o_proj", "mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm",
        "pp_comm", "overhead")
 
@@ -43,13 +45,15 @@ class RooflineModel:
     """Latency and memory of one model instance (tp x pp devices) on one device type."""
 
     def __init__(self, model: ModelSpec, device: DeviceSpec, parallel: ParallelSpec, quant: Quantization,
-                 reserved_memory_gib: float = DEFAULT_RESERVED_GIB, activation_tokens: int = ACTIVATION_TOKENS):
+                 reserved_memory_gib: float = DEFAULT_RESERVED_GIB, activation_tokens: int = ACTIVATION_TOKENS,
+                 engine: EngineProfile = NO_ENGINE):
         parallel.validate(model)
         if reserved_memory_gib < 0:
             raise ValueError(f"reserved_memory_gb must be >= 0, got {reserved_memory_gib}")
         self.model, self.device, self.parallel, self.quant = model, device, parallel, quant
         self.reserved_memory_gib = reserved_memory_gib
         self.activation_tokens = activation_tokens
+        self.engine = engine
         self._derive()
         self.memory_account = MemoryAccount(self)
 
@@ -98,10 +102,11 @@ class RooflineModel:
     def fingerprint(self) -> str:
         """Names model, device, parallelism, quantisation and every number that changes a price."""
         payload = json.dumps([asdict(self.model), asdict(self.device), asdict(self.parallel),
-                              asdict(self.quant)], sort_keys=True)
+                              asdict(self.quant), asdict(self.engine)], sort_keys=True)
         digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
         p = self.parallel
-        return (f"{self.model.name}|{self.device.name}|tp{p.tp}pp{p.pp}ep{p.ep}|{self.quant.name}|{digest}")
+        return (f"{self.model.name}|{self.device.name}|tp{p.tp}pp{p.pp}ep{p.ep}|{self.quant.name}|"
+                f"{self.engine.name}|{digest}")
 
     # ----- pricing ----------------------------------------------------------------------------
     def latency_ms(self, keys: Sequence[ForwardKey]) -> np.ndarray:
@@ -175,7 +180,8 @@ class RooflineModel:
         ops["lm_head"] = linear(self.lm_head_params, 1, 1, w_bytes=2, peak=bf16, t=sampled,
                                 in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens)
-        ops["overhead"] = (np.full(n_steps, d.step_overhead_ms), np.full(n_steps, "overhead"))
+        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens)
+        ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64), np.full(n_steps, "overhead"))
         total = sum(ms for ms, _ in ops.values())
         if detail:
             return {**ops, "total": total}

@@ -32,7 +32,7 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=s.num_prompts if s.arrival != "burst" else 0,
                     request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
-                    burstiness=s.burstiness, seed=s.seed)
+                    burstiness=s.burstiness, seed=s.seed, measure=s.measure)
 
 
 def direct_pricer(lm, keys, fused: bool):

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from latency import DEFAULT_RESERVED_GIB
+from latency import DEFAULT_RESERVED_GIB, shipped_engines
 from latency.checks import RangeError, check_number, describe
 from simulator.scheduler import DEFAULT_SLACK_RATIO, SCHEDULERS
 from simulator.timeline import DECODE_CONTEXTS
-from simulator.workload import ARRIVALS
+from simulator.workload import ARRIVALS, MEASURES
 
 #: max_batched_tokens tried when the user gives none: vLLM's ITL-friendly 2048 up to the 8192+ it
 #: recommends for throughput; the optimizer keeps the best
@@ -160,6 +160,9 @@ FIELDS: tuple[Field, ...] = (
        flag="--quantize-linear-action", group="hardware",
        default_help="the device file's: W8A8_DYNAMIC on Ascend and TEST_DEVICE as the reference tool, bf16 on GPUs"),
     _f("kv_cache_dtype", str, "bf16", "KV-cache dtype (bf16, int8, fp8)", group="hardware"),
+    _f("engine", str, "none", "serving engine whose framework time per step is added (latency/data/engines: "
+       "none = kernels only, as the reference tool; vllm, sglang, trtllm fitted on measured runs)",
+       choices=tuple(shipped_engines()), group="hardware"),
     _f("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
        group="hardware"),
     _f("scheduler", str, "decode-first", "step policy: decode-first (the RFC's) or token-budget (vLLM V1)",
@@ -188,6 +191,9 @@ FIELDS: tuple[Field, ...] = (
     _f("burstiness", float, 1.0, "poisson: gamma shape of the inter-arrival times (1 = Poisson; < 1 burstier)",
        low=0, low_open=True, group="load"),
     _f("seed", int, 0, "poisson: random seed of the arrival times", low=0, group="load"),
+    _f("measure", str, "steady", "requests the latencies are over: steady (warm-up and drain left out: what a "
+       "deployment sees) or all (what vllm bench serve and other benchmark clients report)", choices=MEASURES,
+       group="load"),
     _f("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
        commands=("estimate",), column=None),
     _f("request_rate", float, 1.0, "poisson: requests per second offered to one instance", "req/s", low=0,

@@ -128,7 +128,7 @@ class _ScenarioMethods:
 
     def latency_model(self, layout: Layout):
         return _latency_model(self.model, self.device, layout.tp, layout.pp, self.num_devices // layout.devices,
-                              layout.ep, self.quantization, self.kv_cache_dtype, self.reserved_memory_gb)
+                              layout.ep, self.quantization, self.kv_cache_dtype, self.reserved_memory_gb, self.engine)
 
     def make_scheduler(self) -> Scheduler:
         """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
@@ -156,6 +156,6 @@ Scenario.__module__ = __name__
 
 
 @lru_cache(maxsize=256)
-def _latency_model(model, device, tp, pp, dp, ep, quantization, kv_cache_dtype, reserved):
+def _latency_model(model, device, tp, pp, dp, ep, quantization, kv_cache_dtype, reserved, engine):
     return build_latency_model(model, device, tp=tp, pp=pp, dp=dp, ep=ep, quantization=quantization,
-                               kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved)
+                               kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved, engine=engine)

@@ -79,7 +79,8 @@ def _window(plan, arrival: np.ndarray, finish: np.ndarray, counts: np.ndarray, m
             makespan: float) -> tuple[float, float]:
     """(requests finished, ms) of the throughput window: from the first to the last measured
     arrival of a steady run, else the whole run."""
-    if plan.workload.arrival != "burst" and measured.any():
+    w = plan.workload
+    if w.arrival != "burst" and w.measure == "steady" and measured.any():
         start, end = arrival[measured].min(), arrival[measured].max()
         done = counts[(finish > start) & (finish <= end)].sum()
         if end > start and done:
@@ -157,7 +158,7 @@ def _itl(plan, ends: np.ndarray, measured_arrivals: np.ndarray, w) -> tuple[np.n
     between its first and last measured arrival."""
     durations = np.diff(ends)
     weights = plan.step_decode.astype(np.float64)
-    if w.arrival != "burst" and len(measured_arrivals):
+    if w.arrival != "burst" and w.measure == "steady" and len(measured_arrivals):
         end_of_step = ends[1:]
         inside = (end_of_step > measured_arrivals.min()) & (end_of_step <= measured_arrivals.max())
         if (weights * inside).sum():

@@ -149,7 +149,8 @@ class _Arrivals:
     """Arrival events of a workload: the first requests at t=0, then replacements (closed loop) or
     timed arrivals (Poisson). Warm-up and drain are not measured: in a closed loop the first
     `concurrency` requests (a burst no steady system sees) and the last `concurrency` (sent while
-    the loop drains); in a Poisson stream the first and last STEADY_MARGIN of the arrivals."""
+    the loop drains); in a Poisson stream the first and last STEADY_MARGIN of the arrivals. With
+    measure "all" every request is measured, as benchmark clients report."""
 
     def __init__(self, w: Workload):
         self.w, self.total = w, w.prompts
@@ -163,7 +164,7 @@ class _Arrivals:
     def add(self, count: int, step: int, ms: float = 0.0) -> int:
         """Record `count` arrivals at the end of `step`; returns the event index."""
         w, lo, hi = self.w, self.sent, self.sent + count
-        if w.arrival == "burst":
+        if w.arrival == "burst" or w.measure == "all":
             steady = True
         elif w.arrival == "closed":
             steady = lo >= w.concurrency and hi <= self.total - w.concurrency

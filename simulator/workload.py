@@ -20,6 +20,8 @@ class PrefillChunk:
 #: how requests arrive: all at t=0 (the RFC's window), a closed loop of `concurrency` in flight, or
 #: an open Poisson stream at `request_rate`
 ARRIVALS = ("burst", "closed", "poisson")
+#: which requests the metrics are over: the steady ones (no warm-up, no drain), or all of them
+MEASURES = ("steady", "all")
 #: a closed loop with num_prompts = 0 sends this many prompts per unit of concurrency
 PROMPTS_PER_CONCURRENCY = 8
 #: a Poisson stream with num_prompts = 0 sends this many (`vllm bench serve`'s default)
@@ -51,6 +53,7 @@ class Workload:
     request_rate: float = 0.0     # requests per second (poisson)
     burstiness: float = 1.0       # gamma shape of inter-arrival times; 1 = Poisson
     seed: int = 0
+    measure: str = "steady"       # "all": every request counts, warm-up and drain too (as benchmark clients)
 
     def __post_init__(self) -> None:
         check_int("input_length", self.input_length, 1)
@@ -79,6 +82,8 @@ class Workload:
             check_number("mtp_acceptance_rates", r, low=0, high=1)
         if self.arrival not in ARRIVALS:
             raise ValueError(f"arrival must be one of {ARRIVALS}, got {self.arrival!r}")
+        if self.measure not in MEASURES:
+            raise ValueError(f"measure must be one of {MEASURES}, got {self.measure!r}")
         check_int("num_prompts", self.num_prompts, 0)
         check_int("seed", self.seed, 0)
         check_number("burstiness", self.burstiness, low=0, low_open=True)

@@ -146,3 +146,20 @@ def test_calibration_leaves_fields_the_table_cannot_see():
     cal = calibrate(truth, table)
     assert "eff_communication" not in cal.params
     assert cal.model.device.eff_communication == truth.device.eff_communication
+
+
+def test_engine_profile_adds_its_framework_time_to_every_step():
+    from latency import EngineProfile, load_engine
+
+    keys = [ForwardKey(True, 64, 1, 2048), ForwardKey(False, 2, 4096, 4096)]
+    shapes = [(keys[0],), tuple(keys)]
+    bare = build_latency_model("Qwen/Qwen3-8B", "H200_SXM")
+    engine = EngineProfile("test", step_ms=1.5, request_us=20.0, token_us=0.5)
+    with_engine = build_latency_model("Qwen/Qwen3-8B", "H200_SXM", engine=engine)
+    added = with_engine.step_latency_ms(shapes) - bare.step_latency_ms(shapes)
+    # step 1: 64 requests, 64 tokens; step 2: 66 requests, 64 + 8192 tokens
+    assert added == pytest.approx([1.5 + (20 * 64 + 0.5 * 64) / 1000, 1.5 + (20 * 66 + 0.5 * 8256) / 1000])
+    assert with_engine.fingerprint != bare.fingerprint
+    assert load_engine("none").overhead_ms(10, 10) == 0.0
+    with pytest.raises(ValueError, match="unknown engine"):
+        load_engine("nope")

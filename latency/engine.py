@@ -1,0 +1,53 @@
+"""EngineProfile: what a serving engine adds to every forward step beyond its kernels (scheduling,
+input preparation, sampling, detokenisation), as measured end to end. One TOML file per engine
+(`latency/data/engines/`); "none" is kernels only (the reference tool's model)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from latency.checks import RangeError, check_number
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DATA = Path(__file__).parent / "data" / "engines"
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """A step costs `step_ms` + `request_us` per request in it + `token_us` per token it computes,
+    on top of its kernels."""
+
+    name: str = "none"
+    step_ms: float = 0.0
+    request_us: float = 0.0
+    token_us: float = 0.0
+    source: str = ""
+
+    def overhead_ms(self, requests, tokens):
+        return self.step_ms + (self.request_us * requests + self.token_us * tokens) * 1e-3
+
+
+def shipped_engines() -> list[str]:
+    return sorted(p.stem for p in DATA.glob("*.toml"))
+
+
+@lru_cache(maxsize=64)
+def load_engine(name: str) -> EngineProfile:
+    path = DATA / f"{name}.toml"
+    if not path.is_file():
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(shipped_engines())}")
+    data = tomllib.loads(path.read_text())
+    values = {}
+    for key in ("step_ms", "request_us", "token_us"):
+        try:
+            values[key] = float(check_number(f"{path.name}: {key}", data.get(key, 0.0), low=0))
+        except RangeError as err:
+            raise ValueError(str(err)) from None
+    return EngineProfile(name=name, source=str(data.get("source", "")), **values)
