@@ -20,8 +20,9 @@ class _Parser(argparse.ArgumentParser):
 
 TABLE = [  # (header, column, format)
     ("role", "role", "{}"), ("layout", None, "{}"), ("B", "max_batched_tokens", "{}"), ("conc", "concurrency", "{}"),
+    ("req/s", "request_throughput", "{:.2f}"),
     ("tok/s", "output_throughput", "{:.1f}"), ("tok/s/dev", "output_throughput_per_device", "{:.1f}"),
-    ("TTFT ms", "ttft_ms", "{:.1f}"), ("TPOT ms", "tpot_ms", "{:.2f}"), ("chunks", "prefill_num_chunks", "{}"),
+    ("TTFT ms", "ttft_slo_ms", "{:.1f}"), ("TPOT ms", "tpot_slo_ms", "{:.2f}"), ("chunks", "prefill_num_chunks", "{}"),
     ("E", "effective_input_length", "{}"), ("wgt GiB", "weights_gib", "{:.2f}"), ("KV GiB", "kv_gib", "{:.2f}"),
     ("act GiB", "activation_gib", "{:.2f}"), ("free GiB", "available_gib", "{:.2f}"),
 ]
@@ -115,7 +116,7 @@ def cmd_optimize(a) -> int:
         print(f"\n{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
               f"input {s.input_length}, output {s.output_length}, {s.scheduler}"
               f"{', ' + head if head else ''}: top {min(a.top_n, len(rows))}")
-        print(_table(rows[: a.top_n]))
+        print(_table(rows[: a.top_n], percentile=s.slo_percentile))
     for split in result.splits:
         print(f"\nPD split (TTFT <= {split['ttft_limit_ms']}, TPOT <= {split['tpot_limit_ms']}): "
               f"{split['prefill_instances']} x P(tp{split['prefill_tp']}, conc {split['prefill_concurrency']}) + "
@@ -135,9 +136,11 @@ SCENARIO_TABLE = [("model", "model", "{}"), ("device", "device", "{}"), ("devs",
                   ("TPOT<=", "tpot_limit_ms", "{}")]
 
 
-def _table(rows: list[dict], scenario: bool = False) -> str:
+def _table(rows: list[dict], scenario: bool = False, percentile: float = 0.0) -> str:
+    """Rows as text; TTFT and TPOT are shown where the limits apply: the mean, or `percentile`."""
     spec = (SCENARIO_TABLE if scenario else []) + TABLE
-    cells = [[h for h, _, _ in spec]]
+    tag = f"p{percentile:g} " if percentile else ""
+    cells = [[h.replace("TTFT ", f"TTFT {tag}").replace("TPOT ", f"TPOT {tag}") for h, _, _ in spec]]
     for r in rows:
         layout = f"tp{r['tp']}pp{r['pp']}dp{r['dp']}" + (f"ep{r['ep']}" if r["ep"] > 1 else "")
         cells.append([layout if c is None else f.format(r[c]) for _, c, f in spec])

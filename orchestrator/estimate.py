@@ -112,6 +112,7 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
             column = f.key if f else err.name
             raise InputError(f"{path} line {i + 2}, column {column}", err.value, err.allowed) from None
         rows.append(estimate(s))
-    metrics = pd.DataFrame(rows, index=table.index)
-    metrics = metrics[[c for c in metrics.columns if c not in table.columns]]
-    return pd.concat([table, metrics], axis=1), unknown
+    kept = pd.read_csv(path)  # the input as the user wrote it, typed by pandas
+    metrics = pd.DataFrame(rows, index=kept.index)
+    metrics = metrics[[c for c in metrics.columns if c not in kept.columns]]
+    return pd.concat([kept, metrics], axis=1), unknown

@@ -19,7 +19,7 @@ def test_rfc_example_end_to_end(tmp_path):
     lines = p.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["role", "layout"])
     row = lines[header + 1].split()
-    assert row[:4] == ["agg", "tp1pp1dp1", "8192", "2"] and row[8] == "4"
+    assert row[:4] == ["agg", "tp1pp1dp1", "8192", "2"] and row[9] == "4"
     table = pq.read_table(out).to_pandas()
     assert {"concurrency", "ttft_ms", "tpot_ms", "prefill_num_chunks", "model", "device"} <= set(table.columns)
     assert table["concurrency"].is_unique

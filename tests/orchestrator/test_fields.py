@@ -37,7 +37,7 @@ def test_the_rfc_commands_run_as_written(extra, budget, chunks, effective):
     assert p.returncode == 0, p.stderr
     assert "W8A8_DYNAMIC" in p.stdout
     row = _first_row(p.stdout)
-    assert row[0] == "agg" and row[2] == budget and row[3] == "2" and row[8] == chunks and row[9] == effective
+    assert row[0] == "agg" and row[2] == budget and row[3] == "2" and row[9] == chunks and row[10] == effective
 
 
 def test_every_field_has_a_flag_with_help_unit_and_default():

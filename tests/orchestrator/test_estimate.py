@@ -1,0 +1,81 @@
+"""`servesweep estimate`: one configuration end to end, and many from a CSV."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from orchestrator.estimate import configure, estimate
+from orchestrator.evaluate import evaluate_point
+from orchestrator.jobs import Job
+from orchestrator.scenario import Layout, Scenario
+
+BASE = ["estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--num-devices", "2", "--input-length", "2048",
+        "--output-length", "128"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_one_configuration_prints_metrics_memory_and_breakdown():
+    p = run(*BASE, "--tp-sizes", "1", "--concurrency", "32", "--arrival", "closed", "--scheduler", "token-budget")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "tp1pp1dp2" in out and "closed at concurrency 32 (256 prompts)" in out and "B=8192" in out
+    assert "vLLM's defaults" in out  # the engine defaults are named
+    for label in ("TTFT ms", "TPOT ms", "ITL ms", "E2E ms", "memory per device", "per-op breakdown"):
+        assert label in out
+    assert {"compute", "memory"} <= set(out.split())
+
+
+def test_estimate_equals_the_optimizer_point():
+    s = configure({"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 2, "input_length": 2048,
+                   "output_length": 128, "tp_sizes": (1,), "concurrency": 32, "arrival": "closed"})
+    assert s.max_batched_tokens == (8192,)
+    direct = evaluate_point(Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (8192,), tp_sizes=(1,),
+                                     arrival="closed"), Job("agg", Layout(1), 8192), 32)
+    assert estimate(s) == direct
+
+
+def test_poisson_estimate_uses_the_rate():
+    s = configure({"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 1, "input_length": 1024,
+                   "output_length": 64, "arrival": "poisson", "request_rate": 2.0, "num_prompts": 100})
+    row = estimate(s)
+    assert row["request_rate"] == 2.0 and row["num_prompts"] == 100
+    assert row["request_throughput"] == pytest.approx(2.0, rel=0.3)  # below capacity it serves what it is offered
+
+
+def test_from_csv_keeps_rows_in_order_and_adds_metrics(tmp_path):
+    src = tmp_path / "in.csv"
+    pd.DataFrame({"id": ["a", "b", "c"], "concurrency": [1, 8, 4], "tp": [1, 2, 1],
+                  "arrival": ["burst", "closed", ""]}).to_csv(src, index=False)
+    out = tmp_path / "out.parquet"
+    p = run(*BASE, "--from-csv", str(src), "--output", str(out), "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert "columns kept but not read: id" in p.stderr
+    got = pd.read_parquet(out)
+    assert list(got["id"]) == ["a", "b", "c"] and list(got["tp"]) == [1, 2, 1]
+    assert list(got["num_prompts"]) == [1, 64, 4]  # closed: 8 x concurrency; an empty cell took the default burst
+    assert got["ttft_ms"].notna().all() and (got["output_throughput"] > 0).all()
+    single = run(*BASE, "--tp-sizes", "2", "--concurrency", "8", "--arrival", "closed")
+    tpot = float(next(line for line in single.stdout.splitlines() if line.startswith("TPOT")).split()[2])
+    assert got.loc[1, "tpot_ms"] == pytest.approx(tpot, abs=0.01)
+
+
+@pytest.mark.parametrize("cells, message", [
+    ({"concurrency": ["x"]}, "line 2, column concurrency: 'x' is not allowed; expected an integer >= 1"),
+    ({"concurrency": [4], "tp": [3]}, "line 2, column tp: 3 is not allowed"),
+    ({"concurrency": [1, 0]}, "line 3, column concurrency: 0 is not allowed"),
+])
+def test_a_bad_cell_is_one_line_naming_row_and_column(tmp_path, cells, message):
+    src = tmp_path / "in.csv"
+    pd.DataFrame(cells).to_csv(src, index=False)
+    p = run(*BASE, "--from-csv", str(src), "--output", str(tmp_path / "o.csv"), "--no-progress")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
+
+
+def test_missing_required_field_is_named():
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--input-length", "10", "--output-length", "4")
+    assert p.returncode == 2 and "--num-devices" in p.stderr and p.stderr.count("\n") == 1
