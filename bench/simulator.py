@@ -4,7 +4,9 @@
 
 Timings are of the whole `simulate` (plan + one batched pricing call + replay): `wall ms` with a
 cheap vectorised latency (the timeline alone), `roofline ms` priced by the real roofline model of
-Qwen3-32B on one H200.
+Qwen3-32B on one H200. Steady-state rows: a closed loop of N in flight and P prompts, and a Poisson
+stream of P prompts at R req/s (priced shape by shape while planned, so its roofline column
+includes that pricing).
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ import numpy as np
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from latency import build_latency_model  # noqa: E402
-from simulator import Workload, plan, simulate  # noqa: E402
+from simulator import StepPricer, Workload, plan, simulate  # noqa: E402
 from simulator.scheduler import DecodeFirstWithSlack, TokenBudget  # noqa: E402
 
-WORKLOADS = [  # input, output, B, N
-    (2048, 256, 8192, 2),
-    (8000, 600, 4000, 600),
-    (128000, 512, 2048, 16),
-    (32768, 1024, 8192, 16),
-    (4096, 1024, 512, 64),
-    (2048, 256, 16384, 1024),
-    (128000, 128, 16384, 64),
+WORKLOADS = [  # input, output, B, N, arrival, prompts, rate
+    (2048, 256, 8192, 2, "burst", 0, 0.0),
+    (8000, 600, 4000, 600, "burst", 0, 0.0),
+    (128000, 512, 2048, 16, "burst", 0, 0.0),
+    (32768, 1024, 8192, 16, "burst", 0, 0.0),
+    (4096, 1024, 512, 64, "burst", 0, 0.0),
+    (2048, 256, 16384, 1024, "burst", 0, 0.0),
+    (128000, 128, 16384, 64, "burst", 0, 0.0),
+    (1024, 1024, 8192, 128, "closed", 1024, 0.0),
+    (4096, 512, 8192, 64, "closed", 512, 0.0),
+    (1024, 1024, 8192, 1, "poisson", 1024, 5.0),
 ]
 
 
@@ -46,10 +51,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     roofline = build_latency_model("Qwen/Qwen3-32B", "H200_SXM")
-    print(f"{'input':>7} {'output':>6} {'B':>6} {'N':>5} {'policy':>13} {'steps':>6} {'keys':>6} "
-          f"{'wall ms':>8} {'us/step':>8} {'roofline ms':>12}")
-    for i, o, b, n in WORKLOADS:
-        w = Workload(i, o, b, n)
+    print(f"{'input':>7} {'output':>6} {'B':>6} {'N':>5} {'arrival':>8} {'P':>5} {'R':>4} {'policy':>13} "
+          f"{'steps':>6} {'keys':>6} {'wall ms':>8} {'us/step':>8} {'roofline ms':>12}")
+    for i, o, b, n, arrival, prompts, rate in WORKLOADS:
+        w = Workload(i, o, b, n, arrival=arrival, num_prompts=prompts, request_rate=rate)
         for policy in (DecodeFirstWithSlack(), TokenBudget()):
             walls = []
             for _ in range(args.runs):
@@ -62,8 +67,10 @@ def main() -> None:
                 t0 = time.perf_counter()
                 simulate(w, roofline, policy)
                 priced.append((time.perf_counter() - t0) * 1000)
-            keys = len(plan(w, policy).price_keys)
-            print(f"{i:>7} {o:>6} {b:>6} {n:>5} {policy.name:>13} {m.num_steps:>6} {keys:>6} "
+            step_ms = StepPricer(cheap_latency, policy) if arrival == "poisson" else None
+            keys = len(plan(w, policy, step_ms=step_ms).price_keys)
+            print(f"{i:>7} {o:>6} {b:>6} {n:>5} {arrival:>8} {w.prompts if arrival != 'burst' else '':>5} "
+                  f"{rate or '':>4} {policy.name:>13} {m.num_steps:>6} {keys:>6} "
                   f"{wall:>8.2f} {1000 * wall / m.num_steps:>8.2f} {statistics.median(priced):>12.2f}")
 
 

@@ -220,7 +220,7 @@ def plan(
     if not isinstance(context_round, int) or context_round < 1:
         raise ValueError(f"context_round must be an integer >= 1, got {context_round!r}")
     w = workload
-    timed = w.arrival == "poisson"
+    timed, closed = w.arrival == "poisson", w.arrival == "closed"
     if timed and step_ms is None:
         raise ValueError("a Poisson workload is planned with its prices: pass step_ms")
     E, B, I = w.effective_input_length, w.max_batched_tokens, w.input_length
@@ -272,7 +272,9 @@ def plan(
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
             queue, firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
-            kv_prefill += kv_added - sum(n for n, _ in firsts) * I
+            for n, _ in firsts:
+                kv_prefill -= n * I
+            kv_prefill += kv_added
         else:
             firsts = []
         ctx = _decode_key_context(pool, d, I, qlen, mid_context if decode_context == "mid" else None,
@@ -304,9 +306,10 @@ def plan(
             finished_now += finished[done][0]
             done += 1
         left -= finished_now
-        new = arrivals.replacements(finished_now)
-        if new:
-            send(new, step)
+        if closed and finished_now:
+            new = arrivals.replacements(finished_now)
+            if new:
+                send(new, step)
     counts, arrival, first, finish = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
     return Plan(w, scheduler, phase, tuple(shapes), np.array(step_shape, dtype=np.int64), counts, first, finish,
                 float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
