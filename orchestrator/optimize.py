@@ -3,6 +3,7 @@ limit pair; the search mode (orchestrator.modes) decides the jobs and assembles 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from orchestrator.evaluate import evaluate_point, meets, workload
@@ -11,6 +12,7 @@ from orchestrator.modes import Aggregated, Mode
 from orchestrator.scenario import Scenario
 from orchestrator.search import drive, search
 
+log = logging.getLogger(__name__)
 #: evaluate a batch of concurrencies of one job -> rows (inline here; orchestrator.runner on Ray)
 BatchEvaluator = Callable[[Scenario, Job, list[int]], list[dict]]
 
@@ -57,5 +59,10 @@ def optimize(s: Scenario, mode: Mode | None = None, evaluator: BatchEvaluator = 
     mode = mode or Aggregated()
     s.validate()
     mode.validate(s)
-    results = [drive(job_search(s, job, width), lambda ns, j=job: evaluator(s, j, ns)) for job in mode.jobs(s)]
+    results = []
+    for job in mode.jobs(s):
+        results.append(drive(job_search(s, job, width), lambda ns, j=job: evaluator(s, j, ns)))
+        best = [b["concurrency"] for b in results[-1].best]
+        log.info("%s tp%d B=%d: %d points, best concurrency per limit pair %s", job.role, job.layout.tp,
+                 job.max_batched_tokens, len(results[-1].points), best)
     return mode.assemble(s, results)
