@@ -98,7 +98,7 @@ class ModelSpec:
             qk_nope_head_dim=config.get("qk_nope_head_dim") or 0,
             qk_rope_head_dim=config.get("qk_rope_head_dim") or 0,
             v_head_dim=config.get("v_head_dim") or 0,
-            max_position_embeddings=config.get("max_position_embeddings") or 0,
+            max_position_embeddings=_context_length(config),
         )
         spec.validate()
         return spec
@@ -112,6 +112,17 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: experts_per_token must be in [1, {self.num_experts}]")
         if self.is_moe and self.moe_intermediate_size < 1:
             raise ValueError(f"model {self.name!r}: moe_intermediate_size must be >= 1")
+
+
+def _context_length(config: dict) -> int:
+    """Positions the model serves: `max_position_embeddings`, or a YaRN / dynamic rope scaling's
+    factor x its original length when the config declares one (how Qwen3 reaches 128k)."""
+    context = config.get("max_position_embeddings") or 0
+    rope = config.get("rope_scaling") or {}
+    kind = rope.get("rope_type") or rope.get("type")
+    if kind in ("yarn", "dynamic") and rope.get("factor") and rope.get("original_max_position_embeddings"):
+        context = max(context, int(rope["factor"] * rope["original_max_position_embeddings"]))
+    return context
 
 
 def shipped_models() -> list[str]:

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,11 @@ def test_quantization_names():
     assert parse_quantization("bf16", "int8").kv_bytes == 1.0
     with pytest.raises(ValueError, match="unknown quantization 'W3A3'"):
         parse_quantization("W3A3")
+
+
+def test_context_length_follows_yarn_rope_scaling(tmp_path):
+    config = json.loads((Path(__file__).parents[2] / "latency/data/models/Qwen--Qwen3-8B.json").read_text())
+    assert load_model("Qwen/Qwen3-8B").max_position_embeddings == 40960
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert load_model(tmp_path).max_position_embeddings == 131072
