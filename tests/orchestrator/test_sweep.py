@@ -180,7 +180,6 @@ def test_sweep_killed_at_random_moments_resumes_to_the_uninterrupted_rows(inline
         assert not got.duplicated(KEY).any()
         pd.testing.assert_frame_equal(got, table(inline_run), check_exact=False, rtol=1e-12)
         pd.testing.assert_frame_equal(table(out, "best"), table(inline_run, "best"), check_exact=False, rtol=1e-12)
-        assert not list(out.rglob("*.tmp")) or kills  # a SIGKILL mid-write may leave a temp file, never a row
     assert kills >= 3  # the trials did kill runs in the middle
 
 
