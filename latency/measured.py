@@ -167,7 +167,8 @@ def calibrate(model, table, fields: Sequence[str] = tuple(CALIBRATED)) -> Calibr
 
     def rebuild(changes: dict):
         device = dataclasses.replace(model.device, **changes)
-        return RooflineModel(model.model, device, model.parallel, model.quant, model.reserved_memory_gib)
+        return RooflineModel(model.model, device, model.parallel, model.quant, model.reserved_memory_gib,
+                             engine=model.engine)
 
     fields = _identifiable(model, keys, fields, rebuild)
 

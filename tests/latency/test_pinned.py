@@ -74,3 +74,42 @@ def test_tp2_adds_a_ring_all_reduce_per_attention_and_mlp_block():
     ring_s = 2 * (2 - 1) / 2 * msg / (196e9 * 0.7) + 2 * (2 - 1) * 2e-6  # 196 GB/s at 0.7, 2 us per hop
     got = _by_op(lm2, ForwardKey(False, 1, t, t))
     assert got["tp_comm"] == pytest.approx(2 * L * ring_s * 1e3, rel=1e-9)
+
+
+def hand_step_ms(key: ForwardKey, gemm: float, attention: float, memory: float) -> float:
+    """A whole step by hand, for `key.concurrency` identical requests, at the given efficiencies."""
+    c, q, s = key.concurrency, key.query_len, key.seq_len
+    t = c * q
+    peak, bw = 353.9e12, 1.759e12 * memory
+
+    def roof(flops, bytes_, eff):
+        return max(flops / (peak * eff), bytes_ / bw) * 1e3
+
+    def linear(params, tokens=t, in_out=2 * H):
+        return roof(2 * tokens * params, params * 2 + tokens * in_out * 2, gemm)
+
+    pairs = q * (s - q) + q * (q + 1) / 2
+    att = roof(2 * c * pairs * HEADS * 2 * D, c * (s * 2 * KV * D * 2 + q * HEADS * 2 * D * 2), attention)
+    per_layer = linear(H * D * (HEADS + 2 * KV)) + linear(HEADS * D * H) + linear(3 * H * FF) + att \
+        + t * (8 * H + 3 * FF) * 2 / bw * 1e3
+    return L * per_layer + linear(V * H, tokens=c, in_out=H + V * 4 / 2)
+
+
+def test_calibration_recovers_efficiencies_from_a_hand_made_table(lm):
+    import dataclasses
+
+    import pandas as pd
+
+    from latency import RooflineModel, calibrate
+
+    truth = {"eff_gemm": 0.55, "eff_attention": 0.45, "eff_memory": 0.75}
+    keys = [ForwardKey(False, b, n, n) for b in (1, 4) for n in (512, 2048, 8192)] + \
+           [ForwardKey(True, b, 1, c) for b in (1, 16, 64, 256) for c in (1024, 8192)]
+    table = pd.DataFrame([{**k.__dict__, "latency_ms": hand_step_ms(k, *truth.values())} for k in keys])
+    assert lm.latency_ms([keys[0]])[0] == pytest.approx(hand_step_ms(keys[0], 0.7, 0.7, 0.6), rel=1e-9)
+    cal = calibrate(lm, table, fields=tuple(truth))
+    assert cal.median_error_before > 0.1 and cal.median_error_after < 1e-6
+    for field, value in truth.items():
+        assert cal.params[field] == pytest.approx(value, rel=1e-4), field
+    start = RooflineModel(lm.model, dataclasses.replace(lm.device, eff_gemm=0.9), lm.parallel, lm.quant)
+    assert calibrate(start, table, fields=tuple(truth)).params["eff_gemm"] == pytest.approx(0.55, rel=1e-4)
