@@ -75,7 +75,6 @@ def test_breakdown_names_what_bounds_each_op():
     bound = {(k.is_decode, op): b for k, op, b in zip(bd["key"], bd["op"], bd["bound"], strict=True)}
     assert bound[(False, "mlp")] == "compute" and bound[(True, "mlp")] == "memory"  # 4096 tokens vs one
     assert bound[(False, "tp_comm")] == bound[(True, "tp_comm")] == "communication"
-    assert bd["ms"].sum() == pytest.approx(lm.latency_ms([key])[0])
 
 
 models = st.sampled_from([("Qwen/Qwen3-8B", 1), ("Qwen/Qwen3-32B", 4), ("Qwen/Qwen3-30B-A3B", 2),
