@@ -132,7 +132,8 @@ def cmd_optimize(a) -> int:
 
 
 SCENARIO_TABLE = [("model", "model", "{}"), ("device", "device", "{}"), ("devs", "num_devices", "{}"),
-                  ("in", "input_length", "{}"), ("out", "output_length", "{}"), ("TTFT<=", "ttft_limit_ms", "{}"),
+                  ("in", "input_length", "{}"), ("out", "output_length", "{}"), ("arrival", "arrival", "{}"),
+                  ("TTFT<=", "ttft_limit_ms", "{}"),
                   ("TPOT<=", "tpot_limit_ms", "{}")]
 
 

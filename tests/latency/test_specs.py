@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 
 from latency import ParallelSpec, load_device, load_model, parse_quantization, shipped_devices, shipped_models
+from latency.device import DATA as DEVICE_DATA
 from latency.device import DEVICE_PATH_ENV
+from latency.model import DATA as MODEL_DATA
 
 SHIPPED = ["Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
            "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct", "deepseek-ai/DeepSeek-V3"]
@@ -29,7 +31,7 @@ def test_model_kinds_parse():
 
 
 def test_model_from_path_and_folder(tmp_path):
-    cfg = json.loads((load_model.__globals__["DATA"] / "Qwen--Qwen3-8B.json").read_text())
+    cfg = json.loads((MODEL_DATA / "Qwen--Qwen3-8B.json").read_text())
     folder = tmp_path / "my-model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -49,7 +51,7 @@ def test_config_missing_key_is_named(tmp_path):
 
 
 def test_user_device_file_and_malformed_field(tmp_path, monkeypatch):
-    text = (load_device.__globals__["DATA"] / "H200_SXM.toml").read_text()
+    text = (DEVICE_DATA / "H200_SXM.toml").read_text()
     (tmp_path / "MY_GPU.toml").write_text(text.replace('name = "H200_SXM"', 'name = "MY_GPU"'))
     (tmp_path / "BAD_GPU.toml").write_text(text.replace('name = "H200_SXM"', 'name = "BAD_GPU"')
                                            .replace("gemm = 0.78", "gemm = 1.5"))
