@@ -75,17 +75,22 @@ def _mean(values: np.ndarray, counts: np.ndarray) -> float:
     return float((values * counts).sum() / counts.sum())
 
 
-def _window(plan, arrival: np.ndarray, finish: np.ndarray, counts: np.ndarray, measured: np.ndarray,
-            makespan: float) -> tuple[float, float]:
-    """(requests finished, ms) of the throughput window: from the first to the last measured
-    arrival of a steady run, else the whole run."""
-    w = plan.workload
-    if w.arrival != "burst" and w.measure == "steady" and measured.any():
-        start, end = arrival[measured].min(), arrival[measured].max()
-        done = counts[(finish > start) & (finish <= end)].sum()
-        if end > start and done:
-            return float(done), float(end - start)
-    return float(counts.sum()), makespan
+def _steady_window(w, arrival: np.ndarray, steady: np.ndarray) -> tuple[float, float] | None:
+    """(first, last) steady arrival of a closed loop or Poisson stream measured "steady": while the
+    load is full. None when the whole run counts (a burst, measure "all", no steady request)."""
+    if w.arrival == "burst" or w.measure != "steady" or not steady.any():
+        return None
+    start, end = float(arrival[steady].min()), float(arrival[steady].max())
+    return (start, end) if end > start else None
+
+
+def _throughput(window, finish: np.ndarray, counts: np.ndarray, makespan: float) -> float:
+    """Requests per second: completions inside the window, else every request over the makespan."""
+    if window is not None:
+        done = counts[(finish > window[0]) & (finish <= window[1])].sum()
+        if done:
+            return 1000.0 * float(done) / (window[1] - window[0])
+    return 1000.0 * float(counts.sum()) / makespan if makespan > 0 else float("inf")
 
 
 def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: float | None = None,
@@ -110,13 +115,13 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
     steady = plan.event_steady[plan.arrival]
     measured = steady if steady.any() else np.ones_like(steady)
     makespan = float(ends[-1])
-    done, span = _window(plan, arrival, finish, counts, measured, makespan)
-    req_tput = 1000.0 * done / span if span > 0 else float("inf")
+    window = _steady_window(w, arrival, steady)
+    req_tput = _throughput(window, finish, counts, makespan)
     out_tokens = w.output_length if plan.phase != "prefill" else 1
     out_tput = req_tput * out_tokens
     c = counts[measured]
     tt, tp, ee = ttft[measured], tpot[measured], e2e[measured]
-    itl, itl_w = _itl(plan, ends, arrival[measured], w)
+    itl, itl_w = _itl(plan, ends, window, w)
     slo = [slo_percentile] if slo_percentile else []
     tt_p, tp_p, ee_p = (weighted_percentiles(x, c, [*PERCENTILES, *slo]) for x in (tt, tp, ee))
     il_p = weighted_percentiles(itl, itl_w) if itl_w.sum() else [0.0] * len(PERCENTILES)
@@ -152,15 +157,15 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
     )
 
 
-def _itl(plan, ends: np.ndarray, measured_arrivals: np.ndarray, w) -> tuple[np.ndarray, np.ndarray]:
+def _itl(plan, ends: np.ndarray, window, w) -> tuple[np.ndarray, np.ndarray]:
     """Inter-token latency of every decode step (its duration over the tokens it advances each
-    request), weighted by the requests decoding in it; a steady run counts the steps that end
-    between its first and last measured arrival."""
+    request), weighted by the requests decoding in it; a steady run counts the steps that end in
+    its window."""
     durations = np.diff(ends)
     weights = plan.step_decode.astype(np.float64)
-    if w.arrival != "burst" and w.measure == "steady" and len(measured_arrivals):
+    if window is not None:
         end_of_step = ends[1:]
-        inside = (end_of_step > measured_arrivals.min()) & (end_of_step <= measured_arrivals.max())
+        inside = (end_of_step > window[0]) & (end_of_step <= window[1])
         if (weights * inside).sum():
             weights = weights * inside
     return durations / w.tokens_per_decode_step, weights

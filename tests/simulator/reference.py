@@ -35,9 +35,9 @@ def _decode_key(w, reqs, ids, decode_context, round_to=128):
 
 
 def reference(w: Workload, scheduler, latency, decode_context="mean", phase="both"):
-    """Returns (requests, makespan, peak kv, keys per step); each request has .arrival, .first,
-    .finish (ms). Arrivals: a burst at t=0; a closed loop refilled at the end of each step; or
-    Poisson send times admitted when a step starts."""
+    """Returns (requests, makespan, peak kv, keys per step, end time of each step); each request has
+    .arrival, .first, .finish (ms), in the order they were sent. Arrivals: a burst at t=0; a closed
+    loop refilled at the end of each step; or Poisson send times admitted when a step starts."""
     E, I = w.effective_input_length, w.input_length
     a = w.tokens_per_decode_step
     steps_needed = 0 if phase == "prefill" else w.decode_steps
@@ -57,7 +57,7 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
     if w.arrival != "poisson":
         for _ in range(min(w.concurrency, total)):
             send(0.0)
-    t, peak, step_keys = 0.0, 0.0, []
+    t, peak, step_keys, step_ends = 0.0, 0.0, [], []
     while len(reqs) < total or any(r.finish is None for r in reqs):
         if w.arrival == "poisson":
             if not fifo and not decoding:
@@ -83,6 +83,7 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
             d_ms = latency([dkey])[0] if dkey else 0.0
             dur = max(p_ms, d_ms)
         t += dur
+        step_ends.append(t)
         new_decoders = []
         for i, tok in prefill:
             r = reqs[i]
@@ -120,7 +121,65 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         if w.arrival == "closed":
             for _ in range(min(finished_now, total - len(reqs))):
                 send(t)
-    return reqs, t, peak, step_keys
+    return reqs, t, peak, step_keys, step_ends
+
+
+def expected_metrics(w, reqs, step_keys, step_ends, phase, limits=(None, None)):
+    """The metrics the README defines, computed plainly from per-request times: warm-up and drain
+    left out by arrival events (requests sent at one moment), the throughput window from the first
+    to the last measured arrival, ITL from decode step durations."""
+    import numpy as np
+
+    n, c = len(reqs), w.concurrency
+    events, start = [], 0
+    for i in range(1, n + 1):  # an event: consecutive sends at one moment (Poisson: every request)
+        if i == n or w.arrival == "poisson" or reqs[i].arrival != reqs[i - 1].arrival:
+            events.append((start, i))
+            start = i
+    steady = [False] * n
+    for lo, hi in events:
+        if w.arrival == "burst" or w.measure == "all":
+            ok = True
+        elif w.arrival == "closed":
+            ok = lo >= c and hi <= n - c
+        else:
+            ok = lo >= 0.1 * n and hi <= 0.9 * n
+        for i in range(lo, hi):
+            steady[i] = ok
+    measured = [r for r, ok in zip(reqs, steady, strict=True) if ok] or reqs
+    R = w.decode_tokens if phase != "prefill" else 0
+    ttft = [0.0 if phase == "decode" else r.first - r.arrival for r in measured]
+    tpot = [(r.finish - r.first) / R if R else 0.0 for r in measured]
+    e2e = [r.finish - r.arrival for r in measured]
+    makespan = step_ends[-1]
+    done, span = n, makespan
+    if w.arrival != "burst" and w.measure == "steady" and any(steady):
+        lo, hi = min(r.arrival for r in measured), max(r.arrival for r in measured)
+        finished = sum(1 for r in reqs if lo < r.finish <= hi)
+        if hi > lo and finished:
+            done, span = finished, hi - lo
+    durations = np.diff([0.0, *step_ends]) / w.tokens_per_decode_step
+    weights = np.array([sum(k.concurrency for k in keys if k.is_decode) for keys in step_keys], dtype=float)
+    if w.arrival != "burst" and w.measure == "steady" and any(steady):
+        lo, hi = min(r.arrival for r in measured), max(r.arrival for r in measured)
+        inside = np.array([lo < e <= hi for e in step_ends])
+        if (weights * inside).sum():
+            weights = weights * inside
+    ok = [(limits[0] is None or phase == "decode" or a <= limits[0])
+          and (limits[1] is None or phase == "prefill" or b <= limits[1]) for a, b in zip(ttft, tpot, strict=True)]
+    out = {"makespan_ms": makespan, "request_throughput": 1000 * done / span,
+           "measured_requests": len(measured), "goodput": 1000 * done / span * sum(ok) / len(ok)}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        out[f"{name}_ms"] = sum(values) / len(values)
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}_ms"] = percentile(values, q)
+    if weights.sum():
+        out["itl_ms"] = float((durations * weights).sum() / weights.sum())
+        keep = weights > 0
+        for q in (50, 90, 99):
+            out[f"itl_p{q}_ms"] = float(np.percentile(np.repeat(durations[keep], weights[keep].astype(int)), q,
+                                                      method="inverted_cdf"))
+    return out
 
 
 def _decode_first(w, slack_ratio, reqs, fifo, decoding):

@@ -15,7 +15,7 @@ from simulator.scheduler import (
     StepPlan,
     TokenBudget,
 )
-from tests.simulator.reference import percentile, reference
+from tests.simulator.reference import expected_metrics, reference
 
 
 def one_ms(keys):
@@ -155,6 +155,7 @@ def workloads(draw, arrivals=("burst",)):
         request_rate=draw(st.sampled_from([0.5, 5.0, 50.0, 500.0])),
         burstiness=draw(st.sampled_from([0.5, 1.0, 4.0])),
         seed=draw(st.integers(0, 3)),
+        measure=draw(st.sampled_from(["steady", "steady", "all"])),
     )
 
 
@@ -177,7 +178,7 @@ def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
         return
     from simulator import StepPricer, step_times
 
-    reqs, makespan, peak, step_keys = reference(w, policy, affine, ctx, phase)
+    reqs, makespan, peak, step_keys, step_ends = reference(w, policy, affine, ctx, phase)
     pricer = StepPricer(affine, policy) if w.arrival == "poisson" else None
     p = plan(w, policy, decode_context=ctx, phase=phase, step_ms=pricer)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
@@ -186,18 +187,11 @@ def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
     ours = _request_times(p, ends)
     theirs = sorted((r.arrival, r.first, r.finish) for r in reqs)
     assert np.allclose(ours, theirs)
-    m = simulate(w, affine, policy, decode_context=ctx, phase=phase)
-    assert m.makespan_ms == pytest.approx(makespan)
-    assert m.peak_kv_tokens == pytest.approx(peak)
-    if w.arrival == "burst":  # every request is measured
-        ttft = [r.first for r in reqs] if phase != "decode" else [0.0] * len(reqs)
-        R = w.decode_tokens if phase != "prefill" else 0
-        tpot = [(r.finish - r.first) / R if R else 0.0 for r in reqs]
-        assert m.ttft_ms == pytest.approx(sum(ttft) / len(ttft))
-        assert m.tpot_ms == pytest.approx(sum(tpot) / len(tpot))
-        for q in (50, 90, 99):
-            assert getattr(m, f"ttft_p{q}_ms") == pytest.approx(percentile(ttft, q))
-            assert getattr(m, f"tpot_p{q}_ms") == pytest.approx(percentile(tpot, q))
+    limits = (float(np.median([r.first - r.arrival for r in reqs])), None)
+    m = simulate(w, affine, policy, decode_context=ctx, phase=phase, limits=limits).as_dict()
+    assert m["peak_kv_tokens"] == pytest.approx(peak)
+    for name, value in expected_metrics(w, reqs, step_keys, step_ends, phase, limits).items():
+        assert m[name] == pytest.approx(value), name
 
 
 @settings(max_examples=200, deadline=None)
