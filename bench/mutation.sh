@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Mutation testing of simulator/ and latency/ against their fast tests (slow: minutes; not part of CI).
-#   pip install -e ".[test,mutation]" && bash bench/mutation.sh
+#   pip install -e ".[test,mutation]" && bash bench/mutation.sh ["simulator*"]   (a mutant-name pattern limits the run)
 # Prints the score (killed / (killed + survived)) per package and writes the survivors to mutants/survivors.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf mutants
-mutmut run --max-children "${MUTMUT_CHILDREN:-2}" > /dev/null 2>&1 || true
+SERVESWEEP_EXAMPLES_DIVISOR=${SERVESWEEP_EXAMPLES_DIVISOR:-8} mutmut run --max-children "${MUTMUT_CHILDREN:-2}" "$@" > /dev/null 2>&1 || true
 mutmut results --all true > mutants/results.txt 2>/dev/null || mutmut results > mutants/results.txt
 python - <<'PY'
 import collections, re

@@ -75,3 +75,9 @@ def faults():
     f = Faults()
     yield f
     f.stop()
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples for a property: `n`, divided by SERVESWEEP_EXAMPLES_DIVISOR for mutation
+    runs (bench/mutation.sh), where every mutant reruns the properties."""
+    return max(10, n // int(os.environ.get("SERVESWEEP_EXAMPLES_DIVISOR", "1")))

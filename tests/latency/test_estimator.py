@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 
 from latency import ForwardKey, MeasuredLatency, build_latency_model, calibrate
 from latency.memory import GIB
+from tests.conftest import examples
 
 
 def test_decode_one_request_is_bounded_by_weight_reads():
@@ -82,7 +83,7 @@ models = st.sampled_from([("Qwen/Qwen3-8B", 1), ("Qwen/Qwen3-32B", 4), ("Qwen/Qw
 devices = st.sampled_from(["H200_SXM", "TEST_DEVICE", "ATLAS_800_A2_376T_64G", "B200"])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(model=models, device=devices, dec=st.booleans(), c=st.integers(1, 512), q=st.integers(1, 4096),
        s=st.integers(0, 32768), field=st.sampled_from(["concurrency", "query_len", "seq_len"]),
        grow=st.integers(1, 4096))

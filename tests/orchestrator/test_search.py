@@ -2,6 +2,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.search import search_concurrency
+from tests.conftest import examples
 
 
 def fake(counter):
@@ -11,7 +12,7 @@ def fake(counter):
     return evaluate
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(boundary=st.integers(0, 700), cap=st.integers(1, 1000), width=st.integers(1, 5))
 def test_finds_the_highest_feasible_and_never_evaluates_twice(boundary, cap, width):
     seen = []

@@ -15,6 +15,7 @@ from simulator.scheduler import (
     StepPlan,
     TokenBudget,
 )
+from tests.conftest import examples
 from tests.simulator.reference import expected_metrics, reference
 
 
@@ -170,7 +171,7 @@ def _request_times(p, m_ends):
     return sorted((a, f, e) for a, f, e, n in rows for _ in range(n))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(w=workloads(ARRIVALS), policy=policies, ctx=st.sampled_from(["mean", "mid"]),
        phase=st.sampled_from(["both", "both", "prefill", "decode"]))
 def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
@@ -194,7 +195,7 @@ def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
         assert m[name] == pytest.approx(value), name
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(w=workloads(ARRIVALS), policy=policies)
 def test_conservation_of_requests_and_tokens(w, policy):
     from simulator import StepPricer
@@ -215,7 +216,7 @@ def test_conservation_of_requests_and_tokens(w, policy):
         assert sum(k.tokens for k in s) <= limit
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(e=st.integers(1, 300), b1=st.integers(1, 300), b2=st.integers(1, 300), o=st.integers(1, 4))
 def test_single_request_ttft_falls_as_budget_grows(e, b1, b2, o):
     lo, hi = sorted((b1, b2))
@@ -225,7 +226,7 @@ def test_single_request_ttft_falls_as_budget_grows(e, b1, b2, o):
     assert large.ttft_ms <= small.ttft_ms + 1e-9
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(w=workloads(), policy=policies, scale=st.sampled_from([0.5, 2.0, 7.0]))
 def test_times_scale_with_latency(w, policy, scale):
     base = simulate(w, affine, policy)
