@@ -124,7 +124,7 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
     return reqs, t, peak, step_keys, step_ends
 
 
-def expected_metrics(w, reqs, step_keys, step_ends, phase, limits=(None, None)):
+def expected_metrics(w, reqs, step_keys, step_ends, phase, limits=(None, None), slo=None, devices=1):
     """The metrics the README defines, computed plainly from per-request times: warm-up and drain
     left out by arrival events (requests sent at one moment), the throughput window from the first
     to the last measured arrival, ITL from decode step durations."""
@@ -167,12 +167,18 @@ def expected_metrics(w, reqs, step_keys, step_ends, phase, limits=(None, None)):
             weights = weights * inside
     ok = [(limits[0] is None or phase == "decode" or a <= limits[0])
           and (limits[1] is None or phase == "prefill" or b <= limits[1]) for a, b in zip(ttft, tpot, strict=True)]
-    out = {"makespan_ms": makespan, "request_throughput": 1000 * done / span,
-           "measured_requests": len(measured), "goodput": 1000 * done / span * sum(ok) / len(ok)}
+    rate = 1000 * done / span
+    tokens = w.output_length if phase != "prefill" else 1  # a prefill instance hands over its first token
+    out = {"makespan_ms": makespan, "request_throughput": rate, "output_throughput": rate * tokens,
+           "output_throughput_per_device": rate * tokens / devices, "concurrency": c, "num_prompts": n,
+           "measured_requests": len(measured), "goodput": rate * sum(ok) / len(ok),
+           "steady": any(steady) if w.arrival != "burst" and w.measure == "steady" else True}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         out[f"{name}_ms"] = sum(values) / len(values)
         for q in (50, 90, 99):
             out[f"{name}_p{q}_ms"] = percentile(values, q)
+    out["ttft_slo_ms"] = percentile(ttft, slo) if slo else out["ttft_ms"]
+    out["tpot_slo_ms"] = percentile(tpot, slo) if slo else out["tpot_ms"]
     if weights.sum():
         out["itl_ms"] = float((durations * weights).sum() / weights.sum())
         keep = weights > 0

@@ -173,8 +173,9 @@ def _request_times(p, m_ends):
 
 @settings(max_examples=examples(400), deadline=None)
 @given(w=workloads(ARRIVALS), policy=policies, ctx=st.sampled_from(["mean", "mid"]),
-       phase=st.sampled_from(["both", "both", "prefill", "decode"]))
-def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
+       phase=st.sampled_from(["both", "both", "prefill", "decode"]), slo=st.sampled_from([None, 90, 37.5]),
+       devices=st.sampled_from([1, 4]))
+def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase, slo, devices):
     if phase == "decode" and w.output_length == 1:
         return
     from simulator import StepPricer, step_times
@@ -188,10 +189,13 @@ def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase):
     ours = _request_times(p, ends)
     theirs = sorted((r.arrival, r.first, r.finish) for r in reqs)
     assert np.allclose(ours, theirs)
-    limits = (float(np.median([r.first - r.arrival for r in reqs])), None)
-    m = simulate(w, affine, policy, decode_context=ctx, phase=phase, limits=limits).as_dict()
+    R = max(w.decode_tokens, 1)
+    limits = (float(np.median([r.first - r.arrival for r in reqs])), float(np.median([(r.finish - r.first) / R
+                                                                                       for r in reqs])))
+    m = simulate(w, affine, policy, decode_context=ctx, phase=phase, limits=limits, slo_percentile=slo,
+                 num_devices=devices).as_dict()
     assert m["peak_kv_tokens"] == pytest.approx(peak)
-    for name, value in expected_metrics(w, reqs, step_keys, step_ends, phase, limits).items():
+    for name, value in expected_metrics(w, reqs, step_keys, step_ends, phase, limits, slo, devices).items():
         assert m[name] == pytest.approx(value), name
 
 
