@@ -238,3 +238,22 @@ def test_times_scale_with_latency(w, policy, scale):
     assert scaled.ttft_ms == pytest.approx(scale * base.ttft_ms)
     assert scaled.makespan_ms == pytest.approx(scale * base.makespan_ms)
     assert scaled.output_throughput == pytest.approx(base.output_throughput / scale)
+
+
+def test_a_fused_policy_prices_whole_steps_with_the_model_fusion():
+    """A model with step_latency_ms prices a step as one pass (linear layers over all its tokens),
+    which costs less than its entries priced apart; a plain callable sums its entries."""
+    from latency import build_latency_model
+    from simulator import price
+
+    lm = build_latency_model("Qwen/Qwen3-8B", "H200_SXM")
+    shape = (ForwardKey(False, 1, 512, 512), ForwardKey(True, 32, 1, 2048))
+    fused = price(lm, [shape], True)
+    apart = price(lm, list(shape), False)
+    assert fused[0] == pytest.approx(lm.step_latency_ms([shape])[0]) and fused[0] < apart.sum()
+    assert price(affine, [shape], True)[0] == pytest.approx(sum(affine(list(shape))))
+    with pytest.raises(ValueError, match="negative or non-finite"):
+        price(lambda ks: [-1.0] * len(ks), list(shape), False)
+    assert price(lambda ks: [0.0] * len(ks), list(shape), False).tolist() == [0.0, 0.0]  # free steps are allowed
+    with pytest.raises(ValueError, match="returned shape"):
+        price(lambda ks: [1.0], list(shape), False)
