@@ -49,3 +49,11 @@ def test_registry():
     assert isinstance(make_scheduler("token-budget", max_num_seqs=8), TokenBudget)
     with pytest.raises(ValueError, match="decode-first"):
         make_scheduler("fifo")
+
+
+def test_token_budget_counts_a_request_one_token_into_its_prompt_as_running():
+    # max_num_seqs 2: one request has prefilled 1 of its 2 tokens, so only one of the 5 waiting is admitted
+    view = QueueView([(1, 1, 0), (5, 0, 0)], 0, 2, 4, 1)
+    assert TokenBudget(max_num_seqs=2).plan_step(view).takes == ((0, 1, 1), (1, 1, 2))
+    # a decode costs 1 + MTP tokens of the budget: 7 // 2 = 3 decodes fit, not 3.5
+    assert TokenBudget().plan_step(QueueView([], 9, 2, 7, 2)).decode == 3
