@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from functools import lru_cache
 
 from latency.memory import GIB
 from orchestrator.jobs import Job
@@ -18,6 +19,10 @@ RATE_BASE, RATE_GROWTH = 0.01, 1.05
 #: step pricers kept per process for timed (Poisson) plans: a capacity search reuses one
 STEP_PRICERS = 64
 _step_pricers: OrderedDict = OrderedDict()
+#: plans kept per process: a plan depends on the workload, the policy, the phase and the decode
+#: context rule, never on the model, device or layout, so the layouts of a search share them
+PLANS = 256
+_plan = lru_cache(maxsize=PLANS)(plan)
 
 
 def grid_rate(n: int) -> float:
@@ -55,8 +60,10 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     on time, so its steps are priced while planned (a per-process step pricer remembers them)."""
     w = workload(s, job.max_batched_tokens, n, rate)
     lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
-    step_ms = _step_pricer(lm, scheduler) if w.arrival == "poisson" else None
-    return lm, plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context, step_ms=step_ms)
+    if w.arrival == "poisson":
+        return lm, plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context,
+                        step_ms=_step_pricer(lm, scheduler))
+    return lm, _plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context)
 
 
 def finish_point(s: Scenario, job: Job, lm, planned, prices) -> dict:
