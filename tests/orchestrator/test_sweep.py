@@ -148,21 +148,28 @@ def test_a_scenario_without_its_best_file_is_recomputed_on_resume(inline_run, tm
     pd.testing.assert_frame_equal(got, table(inline_run))
 
 
-def test_sweep_killed_at_random_moments_resumes_to_the_uninterrupted_rows(inline_run, tmp_path):
-    """SIGKILL a real sweep process at several moments (writes included), resume until done."""
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_sweep_killed_at_random_moments_resumes_to_the_uninterrupted_rows(inline_run, tmp_path, backend, request):
+    """SIGKILL a real sweep driver at several moments (writes included), resume until done. On Ray the
+    drivers join the suite's cluster, which outlives them as a cluster outlives its jobs."""
     import random
 
     spec = tmp_path / "spec.toml"
     grid = "\n".join(f"{k} = {json.dumps(v)}" for k, v in SPEC["grid"].items())
     spec.write_text(f"[sweep]\nname = \"kill\"\n\n[grid]\n{grid}\n")
+    if backend == "ray":
+        where = ["--address", request.getfixturevalue("ray_session").get_runtime_context().gcs_address]
+    else:
+        where = ["--inline"]
+
     def sweep(out, resume=False):
-        cmd = [sys.executable, "-m", "orchestrator", "sweep", str(spec), "--output", str(out), "--inline",
+        cmd = [sys.executable, "-m", "orchestrator", "sweep", str(spec), "--output", str(out), *where,
                "--no-progress", *(["--resume"] if resume else [])]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     started = time.perf_counter()
     assert sweep(tmp_path / "timing").wait(timeout=300) == 0
-    whole = time.perf_counter() - started  # imports included: kill times scale with this machine
+    whole = time.perf_counter() - started  # start-up included: kill times scale with this machine
     rng = random.Random(7)
     kills = 0
     for trial in range(3):
@@ -170,7 +177,7 @@ def test_sweep_killed_at_random_moments_resumes_to_the_uninterrupted_rows(inline
         for attempt in range(4):  # up to three SIGKILLs, then one run to the end
             p = sweep(out, resume=attempt > 0)
             try:
-                if p.wait(timeout=None if attempt == 3 else rng.uniform(0.5, 1.0) * whole) == 0:
+                if p.wait(timeout=300 if attempt == 3 else rng.uniform(0.5, 1.0) * whole) == 0:
                     break
             except subprocess.TimeoutExpired:
                 p.kill()
