@@ -113,3 +113,67 @@ def test_calibration_recovers_efficiencies_from_a_hand_made_table(lm):
         assert cal.params[field] == pytest.approx(value, rel=1e-4), field
     start = RooflineModel(lm.model, dataclasses.replace(lm.device, eff_gemm=0.9), lm.parallel, lm.quant)
     assert calibrate(start, table, fields=tuple(truth)).params["eff_gemm"] == pytest.approx(0.55, rel=1e-4)
+
+
+INTRA, INTRA_HOP = 196e9 * 0.7, 2e-6    # TEST_DEVICE NVLink-class link at 0.7, per hop
+INTER, INTER_HOP = 25e9 * 0.7, 10e-6    # between nodes of 8
+
+
+def test_moe_decode_reads_the_experts_its_tokens_activate_and_exchanges_them():
+    """Qwen3-30B-A3B (48 MoE layers, 128 experts of 3 x 2048 x 768, 8 per token, router 2048 x 128),
+    tp 4 with the experts over ep 4 groups: 16 requests decoding."""
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=4, ep=4, quantization="bf16")
+    t, h, k, n_exp, layers = 16, 2048, 8, 128, 48
+    expert = 3 * h * 768
+    router = h * n_exp
+    active = 1 - (1 - k / n_exp) ** t                       # chance an expert is picked by one of 16 tokens
+    weights = (n_exp / 4) * active * expert * 2 + router * 2  # 32 local experts, full width (tp / ep = 1)
+    flops = 2 * t * (k * expert / 4 + router)
+    moe = layers * roof_ms(flops, weights + t * (2 + 2 * k / 4) * h * 2)
+    msg = t * h * 2
+    ep_comm = layers * 2 * (msg * k * 3 / 4 / INTRA + 3 * INTRA_HOP) * 1e3
+    tp_comm = (2 * layers - layers) * (2 * 3 / 4 * msg / INTRA + 2 * 3 * INTRA_HOP) * 1e3  # no all-reduce after EP
+    got = _by_op(lm, ForwardKey(True, t, 1, 2048))
+    assert got["moe"] == pytest.approx(moe, rel=1e-9)
+    assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
+    assert got["tp_comm"] == pytest.approx(tp_comm, rel=1e-9)
+    assert "mlp" not in got  # every layer is a MoE layer
+
+
+def test_pipeline_and_inter_node_links():
+    t = 128
+    msg = t * H * 2
+    pp = _by_op(build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "TEST_DEVICE", tp=2, pp=2,
+                                    quantization="bf16"), ForwardKey(False, 1, t, t))
+    assert pp["pp_comm"] == pytest.approx((msg / INTRA + INTRA_HOP) * 1e3, rel=1e-9)  # one hand-over, 2 stages
+    wide = _by_op(build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "TEST_DEVICE", tp=16, quantization="bf16"),
+                  ForwardKey(False, 1, t, t))
+    ring = 2 * 15 / 16 * msg / INTER + 2 * 15 * INTER_HOP  # 16 devices span two nodes of 8
+    assert wide["tp_comm"] == pytest.approx(2 * L * ring * 1e3, rel=1e-9)
+
+
+def test_mla_attention_reads_the_latent_and_absorbs_in_decode():
+    """DeepSeek-V3 at tp 8 (61 layers, hidden 7168, 128 heads; q LoRA 1536, KV latent 512 + rope 64,
+    nope 128, v 128): the projections and attention of 8 requests decoding at context 4096, and of
+    one 1024-token chunk after 1024 cached tokens (which re-expands the cached latent into K and V)."""
+    lm = build_latency_model("deepseek-ai/DeepSeek-V3", "TEST_DEVICE", tp=8, quantization="bf16")
+    h, heads, layers, tp = 7168, 128, 61, 8
+    kv_b = 512 * heads * (128 + 128) / tp
+    qkv = h * 1536 + 1536 * heads * (128 + 64) / tp + h * (512 + 64) + kv_b
+    o = heads * 128 * h / tp
+
+    def linear(params, t):
+        return roof_ms(2 * t * params, params * 2 + t * 2 * h * 2)
+
+    c, ctx = 8, 4096
+    dev_heads, latent = heads / tp, 512 + 64
+    att = roof_ms(2 * c * ctx * dev_heads * (latent + 512), c * (ctx * latent * 2 + dev_heads * (latent + 512) * 2))
+    got = _by_op(lm, ForwardKey(True, c, 1, ctx))
+    assert got["qkv_proj"] == pytest.approx(layers * linear(qkv, c), rel=1e-9)
+    assert got["o_proj"] == pytest.approx(layers * linear(o, c), rel=1e-9)
+    assert got["attention"] == pytest.approx(layers * att, rel=1e-9)
+    q, s = 1024, 2048
+    pairs = q * (s - q) + q * (q + 1) / 2
+    flops = 2 * pairs * dev_heads * (192 + 128) + 2 * (s - q) * kv_b
+    att = roof_ms(flops, s * latent * 2 + q * dev_heads * (192 + 128) * 2)
+    assert _by_op(lm, ForwardKey(False, 1, q, s))["attention"] == pytest.approx(layers * att, rel=1e-9)
