@@ -12,17 +12,15 @@ from pathlib import Path
 
 from latency import ForwardKey, load_device
 from orchestrator.evaluate import evaluate_point
-from orchestrator.fields import FIELD_BY_KEY, FIELDS, InputError
+from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
-from orchestrator.scenario import Layout, Scenario, engine_default_budget
-
-#: ops whose bound is a link, not HBM
-COMMUNICATION_OPS = ("tp_comm", "ep_comm", "pp_comm")
+from orchestrator.scenario import Scenario, engine_default_budget
 
 
 def configure(values: dict) -> Scenario:
     """A validated one-configuration scenario from field values; the layout defaults to one instance
     over all devices, the budget to vLLM's default on the device."""
+    values = dict(values)
     for f in FIELDS:
         if f.required and values.get(f.name) is None:
             raise InputError(f.name, None, "a value (it is required)")
@@ -42,7 +40,8 @@ def configure(values: dict) -> Scenario:
 
 
 def job_of(s: Scenario) -> Job:
-    (layout,) = [x for x in s.layouts() if x.tp == s.tp_sizes[0]] or [Layout(s.tp_sizes[0], s.pp, s.ep)]
+    """The one job of a configured scenario (its single tp size and budget)."""
+    (layout,) = s.layouts()
     return Job(s.role, layout, s.max_batched_tokens[0])
 
 
@@ -108,7 +107,7 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
         try:
             s = configure(values)
         except InputError as err:
-            f = FIELD_BY_KEY.get(err.name) or next((x for x in FIELDS if x.name == err.name), None)
+            f = FIELD_BY_NAME.get(err.name)
             column = f.key if f else err.name
             raise InputError(f"{path} line {i + 2}, column {column}", err.value, err.allowed) from None
         rows.append(estimate(s))

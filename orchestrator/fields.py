@@ -19,8 +19,10 @@ from simulator.workload import ARRIVALS, MEASURES
 AUTO_MAX_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 #: highest concurrency per instance the search probes
 DEFAULT_MAX_CONCURRENCY = 4096
-#: vLLM's `max_num_seqs` default (the measured runs used it)
+#: vLLM's defaults (the measured runs used them): `max_num_seqs`, and `max_num_batched_tokens`, larger
+#: on devices with at least VLLM_LARGE_HBM_BYTES of HBM
 VLLM_MAX_NUM_SEQS = 1024
+VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE, VLLM_LARGE_HBM_BYTES = 8192, 16384, 160e9
 #: commands that take scenario fields; `sweep` reads them as spec keys
 COMMANDS = ("optimize", "estimate", "sweep")
 

@@ -11,7 +11,14 @@ from functools import lru_cache
 
 from latency import build_latency_model, load_device, load_model, parse_quantization
 from latency.parallel import ParallelSpec
-from orchestrator.fields import AUTO_MAX_BATCHED_TOKENS, FIELDS, InputError
+from orchestrator.fields import (
+    AUTO_MAX_BATCHED_TOKENS,
+    FIELDS,
+    VLLM_BATCHED_TOKENS,
+    VLLM_BATCHED_TOKENS_LARGE,
+    VLLM_LARGE_HBM_BYTES,
+    InputError,
+)
 from simulator.scheduler import Scheduler, make_scheduler
 
 __all__ = ["InputError", "Layout", "Scenario"]
@@ -28,11 +35,6 @@ class Layout:
     @property
     def devices(self) -> int:
         return self.tp * self.pp
-
-
-#: devices with at least this much HBM get vLLM's larger max_num_batched_tokens default
-VLLM_LARGE_HBM_BYTES = 160e9
-VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE = 8192, 16384
 
 
 def engine_default_budget(device) -> int:
