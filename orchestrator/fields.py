@@ -132,75 +132,71 @@ class Field:
         return str(self.default)
 
 
-def _f(*args, **kw) -> Field:
-    return Field(*args, **kw)
-
-
 FIELDS: tuple[Field, ...] = (
-    _f("model", str, None, "a shipped model name or a config.json (or its folder)", flag="MODEL", required=True,
+    Field("model", str, None, "a shipped model name or a config.json (or its folder)", flag="MODEL", required=True,
        group="hardware"),
-    _f("device", str, None, "device id (latency/data/devices/*.toml) or a .toml path", required=True,
+    Field("device", str, None, "device id (latency/data/devices/*.toml) or a .toml path", required=True,
        group="hardware"),
-    _f("num_devices", int, None, "devices in the deployment", low=1, required=True, group="hardware"),
-    _f("input_length", int, None, "prompt tokens per request", "tokens", low=1, required=True),
-    _f("output_length", int, None, "output tokens per request", "tokens", low=1, required=True),
-    _f("max_batched_tokens", int, (), "token budget per step, also the prefill chunk size; several values are "
+    Field("num_devices", int, None, "devices in the deployment", low=1, required=True, group="hardware"),
+    Field("input_length", int, None, "prompt tokens per request", "tokens", low=1, required=True),
+    Field("output_length", int, None, "output tokens per request", "tokens", low=1, required=True),
+    Field("max_batched_tokens", int, (), "token budget per step, also the prefill chunk size; several values are "
        "all tried", "tokens", low=1, many=True, deprecated="--max-prefill-tokens", column=None, group="scheduler",
        default_help="token-budget: vLLM's max_num_batched_tokens default (8192; 16384 on devices with >= 160 GB); "
        "decode-first: the best of " + " ".join(map(str, AUTO_MAX_BATCHED_TOKENS))),
-    _f("ttft_limits", float, (), "limits on TTFT (mean, or --slo-percentile); every combination is answered",
+    Field("ttft_limits", float, (), "limits on TTFT (mean, or --slo-percentile); every combination is answered",
        "ms", low=0, low_open=True, many=True, key="ttft_limit_ms", group="limits", scalar_column=True),
-    _f("tpot_limits", float, (), "limits on TPOT (mean, or --slo-percentile)", "ms", low=0, low_open=True,
+    Field("tpot_limits", float, (), "limits on TPOT (mean, or --slo-percentile)", "ms", low=0, low_open=True,
        many=True, key="tpot_limit_ms", group="limits", scalar_column=True),
-    _f("prefix_cache_hit_rate", float, 0.0, "share of each prompt served from the prefix cache", low=0, high=1,
+    Field("prefix_cache_hit_rate", float, 0.0, "share of each prompt served from the prefix cache", low=0, high=1,
        high_open=True),
-    _f("tp_sizes", int, (), "tensor-parallel sizes to try; default: every size that divides the devices",
+    Field("tp_sizes", int, (), "tensor-parallel sizes to try; default: every size that divides the devices",
        low=1, many=True, aliases=("--tp",), key="tp", column="tp_sizes", group="parallelism"),
-    _f("pp", int, 1, "pipeline-parallel stages", low=1, flag="--pp-size", group="parallelism"),
-    _f("ep", int, 1, "expert-parallel groups (MoE)", low=1, flag="--ep-size", group="parallelism"),
-    _f("quantization", str, None, "linear-layer quantisation (bf16, W8A8_DYNAMIC, FP8, W4A16, ...)",
+    Field("pp", int, 1, "pipeline-parallel stages", low=1, flag="--pp-size", group="parallelism"),
+    Field("ep", int, 1, "expert-parallel groups (MoE)", low=1, flag="--ep-size", group="parallelism"),
+    Field("quantization", str, None, "linear-layer quantisation (bf16, W8A8_DYNAMIC, FP8, W4A16, ...)",
        flag="--quantize-linear-action", group="hardware",
        default_help="the device file's: W8A8_DYNAMIC on Ascend and TEST_DEVICE as the reference tool, bf16 on GPUs"),
-    _f("kv_cache_dtype", str, "bf16", "KV-cache dtype (bf16, int8, fp8)", group="hardware"),
-    _f("engine", str, "none", "serving engine whose framework time per step is added (latency/data/engines: "
+    Field("kv_cache_dtype", str, "bf16", "KV-cache dtype (bf16, int8, fp8)", group="hardware"),
+    Field("engine", str, "none", "serving engine whose framework time per step is added (latency/data/engines: "
        "none = kernels only, as the reference tool; vllm, sglang, trtllm fitted on measured runs)",
        choices=tuple(shipped_engines()), group="hardware"),
-    _f("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
+    Field("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
        group="hardware"),
-    _f("scheduler", str, "decode-first", "step policy: decode-first (the RFC's) or token-budget (vLLM V1)",
+    Field("scheduler", str, "decode-first", "step policy: decode-first (the RFC's) or token-budget (vLLM V1)",
        choices=tuple(SCHEDULERS), group="scheduler"),
-    _f("slack_ratio", float, DEFAULT_SLACK_RATIO, "decode-first: a mixed step may hold floor(B * ratio) tokens",
+    Field("slack_ratio", float, DEFAULT_SLACK_RATIO, "decode-first: a mixed step may hold floor(B * ratio) tokens",
        low=1, group="scheduler", scheduler="decode-first"),
-    _f("max_num_seqs", int, VLLM_MAX_NUM_SEQS, "token-budget: requests running at once (vLLM's default)",
+    Field("max_num_seqs", int, VLLM_MAX_NUM_SEQS, "token-budget: requests running at once (vLLM's default)",
        low=1, group="scheduler", scheduler="token-budget"),
-    _f("long_prefill_token_threshold", int, 0, "token-budget: prefill tokens per request per step; 0 = no cap",
+    Field("long_prefill_token_threshold", int, 0, "token-budget: prefill tokens per request per step; 0 = no cap",
        "tokens", low=0, group="scheduler", scheduler="token-budget"),
-    _f("decode_context", str, "mean", "decode key context: mean of the batch, or the reference tool's "
+    Field("decode_context", str, "mean", "decode key context: mean of the batch, or the reference tool's "
        "mid = input + output // 2 + 1", choices=DECODE_CONTEXTS, group="scheduler"),
-    _f("mtp_tokens", int, 0, "MTP / speculative draft tokens per decode step", low=0, flag="--num-mtp-tokens",
+    Field("mtp_tokens", int, 0, "MTP / speculative draft tokens per decode step", low=0, flag="--num-mtp-tokens",
        group="scheduler"),
-    _f("mtp_acceptance_rates", float, (), "acceptance rate of each draft token", low=0, high=1, many=True,
+    Field("mtp_acceptance_rates", float, (), "acceptance rate of each draft token", low=0, high=1, many=True,
        key="mtp_acceptance_rate", group="scheduler"),
-    _f("max_concurrency", int, DEFAULT_MAX_CONCURRENCY, "highest concurrency per instance the search probes",
+    Field("max_concurrency", int, DEFAULT_MAX_CONCURRENCY, "highest concurrency per instance the search probes",
        low=1, group="limits", commands=("optimize", "sweep")),
-    _f("slo_percentile", float, 0.0, "apply the TTFT/TPOT limits to this percentile of requests; 0 = the mean",
+    Field("slo_percentile", float, 0.0, "apply the TTFT/TPOT limits to this percentile of requests; 0 = the mean",
        low=0, high=100, high_open=True, group="limits"),
-    _f("arrival", str, "burst", "how requests arrive: burst (all at t=0, the RFC's window), closed (concurrency "
+    Field("arrival", str, "burst", "how requests arrive: burst (all at t=0, the RFC's window), closed (concurrency "
        "in flight, each finished request replaced: vllm bench serve --max-concurrency), poisson (open loop at "
        "--request-rate: vllm bench serve --request-rate)", choices=ARRIVALS, group="load"),
-    _f("num_prompts", int, 0, "requests sent in a closed loop or Poisson stream; 0 = 8 x concurrency (closed), "
+    Field("num_prompts", int, 0, "requests sent in a closed loop or Poisson stream; 0 = 8 x concurrency (closed), "
        "1000 (poisson)", low=0, group="load"),
-    _f("burstiness", float, 1.0, "poisson: gamma shape of the inter-arrival times (1 = Poisson; < 1 burstier)",
+    Field("burstiness", float, 1.0, "poisson: gamma shape of the inter-arrival times (1 = Poisson; < 1 burstier)",
        low=0, low_open=True, group="load"),
-    _f("seed", int, 0, "poisson: random seed of the arrival times", low=0, group="load"),
-    _f("measure", str, "steady", "requests the latencies are over: steady (warm-up and drain left out: what a "
+    Field("seed", int, 0, "poisson: random seed of the arrival times", low=0, group="load"),
+    Field("measure", str, "steady", "requests the latencies are over: steady (warm-up and drain left out: what a "
        "deployment sees) or all (what vllm bench serve and other benchmark clients report)", choices=MEASURES,
        group="load"),
-    _f("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
+    Field("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
        commands=("estimate",), column=None),
-    _f("request_rate", float, 1.0, "poisson: requests per second offered to one instance", "req/s", low=0,
+    Field("request_rate", float, 1.0, "poisson: requests per second offered to one instance", "req/s", low=0,
        low_open=True, group="load", commands=("estimate",), column=None),
-    _f("role", str, "agg", "what the instance does: agg (prefill and decode), prefill only, or decode only",
+    Field("role", str, "agg", "what the instance does: agg (prefill and decode), prefill only, or decode only",
        choices=("agg", "prefill", "decode"), group="load", commands=("estimate",), column=None),
 )
 
