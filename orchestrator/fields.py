@@ -176,7 +176,7 @@ FIELDS: tuple[Field, ...] = (
     Field("mtp_tokens", int, 0, "MTP / speculative draft tokens per decode step", low=0, flag="--num-mtp-tokens",
        group="scheduler"),
     Field("mtp_acceptance_rates", float, (), "acceptance rate of each draft token", low=0, high=1, many=True,
-       key="mtp_acceptance_rate", group="scheduler"),
+       key="mtp_acceptance_rate", column="mtp_acceptance_rates", group="scheduler"),
     Field("max_concurrency", int, DEFAULT_MAX_CONCURRENCY, "highest concurrency per instance the search probes",
        low=1, group="limits", commands=("optimize", "sweep")),
     Field("slo_percentile", float, 0.0, "apply the TTFT/TPOT limits to this percentile of requests; 0 = the mean",
