@@ -310,11 +310,50 @@ def plan(
             new = arrivals.replacements(finished_now)
             if new:
                 send(new, step)
+        if not entries and d == pool.ready and not queue and not finished_now:
+            # a pure-decode stretch: the next steps repeat this one until a request finishes, the
+            # decode key's context moves, or (Poisson) a request arrives; take them at once
+            run = _repeats(pool, d, ctx, I, qlen, mid_context if decode_context == "mid" else None, context_round)
+            if timed:
+                run = _before_arrival(run, clock, shape_ms[shape_id], arrivals.next_time(), step_end)
+                clock = step_end[-1]
+            if run:
+                step_shape.extend([shape_id] * run)
+                step_decode.extend([d] * run)
+                pool.ticks += run
+                pool.steps_sum += run * d
+                peak = max(peak, kv_prefill + pool.kv_tokens())
     counts, arrival, first, finish = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
     return Plan(w, scheduler, phase, tuple(shapes), np.array(step_shape, dtype=np.int64), counts, first, finish,
                 float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
                 np.array(step_decode, dtype=np.int64),
                 np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
+
+
+def _repeats(pool: _DecodePool, d: int, ctx: int, prompt: int, qlen: int, fixed: int | None, round_to: int) -> int:
+    """How many more pure-decode steps of all `d` ready requests keep the decode key `ctx` and
+    finish nobody: up to the step before the first group's end, while the rounded mean context
+    (computed as `_decode_key_context` would, from the decode steps done) stays the same."""
+    run = pool.groups[0][1] - pool.ticks - 1
+    if fixed is not None or run <= 0:
+        return max(run, 0)
+    steps_sum = pool.steps_sum
+    for j in range(run):
+        mean = prompt + qlen - 1 + (d + pool.rate * (steps_sum + j * d)) / d
+        if math.ceil(mean / round_to - 1e-9) * round_to != ctx:
+            return j
+    return run
+
+
+def _before_arrival(run: int, clock: float, step: float, next_arrival: float | None, step_end: list) -> int:
+    """Of `run` repeated steps of `step` ms, those that start before the next arrival is due;
+    their end times are appended to `step_end` (added one by one, as the loop's clock would)."""
+    for j in range(run):
+        if next_arrival is not None and next_arrival <= clock:
+            return j
+        clock += step
+        step_end.append(clock)
+    return run
 
 
 def _decode_key_context(pool: _DecodePool, d: int, prompt: int, qlen: int, fixed: int | None,
