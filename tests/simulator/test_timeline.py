@@ -257,3 +257,20 @@ def test_a_fused_policy_prices_whole_steps_with_the_model_fusion():
     assert price(lambda ks: [0.0] * len(ks), list(shape), False).tolist() == [0.0, 0.0]  # free steps are allowed
     with pytest.raises(ValueError, match="returned shape"):
         price(lambda ks: [1.0], list(shape), False)
+
+
+@pytest.mark.parametrize("arrival", ARRIVALS)
+@pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(max_num_seqs=3)])
+def test_long_decode_stretches_cross_context_boundaries_step_for_step(arrival, policy):
+    """Long outputs: the timeline takes pure-decode stretches at once; the decode key's rounded context
+    moves every 128 tokens, requests finish and (Poisson) arrive inside stretches."""
+    from simulator import StepPricer
+
+    w = Workload(100, 700, 64, 3, arrival=arrival, num_prompts=0 if arrival == "burst" else 7,
+                 request_rate=2.0, mtp_tokens=1, mtp_acceptance_rates=(0.6,))
+    reqs, makespan, peak, step_keys, step_ends = reference(w, policy, affine)
+    pricer = StepPricer(affine, policy) if arrival == "poisson" else None
+    p = plan(w, policy, step_ms=pricer)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    assert simulate(w, affine, policy).makespan_ms == pytest.approx(makespan)
