@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from orchestrator.fields import InputError, fields_for
 from orchestrator.modes import MODES, Mode, make_mode
@@ -102,7 +103,9 @@ def cmd_optimize(a) -> int:
     if a.top_n < 1:
         raise InputError("--top-n", a.top_n, "an integer >= 1")
     mode = _mode(a)
+    started = time.perf_counter()
     result = optimize(s, mode)
+    elapsed = time.perf_counter() - started
     for note in s.default_notes:
         print(f"note: {note}")
     for item in result.infeasible:
@@ -124,6 +127,8 @@ def cmd_optimize(a) -> int:
               f"P QPS {split['p_qps']:.3f}, D QPS {split['d_qps']:.3f}, pd_ratio {split['pd_ratio']:.3f}; "
               f"serves {split['served_qps']:.3f} req/s = {split['served_qps_per_device']:.4f} req/s/device, "
               f"{split['output_throughput_per_device']:.1f} tok/s/device")
+    layouts = len({(p["role"], p["tp"], p["max_batched_tokens"]) for p in result.points})
+    print(f"\n{len(result.points)} points evaluated over {layouts} instance types in {elapsed:.2f} s", file=sys.stderr)
     if a.output:
         cols = scenario_columns(s)
         path = write_parquet([{**cols, **p} for p in result.points], a.output)
