@@ -47,7 +47,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None):
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # our own single-machine cluster
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     return ray
 

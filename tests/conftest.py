@@ -7,8 +7,6 @@ import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # before ray is imported anywhere
-
 import pytest  # noqa: E402
 
 

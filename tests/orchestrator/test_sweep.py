@@ -295,8 +295,15 @@ def _start_cluster(env, tmp_path, attempt):
 
 
 def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    """A cluster of two `ray start` nodes with token authentication: the sweep (given the token) uses
+    both; a client with another token is refused."""
+    import secrets
+
+    token = tmp_path / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_TOKEN", None)
     address, nodes = None, []
     for attempt in range(3):  # starting a second Ray on a busy machine can fail; the logs say why
         address, nodes = _start_cluster(env, tmp_path, attempt)
@@ -310,6 +317,8 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
                             "--output", str(out), "--address", address, "--no-progress"], env=env,
                            capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-2000:]
+        intruder = {**env, "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # takes precedence over the file
+        assert _alive_nodes(address, intruder) == 0
     finally:
         _stop(nodes)
     manifest = json.loads((out / "manifest.json").read_text())["runs"][-1]
