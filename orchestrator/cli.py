@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 
 from orchestrator.fields import InputError, fields_for
 from orchestrator.modes import MODES, Mode, make_mode
@@ -181,7 +182,13 @@ def cmd_sweep(a) -> int:
     except SpecError as err:
         print(f"servesweep sweep: error: {err}", file=sys.stderr)
         return 2
-    output = a.output or default_output()
+    output = str(a.output or default_output())
+    from orchestrator.dataset import Dataset
+
+    try:
+        Dataset(output).files("best")
+    except (OSError, ValueError) as err:
+        raise InputError("--output", output, f"a writable directory or URI ({str(err).splitlines()[0]})") from None
     if not a.inline:
         init_ray(a.address, a.num_cpus)
     try:
@@ -227,12 +234,16 @@ def _add_report(sub) -> None:
     c.set_defaults(func=cmd_compare)
 
 
-def _results_dir(flag: str, path: str):
-    from pathlib import Path
+def _results_dir(flag: str, path: str) -> str:
+    from orchestrator.dataset import Dataset
 
-    if not (Path(path) / "best").is_dir():
-        raise InputError(flag, path, "a results directory written by `servesweep sweep` (with a best/ folder)")
-    return Path(path)
+    try:
+        finished = Dataset(path).files("best")
+    except (OSError, ValueError) as err:
+        raise InputError(flag, path, f"a readable results directory or URI ({str(err).splitlines()[0]})") from None
+    if not finished:
+        raise InputError(flag, path, "results written by `servesweep sweep` (a directory or URI with best/ files)")
+    return path
 
 
 def cmd_report(a) -> int:
@@ -241,7 +252,8 @@ def cmd_report(a) -> int:
     results = _results_dir("RESULTS", a.results)
     if a.max_plots < 0:
         raise InputError("--max-plots", a.max_plots, "an integer >= 0")
-    out = a.out or results / "report"
+    out = a.out or (f"report-{results.rstrip('/').rsplit('/', 1)[-1]}" if "://" in results
+                    else str(Path(results) / "report"))
     try:
         files = write_report(results, out, a.max_plots)
     except ValueError as err:

@@ -140,7 +140,7 @@ def write_report(results: str | Path, out: str | Path, max_plots: int = DEFAULT_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    results, out = Path(results), Path(out)
+    out = Path(out)
     best = read_table(results, "best")
     points = read_table(results, "points")
     splits = read_table(results, "splits")

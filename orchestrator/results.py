@@ -90,18 +90,34 @@ def scenario_columns(scenario) -> dict:
     return out
 
 
-def write_parquet(rows: list[dict], path: str | Path, schema=None) -> Path:
-    """Write rows to `path` atomically: a temp file in the same folder, then rename."""
+def write_parquet(rows: list[dict], path: str | Path, schema=None, filesystem=None) -> str:
+    """Write rows to `path` so that it appears whole or not at all (see `write_bytes`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
+    return write_bytes(sink.getvalue().to_pybytes(), path, filesystem)
+
+
+def write_bytes(data: bytes, path: str | Path, filesystem=None) -> str:
+    """Write a file atomically. Local disk: a temporary name in the same folder, then rename (the
+    temporary file is removed if the write fails or is interrupted). Object store: one upload; the
+    object becomes visible only when it completes."""
+    import pyarrow.fs as pafs
+
+    fs = filesystem or pafs.LocalFileSystem()
+    if not isinstance(fs, pafs.LocalFileSystem):
+        with fs.open_output_stream(str(path)) as out:
+            out.write(data)
+        return str(path)
+    path = Path(path).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     try:
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except BaseException:  # interrupted or failed: leave no half-written file behind
         tmp.unlink(missing_ok=True)
         raise
-    return path
+    return str(path)

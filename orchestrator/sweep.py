@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SweepSummary:
-    output: Path
+    output: str
     run_id: str
     total: int
     skipped: int
@@ -60,7 +60,7 @@ def run_sweep(items: list[SweepItem], output: str | Path, resume: bool = False, 
         raise FileExistsError(f"{output} already holds {len(finished)} finished scenarios; "
                               "pass --resume to continue it, or choose another --output")
     todo = [it for it in items if it.id not in finished]
-    summary = SweepSummary(Path(output), uuid.uuid4().hex[:12], len(items), len(items) - len(todo), 0)
+    summary = SweepSummary(str(output), uuid.uuid4().hex[:12], len(items), len(items) - len(todo), 0)
     bar = Progress(len(items), enabled=progress)
     bar.bar.update(summary.skipped)
     started = time.perf_counter()

@@ -69,6 +69,29 @@ class Faults:
 
 
 @pytest.fixture
+def s3(monkeypatch):
+    """A real S3 API server (moto's) on 127.0.0.1 with one bucket; the standard AWS variables point
+    at it, as they would at any endpoint. Yields the bucket's URI."""
+    import socket
+
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    pafs.S3FileSystem(endpoint_override=endpoint, allow_bucket_creation=True).create_dir("results")
+    yield "s3://results"
+    server.stop()
+
+
+@pytest.fixture
 def faults():
     f = Faults()
     yield f

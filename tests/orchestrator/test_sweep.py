@@ -346,3 +346,44 @@ def test_sweep_rows_equal_the_optimize_run_of_the_same_scenario(ray_session, tmp
             assert len(match) == 1
             for col in ("concurrency", "ttft_ms", "tpot_ms", "output_throughput", "peak_kv_tokens"):
                 assert match.iloc[0][col] == pytest.approx(row[col], rel=1e-12)
+
+
+def test_results_go_to_object_storage_with_the_same_guarantees(inline_run, tmp_path, s3):
+    """A sweep into s3:// on a real S3 API server: killed mid-run and resumed, it holds the same rows
+    as a local run; --resume is needed to continue; report and compare read the same URI."""
+    uri = f"{s3}/runs/one"
+    spec = tmp_path / "spec.toml"
+    grid = "\n".join(f"{k} = {json.dumps(v)}" for k, v in SPEC["grid"].items())
+    spec.write_text(f"[sweep]\nname = \"s3\"\n\n[grid]\n{grid}\n")
+    cmd = [sys.executable, "-m", "orchestrator", "sweep", str(spec), "--output", uri, "--inline", "--no-progress"]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    from orchestrator.dataset import Dataset
+
+    deadline = time.time() + 120
+    while first.poll() is None and len(Dataset(uri).finished_ids()) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    first.kill()
+    first.wait()
+    partial = len(Dataset(uri).finished_ids())
+    assert 0 < partial < 16  # it died in the middle
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"16 scenarios: {16 - partial} run, {partial} already finished" in done.stdout
+    got = table(uri)
+    assert not got.duplicated(KEY).any()
+    pd.testing.assert_frame_equal(got, table(inline_run), check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(table(uri, "best"), table(inline_run, "best"), check_exact=False, rtol=1e-12)
+    runs = json.loads(Dataset(uri).read_bytes(f"{Dataset(uri).base}/manifest.json"))["runs"]
+    assert [r["written"] for r in runs] == [16 - partial]  # the killed run had no chance to log itself
+    report = subprocess.run([sys.executable, "-m", "orchestrator", "report", uri, "--out", str(tmp_path / "rep")],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert (tmp_path / "rep" / "index.html").exists()
+    same = subprocess.run([sys.executable, "-m", "orchestrator", "compare", uri, str(inline_run)],
+                          capture_output=True, text=True, timeout=120)
+    assert same.returncode == 0, same.stderr
+    missing = subprocess.run([sys.executable, "-m", "orchestrator", "report", f"{s3}/nothing"],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "RESULTS" in missing.stderr
