@@ -20,6 +20,10 @@ bucket's lifecycle rule removes.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -28,6 +32,11 @@ from orchestrator.results import column_type, scenario_columns, write_bytes, wri
 
 TABLES = ("points", "best", "splits")
 PARTITIONS = ("model", "device")
+#: a writer refreshes its lock at most this often (seconds) ...
+LOCK_BEAT_S = 30
+#: ... and a lock on another host not refreshed for this long belongs to a sweep that stopped
+LOCK_STALE_S = 300
+log = logging.getLogger(__name__)
 
 
 def filesystem(root: str | Path):
@@ -92,6 +101,9 @@ class Dataset:
         runs = old.get("runs", []) + [info]
         write_bytes(json.dumps({"runs": runs}, indent=2, default=str).encode(), path, self.fs)
 
+    def lock(self) -> WriterLock:
+        return WriterLock(self)
+
     def read_bytes(self, path: str) -> bytes | None:
         import pyarrow.fs as pafs
 
@@ -99,6 +111,61 @@ class Dataset:
             return None
         with self.fs.open_input_stream(path) as f:
             return f.read()
+
+
+class WriterLock:
+    """One writer per output: ROOT/.writer.json names the sweep writing it (host, pid, start) and
+    when it last wrote. A live holder makes another sweep fail; a stopped one (its process gone on
+    this host, or no heartbeat for LOCK_STALE_S elsewhere) is taken over with --resume. An object
+    store cannot create a file only if absent portably, so two sweeps starting within the same
+    moment may both pass; the check guards the usual case, a second sweep started later."""
+
+    def __init__(self, data: Dataset):
+        self.data, self.path = data, f"{data.base}/.writer.json"
+        self.mine: dict | None = None
+        self.last_beat = 0.0
+
+    def holder(self) -> dict | None:
+        raw = self.data.read_bytes(self.path)
+        return json.loads(raw) if raw else None
+
+    def acquire(self, resume: bool) -> None:
+        other = self.holder()
+        if other is not None:
+            who = f"host {other['host']}, pid {other['pid']}, started {other['started']}"
+            if _alive(other):
+                raise FileExistsError(f"{self.data.root} is being written by another sweep ({who})")
+            if not resume:
+                raise FileExistsError(f"{self.data.root} was being written by a sweep that stopped ({who}); "
+                                      "pass --resume to take it over")
+            log.warning("taking over %s from a sweep that stopped (%s)", self.data.root, who)
+        self.mine = {"host": socket.gethostname(), "pid": os.getpid(),
+                     "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        self.beat(force=True)
+
+    def beat(self, force: bool = False) -> None:
+        """Say this writer is alive (at most every LOCK_BEAT_S seconds unless forced)."""
+        now = time.time()
+        if self.mine is not None and (force or now - self.last_beat >= LOCK_BEAT_S):
+            write_bytes(json.dumps({**self.mine, "heartbeat": now}).encode(), self.path, self.data.fs)
+            self.last_beat = now
+
+    def release(self) -> None:
+        if self.mine is not None and (self.holder() or {}).get("pid") == self.mine["pid"]:
+            self.data.fs.delete_file(self.path)
+        self.mine = None
+
+
+def _alive(holder: dict) -> bool:
+    if holder.get("host") == socket.gethostname():
+        try:
+            os.kill(int(holder["pid"]), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return time.time() - float(holder.get("heartbeat", 0)) < LOCK_STALE_S
 
 
 def read_table(root: str | Path, table: str = "best"):

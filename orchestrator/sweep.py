@@ -55,6 +55,16 @@ def run_sweep(items: list[SweepItem], output: str | Path, resume: bool = False, 
               progress: bool = True, spec: dict | None = None) -> SweepSummary:
     """Evaluate every item not finished in `output`; each finished scenario is written at once."""
     data = Dataset(output)
+    lock = data.lock()
+    lock.acquire(resume)
+    try:
+        return _run(items, data, lock, resume, backend, progress, spec)
+    finally:
+        lock.release()
+
+
+def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool, spec) -> SweepSummary:
+    output = data.root
     finished = data.finished_ids()
     if finished and not resume:
         raise FileExistsError(f"{output} already holds {len(finished)} finished scenarios; "
@@ -71,6 +81,7 @@ def run_sweep(items: list[SweepItem], output: str | Path, resume: bool = False, 
         summary.best += data.write(item, item.mode.assemble(item.scenario, job_results))
         summary.written += 1
         bar.scenario_done()
+        lock.beat()
 
     try:
         if backend == "inline":

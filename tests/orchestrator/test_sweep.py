@@ -387,3 +387,36 @@ def test_results_go_to_object_storage_with_the_same_guarantees(inline_run, tmp_p
     missing = subprocess.run([sys.executable, "-m", "orchestrator", "report", f"{s3}/nothing"],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "RESULTS" in missing.stderr
+
+
+def test_one_writer_per_output(tmp_path):
+    """A live sweep's output is refused to a second one, naming it; a stopped sweep's lock is taken
+    over with --resume; a lock from another host counts as live until its heartbeat is old."""
+    import socket
+
+    from orchestrator.dataset import LOCK_STALE_S, Dataset
+
+    items = expand(SPEC)[:2]
+    out = tmp_path / "out"
+    lock = Dataset(out).lock()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        Dataset(out).fs.create_dir(str(out), recursive=True)
+        (out / ".writer.json").write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid,
+                                                      "started": "2026-11-30 09:00:00 UTC", "heartbeat": 0}))
+        with pytest.raises(FileExistsError, match=rf"being written by another sweep \(host .*, pid {other.pid}, "
+                                                  r"started 2026-11-30 09:00:00 UTC\)"):
+            run_sweep(items, out, backend="inline", progress=False, resume=True)
+    finally:
+        other.kill()
+        other.wait()
+    with pytest.raises(FileExistsError, match="sweep that stopped .* pass --resume to take it over"):
+        run_sweep(items, out, backend="inline", progress=False)
+    summary = run_sweep(items, out, backend="inline", progress=False, resume=True)
+    assert summary.written == 2 and lock.holder() is None  # taken over, finished, released
+    far = {"host": "elsewhere", "pid": 1, "started": "then"}
+    (out / ".writer.json").write_text(json.dumps({**far, "heartbeat": time.time()}))
+    with pytest.raises(FileExistsError, match="host elsewhere"):
+        run_sweep(items, out, backend="inline", progress=False, resume=True)
+    (out / ".writer.json").write_text(json.dumps({**far, "heartbeat": time.time() - LOCK_STALE_S - 1}))
+    assert run_sweep(items, out, backend="inline", progress=False, resume=True).skipped == 2
