@@ -105,9 +105,14 @@ class _ScenarioMethods:
         if len(self.mtp_acceptance_rates) < self.mtp_tokens:
             raise InputError("mtp_acceptance_rates", list(self.mtp_acceptance_rates),
                              f"{self.mtp_tokens} rates in [0, 1], one per MTP token")
-        if not self.layouts():
+        try:
+            layouts = self.layouts()
+        except ValueError as err:
+            raise InputError("tp_sizes", list(self.tp_sizes), str(err)) from None
+        if not layouts:
+            with_ep = f" with --ep-size {self.ep} (ep must divide tp)" if self.ep > 1 else ""
             raise InputError("tp_sizes", list(self.tp_sizes) or "auto",
-                             f"a tensor-parallel size that fits {self.model} on {self.num_devices} devices")
+                             f"a tensor-parallel size that fits {self.model} on {self.num_devices} devices{with_ep}")
 
     def layouts(self) -> list[Layout]:
         """Every (tp, pp, ep) to try: the given tp sizes, or each divisor of the device count the
@@ -118,7 +123,7 @@ class _ScenarioMethods:
                                        if self.num_devices % (t * self.pp) == 0)
         out = []
         for tp in sizes:
-            ep = self.ep if tp % self.ep == 0 else 1
+            ep = self.ep  # never silently replaced: a tp that cannot host it is skipped, or refused if asked for
             try:
                 ParallelSpec(tp=tp, pp=self.pp, ep=ep).validate(spec)
             except ValueError:

@@ -126,3 +126,14 @@ def test_documented_point_columns_are_the_columns_written():
 
     row = evaluate_point(RFC.with_(input_length=1024), Job("agg", Layout(1), 8192), 1)
     assert list(row) == list(POINT_COLUMNS)
+
+
+def test_an_expert_parallel_request_never_silently_disappears():
+    moe = Scenario("Qwen/Qwen3-30B-A3B", "H200_SXM", 8, 2048, 128, (8192,), tpot_limits=(50.0,), ep=4)
+    assert {(x.tp, x.ep) for x in moe.layouts()} == {(4, 4), (8, 4)}  # tp 1 and 2 cannot host ep 4: skipped
+    with pytest.raises(InputError) as err:
+        moe.with_(tp_sizes=(2,)).validate()
+    assert err.value.render("flag").startswith("--tp-sizes: [2]") and "ep=4 must divide tp=2" in str(err.value)
+    with pytest.raises(InputError, match="with --ep-size 16"):
+        moe.with_(ep=16).validate()
+    assert {r["ep"] for r in optimize(moe).points} == {4}
