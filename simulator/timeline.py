@@ -333,16 +333,25 @@ def plan(
 def _repeats(pool: _DecodePool, d: int, ctx: int, prompt: int, qlen: int, fixed: int | None, round_to: int) -> int:
     """How many more pure-decode steps of all `d` ready requests keep the decode key `ctx` and
     finish nobody: up to the step before the first group's end, while the rounded mean context
-    (computed as `_decode_key_context` would, from the decode steps done) stays the same."""
+    (computed exactly as `_decode_key_context` would, from the decode steps done) stays the same."""
     run = pool.groups[0][1] - pool.ticks - 1
     if fixed is not None or run <= 0:
         return max(run, 0)
-    steps_sum = pool.steps_sum
-    for j in range(run):
-        mean = prompt + qlen - 1 + (d + pool.rate * (steps_sum + j * d)) / d
-        if math.ceil(mean / round_to - 1e-9) * round_to != ctx:
-            return j
-    return run
+
+    def same(j: int) -> bool:  # the j-th next step (0-based) keeps the key
+        mean = prompt + qlen - 1 + (d + pool.rate * (pool.steps_sum + j * d)) / d
+        return math.ceil(mean / round_to - 1e-9) * round_to == ctx
+
+    if same(run - 1):
+        return run  # the mean only grows: if the last step keeps the key, all do
+    # the mean grows by `rate` a step: start from the closed-form crossing, then settle it exactly
+    first = prompt + qlen - 1 + (d + pool.rate * pool.steps_sum) / d
+    j = max(0, min(run - 1, int((ctx - first) / pool.rate)))
+    while j > 0 and not same(j - 1):
+        j -= 1
+    while same(j):
+        j += 1
+    return j
 
 
 def _before_arrival(run: int, clock: float, step: float, next_arrival: float | None, step_end: list) -> int:
