@@ -23,6 +23,8 @@ from simulator.workload import Workload
 #: so nearby steps share one key (and one cache entry).
 DECODE_CONTEXT_ROUND = 128
 PHASES = ("both", "prefill", "decode")
+#: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
+STEADY_MARGIN = 0.1
 DECODE_CONTEXTS = ("mean", "mid")
 
 
@@ -159,7 +161,6 @@ class _Arrivals:
         self.steady: list[bool] = []
         self.sent = 0
         self.times = w.arrival_times_ms() if w.arrival == "poisson" else None
-        self.first = w.concurrency if w.arrival != "poisson" else 0
 
     def add(self, count: int, step: int, ms: float = 0.0) -> int:
         """Record `count` arrivals at the end of `step`; returns the event index."""
@@ -190,10 +191,6 @@ class _Arrivals:
 
     def next_time(self) -> float | None:
         return float(self.times[self.sent]) if self.times is not None and self.sent < self.total else None
-
-
-#: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
-STEADY_MARGIN = 0.1
 
 
 def plan(
