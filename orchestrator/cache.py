@@ -45,6 +45,11 @@ class LatencyCache:
 
 
 def get_cache():
-    """The one cache actor of this Ray cluster, created on first use; it outlives the driver."""
-    return LatencyCache.options(name=CACHE_NAME, namespace=NAMESPACE, get_if_exists=True,
-                                lifetime="detached").remote()
+    """The one cache actor of this Ray cluster, created on first use; it outlives the driver. It is
+    placed on the driver's node when it can be, and restarted (empty: it is only a cache) if its
+    node is lost; calls to it are retried meanwhile."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return LatencyCache.options(name=CACHE_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+                                max_restarts=-1, max_task_retries=-1, scheduling_strategy=here).remote()

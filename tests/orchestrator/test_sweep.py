@@ -248,10 +248,10 @@ def _start_node(args, env, log: Path):
                                  *args], env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _stop(nodes):
+def _stop(nodes, sig=signal.SIGTERM):
     for p in nodes:
         if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
+            os.killpg(p.pid, sig)
     for p in nodes:
         try:
             p.wait(60)
@@ -319,6 +319,18 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
         intruder = {**env, "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # takes precedence over the file
         assert _alive_nodes(address, intruder) == 0
+        lost = tmp_path / "lost-node"  # the same sweep again; the worker node dies in the middle
+        quickstart = str(ROOT / "examples" / "quickstart.toml")
+        run = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", quickstart, "--output", str(lost),
+                                "--address", address, "--no-progress"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 300
+        while run.poll() is None and len(list(lost.glob("best/*/*/*.parquet"))) < 4 and time.time() < deadline:
+            time.sleep(0.05)
+        assert run.poll() is None and len(list(lost.glob("best/*/*/*.parquet"))) < 16  # mid-run
+        _stop(nodes[1:], sig=signal.SIGKILL)
+        out_text, err_text = run.communicate(timeout=600)
+        assert run.returncode == 0, err_text[-2000:]
     finally:
         _stop(nodes)
     manifest = json.loads((out / "manifest.json").read_text())["runs"][-1]
@@ -326,6 +338,9 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
     embedded = tmp_path / "embedded"
     run_sweep(expand(load_spec(ROOT / "examples" / "quickstart.toml")), embedded, backend="inline", progress=False)
     pd.testing.assert_frame_equal(table(out), table(embedded), check_exact=False, rtol=1e-12)
+    got = table(lost)  # the run that lost its worker node: complete, nothing lost or twice
+    assert not got.duplicated(KEY).any()
+    pd.testing.assert_frame_equal(got, table(embedded), check_exact=False, rtol=1e-12)
 
 
 def test_sweep_rows_equal_the_optimize_run_of_the_same_scenario(ray_session, tmp_path):
