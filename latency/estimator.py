@@ -11,6 +11,8 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from functools import cache, cached_property
+from pathlib import Path
 
 import numpy as np
 
@@ -37,6 +39,15 @@ MLP_ACT_PASSES = 3
 #: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
 KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
 NO_ENGINE = EngineProfile()
+
+
+@cache
+def pricing_code_version() -> str:
+    """A digest of the latency package's source: changes whenever the code that prices a step does."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:12]
 OPS = ("qkv_proj", "attention", "o_proj", "mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm",
        "pp_comm", "overhead")
 
@@ -98,11 +109,13 @@ class RooflineModel:
     def devices_per_instance(self) -> int:
         return self.parallel.devices_per_instance
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
-        """Names model, device, parallelism, quantisation and every number that changes a price."""
+        """Names model, device, parallelism, quantisation and every number that changes a price, and
+        the version of the pricing code, so a long-lived shared cache never serves another release's
+        prices."""
         payload = json.dumps([asdict(self.model), asdict(self.device), asdict(self.parallel),
-                              asdict(self.quant), asdict(self.engine)], sort_keys=True)
+                              asdict(self.quant), asdict(self.engine), pricing_code_version()], sort_keys=True)
         digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
         p = self.parallel
         return (f"{self.model.name}|{self.device.name}|tp{p.tp}pp{p.pp}ep{p.ep}|{self.quant.name}|"

@@ -142,3 +142,13 @@ def test_engine_profile_adds_its_framework_time_to_every_step():
     assert load_engine("none").overhead_ms(10, 10) == 0.0
     with pytest.raises(ValueError, match="unknown engine"):
         load_engine("nope")
+
+
+def test_fingerprint_names_the_pricing_code_version(monkeypatch):
+    """A long-lived shared cache must not serve prices of another release of the pricing code."""
+    import latency.estimator as estimator
+
+    before = build_latency_model("Qwen/Qwen3-8B", "H200_SXM").fingerprint
+    assert before == build_latency_model("Qwen/Qwen3-8B", "H200_SXM").fingerprint
+    monkeypatch.setattr(estimator, "pricing_code_version", lambda: "another-release")
+    assert build_latency_model("Qwen/Qwen3-8B", "H200_SXM").fingerprint != before
