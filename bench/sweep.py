@@ -1,6 +1,7 @@
-"""Sweep throughput: scenarios per second inline vs Ray with 1 and 2 CPUs, and the cache hit rate.
+"""Sweep throughput: scenarios per second inline vs Ray with 1 and 2 CPUs, the cache hit rate and the
+driver's peak memory.
 
-    python bench/sweep.py [--runs 3]
+    python bench/sweep.py [--runs 3] [--spec examples/cluster_scale.toml --limit 1000] [--backends ray2]
 
 Each configuration runs in a fresh process (a fresh Ray for the Ray ones). A small warm-up sweep
 of another model first starts the Ray workers and imports the code in them, so the timed sweep
@@ -14,6 +15,9 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/latency.py would shadow the package
 
 SPEC = {
     "sweep": {"name": "bench"},
@@ -26,11 +30,11 @@ WARMUP = {**SPEC, "grid": {**SPEC["grid"], "model": "Qwen/Qwen3-32B", "device": 
                            "input_length": 1024, "output_length": 64}}
 
 CHILD = r"""
-import json, os, sys, tempfile, time
-os.environ["RAY_AUTH_MODE"] = "disabled"
+import json, resource, sys, tempfile, time
 from orchestrator.spec import expand
 from orchestrator.sweep import run_sweep
 spec, warm, backend, cpus = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+limit = int(sys.argv[5])
 t0 = time.perf_counter()
 if backend == "ray":
     import ray
@@ -39,35 +43,48 @@ startup = time.perf_counter() - t0
 with tempfile.TemporaryDirectory() as d:
     if backend == "ray":
         run_sweep(expand(warm), d + "/warm", backend=backend, progress=False)
-    items = expand(spec)
+    items = expand(spec)[: limit or None]
     s = run_sweep(items, d + "/run", backend=backend, progress=False)
 print(json.dumps({"scenarios": s.total, "seconds": s.seconds, "startup": startup, "points": s.points,
-                  "hit": 1 - s.priced / max(s.lookups, 1)}))
+                  "hit": 1 - s.priced / max(s.lookups, 1),
+                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+BACKENDS = {"inline": ("inline", "inline", 1), "ray1": ("ray, 1 CPU", "ray", 1), "ray2": ("ray, 2 CPUs", "ray", 2)}
 
 
-def run(backend: str, cpus: int) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(SPEC), json.dumps(WARMUP), backend, str(cpus)],
-                       capture_output=True, text=True, check=True)
+def run(spec: dict, backend: str, cpus: int, limit: int) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), json.dumps(WARMUP), backend, str(cpus),
+                        str(limit)], capture_output=True, text=True, check=True)
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--spec", help="a sweep spec (TOML) instead of the built-in 576-scenario grid")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N scenarios of the spec (0: all)")
+    ap.add_argument("--backends", nargs="+", choices=list(BACKENDS), default=list(BACKENDS))
     args = ap.parse_args()
+    spec = SPEC
+    if args.spec:
+        from orchestrator.spec import load_spec
+
+        spec = load_spec(args.spec)
     rows = []
-    for name, backend, cpus in (("inline", "inline", 1), ("ray, 1 CPU", "ray", 1), ("ray, 2 CPUs", "ray", 2)):
-        results = [run(backend, cpus) for _ in range(args.runs)]
+    for key in args.backends:
+        name, backend, cpus = BACKENDS[key]
+        results = [run(spec, backend, cpus, args.limit) for _ in range(args.runs)]
         secs = statistics.median(r["seconds"] for r in results)
         rows.append((name, results[0]["scenarios"], results[0]["points"], secs, results[0]["scenarios"] / secs,
-                     statistics.median(r["startup"] for r in results), results[0]["hit"]))
+                     statistics.median(r["startup"] for r in results), results[0]["hit"],
+                     max(r["peak_mib"] for r in results)))
     base = {r[0]: r[4] for r in rows}
     print(f"{'backend':<12} {'scenarios':>9} {'points':>7} {'median s':>9} {'scen/s':>8} {'vs 1 CPU':>9} "
-          f"{'start s':>8} {'cache hit':>9}")
-    for name, n, pts, secs, rate, start, hit in rows:
-        ratio = rate / base["ray, 1 CPU"]
-        print(f"{name:<12} {n:>9} {pts:>7} {secs:>9.2f} {rate:>8.1f} {ratio:>8.2f}x {start:>8.1f} {100 * hit:>8.1f}%")
+          f"{'start s':>8} {'cache hit':>9} {'driver MiB':>10}")
+    for name, n, pts, secs, rate, start, hit, peak in rows:
+        ratio = f"{rate / base['ray, 1 CPU']:>8.2f}x" if "ray, 1 CPU" in base else f"{'-':>9}"
+        print(f"{name:<12} {n:>9} {pts:>7} {secs:>9.2f} {rate:>8.1f} {ratio} {start:>8.1f} {100 * hit:>8.1f}% "
+              f"{peak:>10.0f}")
 
 
 if __name__ == "__main__":
