@@ -365,6 +365,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("servesweep: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`servesweep ... | head`): stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -60,3 +60,10 @@ def test_bad_device_and_length(args, flag):
     base[i + 1] = args[1]
     p = run(*base)
     assert p.returncode == 2 and flag in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_closed_pipe_ends_quietly():
+    p = subprocess.run(f"{sys.executable} -m orchestrator estimate Qwen/Qwen3-8B --device H200_SXM --num-devices 1 "
+                       "--input-length 2048 --output-length 64 --concurrency 8 | head -1", shell=True,
+                       capture_output=True, text=True, timeout=120)
+    assert p.stdout.startswith("Qwen/Qwen3-8B") and "Traceback" not in p.stderr
