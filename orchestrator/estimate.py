@@ -72,7 +72,7 @@ def breakdown(s: Scenario, row: dict):
 
 def read_configs(path: Path, defaults: dict):
     """The rows of a CSV as field values over `defaults`; a bad cell raises InputError naming the
-    line and column. Returns (input table, list of values, unknown columns)."""
+    line and column. Returns (list of values, unknown columns)."""
     import pandas as pd
 
     try:
@@ -93,7 +93,7 @@ def read_configs(path: Path, defaults: dict):
                 raise InputError(f"{path} line {i + 2}, column {column}", err.value, err.allowed) from None
             values[f.name] = parsed
         configs.append(values)
-    return table, configs, unknown
+    return configs, unknown
 
 
 def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
@@ -101,7 +101,7 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
     import pandas as pd
     from tqdm import tqdm
 
-    table, configs, unknown = read_configs(path, defaults)
+    configs, unknown = read_configs(path, defaults)
     rows = []
     for i, values in enumerate(tqdm(configs, desc="estimate", unit="row", disable=not progress, file=sys.stderr)):
         try:

@@ -4,7 +4,6 @@ simulated and checked for memory and the limits."""
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from functools import lru_cache
 
 from latency.memory import GIB
@@ -18,7 +17,6 @@ PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
 RATE_BASE, RATE_GROWTH = 0.01, 1.05
 #: step pricers kept per process for timed (Poisson) plans: a capacity search reuses one
 STEP_PRICERS = 64
-_step_pricers: OrderedDict = OrderedDict()
 #: plans kept per process: a plan depends on the workload, the policy, the phase and the decode
 #: context rule, never on the model, device or layout, so the layouts of a search share them
 PLANS = 256
@@ -45,14 +43,10 @@ def direct_pricer(lm, keys, fused: bool):
     return price(lm, keys, fused)
 
 
+@lru_cache(maxsize=STEP_PRICERS)
 def _step_pricer(lm, scheduler) -> StepPricer:
-    key = (lm.fingerprint, scheduler)
-    pricer = _step_pricers.get(key)
-    if pricer is None:
-        pricer = _step_pricers[key] = StepPricer(lm, scheduler)
-        if len(_step_pricers) > STEP_PRICERS:
-            _step_pricers.popitem(last=False)
-    return pricer
+    """One step pricer per (latency model, policy) in this process: a capacity search reuses it."""
+    return StepPricer(lm, scheduler)
 
 
 def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):

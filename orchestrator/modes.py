@@ -1,6 +1,7 @@
 """Search modes: what instance types a scenario searches and how their results become an answer.
 
-A mode plans its jobs, assembles the job results and names the tables it fills. Registry:
+A mode plans its jobs, validates itself against a scenario and assembles the job results; the
+tables it fills are those of its result (points and best; splits for "pd"). Registry:
 `MODES`; `make_mode("pd", prefill_devices=2, decode_devices=2)`.
 """
 
@@ -19,7 +20,6 @@ from simulator import decode_qps, prefill_qps
 class Mode(ABC):
     name: str = ""
     help: str = ""
-    tables: tuple[str, ...] = ("points", "best")
 
     @abstractmethod
     def jobs(self, s: Scenario) -> list[Job]: ...
@@ -76,7 +76,6 @@ class PrefillDecodeSplit(Mode):
     decode_devices: int = 1
     name = "pd"
     help = "prefill and decode instances of the given sizes and their best integer split"
-    tables = ("points", "best", "splits")
 
     def __post_init__(self):
         for name in ("prefill_devices", "decode_devices"):

@@ -140,8 +140,6 @@ class _ScenarioMethods:
     def make_scheduler(self) -> Scheduler:
         """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
         options = {f.name: getattr(self, f.name) for f in FIELDS if f.scheduler == self.scheduler}
-        if options.get("long_prefill_token_threshold") == 0:
-            options["long_prefill_token_threshold"] = None
         return make_scheduler(self.scheduler, **options)
 
     def limit_pairs(self) -> list[tuple[float | None, float | None]]:

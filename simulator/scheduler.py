@@ -145,16 +145,16 @@ class TokenBudget(Scheduler):
     At most `max_num_seqs` requests run at once. The step is one fused forward pass."""
 
     max_num_seqs: int | None = None
-    long_prefill_token_threshold: int | None = None
+    long_prefill_token_threshold: int | None = None  # None or 0 (vLLM's "off"): no cap
     name: str = "token-budget"
     fused: bool = True
     requeue: bool = False
 
     def __post_init__(self) -> None:
-        for field_name in ("max_num_seqs", "long_prefill_token_threshold"):
-            value = getattr(self, field_name)
-            if value is not None:
-                check_int(field_name, value)
+        if self.max_num_seqs is not None:
+            check_int("max_num_seqs", self.max_num_seqs)
+        if self.long_prefill_token_threshold is not None:
+            check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, low=0)
 
     def plan_step(self, view: QueueView) -> StepPlan:
         budget = view.max_batched_tokens

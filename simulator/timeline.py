@@ -180,8 +180,6 @@ class _Arrivals:
 
     def replacements(self, finished: int) -> int:
         """Closed loop: requests sent to replace `finished` ones (until all prompts are sent)."""
-        if self.w.arrival != "closed":
-            return 0
         return min(finished, self.total - self.sent)
 
     def due(self, clock: float) -> list[float]:

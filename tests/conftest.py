@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")
