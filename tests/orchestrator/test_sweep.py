@@ -174,8 +174,18 @@ def test_sweep_killed_at_random_moments_resumes_to_the_uninterrupted_rows(inline
     kills = 0
     for trial in range(3):
         out = tmp_path / f"out{trial}"
-        for attempt in range(4):  # up to three SIGKILLs, then one run to the end
-            p = sweep(out, resume=attempt > 0)
+        # the first run dies once it has written a random number of scenarios (mid-run by construction);
+        # up to two resumed runs die at random moments; the last runs to the end
+        p = sweep(out)
+        written = rng.randint(1, 12)
+        while p.poll() is None and len(list(out.glob("best/*/*/*.parquet"))) < written:
+            time.sleep(0.005)
+        if p.poll() is None:
+            p.kill()
+            kills += 1
+        p.wait()
+        for attempt in range(1, 4):
+            p = sweep(out, resume=True)
             try:
                 if p.wait(timeout=300 if attempt == 3 else rng.uniform(0.5, 1.0) * whole) == 0:
                     break
