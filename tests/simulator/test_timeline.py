@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latency.keys import ForwardKey
-from simulator import Workload, plan, price, simulate
+from simulator import Workload, plan, price, simulate, step_times
 from simulator.scheduler import (
     CountScheduler,
     DecodeFirstWithSlack,
@@ -274,3 +274,21 @@ def test_long_decode_stretches_cross_context_boundaries_step_for_step(arrival, p
     assert [p.shapes[i] for i in p.step_shape] == step_keys
     assert p.peak_kv_tokens == pytest.approx(peak)
     assert simulate(w, affine, policy).makespan_ms == pytest.approx(makespan)
+
+
+@pytest.mark.parametrize("mtp", [0, 1])
+@pytest.mark.parametrize("ctx", ["mean", "mid"])
+def test_a_long_closed_loop_equals_the_reference_step_for_step(mtp, ctx):
+    """200 prompts through 5 slots, long past the warm-up: every step, every request's times, the KV
+    peak and the metrics equal the per-request reference's."""
+    w = Workload(37, 23, 16, 5, arrival="closed", num_prompts=200, mtp_tokens=mtp,
+                 mtp_acceptance_rates=(0.5,) * mtp)
+    reqs, makespan, peak, step_keys, step_ends = reference(w, DecodeFirstWithSlack(), affine, ctx)
+    p = plan(w, DecodeFirstWithSlack(), decode_context=ctx)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    m = simulate(w, affine, DecodeFirstWithSlack(), decode_context=ctx)
+    for name, value in expected_metrics(w, reqs, step_keys, step_ends, "both").items():
+        assert m.as_dict()[name] == pytest.approx(value), name
