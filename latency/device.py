@@ -65,6 +65,13 @@ class DeviceSpec:
     prefill_attention_overhead_us: float
     step_overhead_ms: float
     default_quantization: str = "bf16"   # what `optimize` uses when --quantize-linear-action is not given
+    #: devices joined by the intra-node-class fabric (an NVLink domain, an Ascend super-node's UB/HCCS
+    #: links); 0 = one node. A group within it communicates at the intra-node bandwidth and latency.
+    scale_up_devices: int = 0
+
+    @property
+    def scale_up_domain(self) -> int:
+        return self.scale_up_devices or self.devices_per_node
 
     def peak_flops(self, dtype: str) -> float:
         return getattr(self, f"{dtype}_tflops") * 1e12
@@ -96,12 +103,17 @@ class DeviceSpec:
         name = data.get("name", path.stem)
         if name != path.stem:
             raise ValueError(f"device file {path}: name {name!r} must match the file name {path.stem!r}")
+        scale_up = data.get("interconnect", {}).get("scale_up_devices", 0)
+        if isinstance(scale_up, bool) or not isinstance(scale_up, int) or scale_up < 0:
+            raise ValueError(f"device file {path}: [interconnect] scale_up_devices must be an integer >= 0 "
+                             f"(0 = one node), got {scale_up!r}")
         quant = data.get("defaults", {}).get("quantization", "bf16")
         try:
             parse_quantization(quant)
         except ValueError as err:
             raise ValueError(f"device file {path}: [defaults] quantization: {err}") from None
-        return cls(name=name, source=str(data.get("source", "")), default_quantization=quant, **values)
+        return cls(name=name, source=str(data.get("source", "")), default_quantization=quant,
+                   scale_up_devices=scale_up, **values)
 
 
 @lru_cache(maxsize=256)

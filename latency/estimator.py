@@ -38,6 +38,10 @@ HIDDEN_PASSES = 8
 MLP_ACT_PASSES = 3
 #: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
 KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
+#: expert parallelism: tokens the busiest expert group receives over the mean. Routing is never
+#: perfectly even; DeepSeek's EPLB reports a max/mean expert load near 1.2-1.3 before balancing.
+#: The MoE layer waits for the busiest group. 1 when experts are not split (ep = 1).
+EXPERT_IMBALANCE = 1.2
 NO_ENGINE = EngineProfile()
 
 
@@ -96,8 +100,9 @@ class RooflineModel:
         self.moe_layers = m.num_moe_layers
         self.mlp_params = 3 * h * m.intermediate_size / tp
         self.shared_params = m.num_shared_experts * m.expert_params / tp
-        self.expert_tp = tp // p.ep
+        self.expert_tp = p.moe_tp
         self.local_experts = m.num_experts / p.ep if m.is_moe else 0.0
+        self.imbalance = EXPERT_IMBALANCE if p.ep > 1 else 1.0
         self.router_params = h * m.num_experts
         self.lm_head_params = m.vocab_size * h / tp
 
@@ -118,7 +123,8 @@ class RooflineModel:
                               asdict(self.quant), asdict(self.engine), pricing_code_version()], sort_keys=True)
         digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
         p = self.parallel
-        return (f"{self.model.name}|{self.device.name}|tp{p.tp}pp{p.pp}ep{p.ep}|{self.quant.name}|"
+        adp = f"adp{p.attention_dp}" if p.attention_dp > 1 else ""
+        return (f"{self.model.name}|{self.device.name}|tp{p.tp}pp{p.pp}ep{p.ep}{adp}|{self.quant.name}|"
                 f"{self.engine.name}|{digest}")
 
     # ----- pricing ----------------------------------------------------------------------------
@@ -216,21 +222,25 @@ class RooflineModel:
         return per_step, _step_bound(step, bound, n_steps)
 
     def _moe(self, tokens, peak):
-        d, m = self.device, self.model
+        """`tokens` are one attention rank's; every rank runs a step of the same size in lockstep, so
+        the layer routes attention_dp x tokens over all tp x attention_dp devices of the stage."""
+        d, m, p = self.device, self.model, self.parallel
         k, E = m.experts_per_token, m.num_experts
-        active_frac = 1.0 - (1.0 - k / E) ** tokens  # chance that a given expert is picked at least once
+        routed = tokens * p.attention_dp
+        active_frac = 1.0 - (1.0 - k / E) ** routed  # chance that a given expert is picked at least once
         expert_bytes = m.expert_params / self.expert_tp * self.quant.weight_bytes
         w_bytes = self.local_experts * active_frac * expert_bytes + (self.shared_params + self.router_params) \
             * self.quant.weight_bytes
-        flops = 2 * tokens * (k * m.expert_params / self.parallel.tp + self.shared_params + self.router_params)
-        bytes_ = w_bytes + tokens * (2 + 2 * k / self.parallel.tp) * m.hidden_size * ACT_BYTES
+        per_device = routed * k / p.moe_devices * self.imbalance  # token-expert pairs on the busiest device
+        flops = 2 * (per_device * m.expert_params + tokens * (self.shared_params + self.router_params))
+        bytes_ = w_bytes + (2 * tokens + 2 * per_device) * m.hidden_size * ACT_BYTES
         ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, KERNELS["moe"] * d.kernel_overhead_us * 1e-3)
         return ms * self.moe_layers, bound
 
     def _link(self, group: int) -> tuple[float, float]:
         """(bytes/s, seconds per hop) of the slowest link a group of `group` devices spans."""
         d = self.device
-        if group <= d.devices_per_node:
+        if group <= d.scale_up_domain:
             return d.intra_node_bandwidth_gbps * 1e9 * d.eff_communication, d.intra_node_latency_us * 1e-6
         return d.inter_node_bandwidth_gbps * 1e9 * d.eff_communication, d.inter_node_latency_us * 1e-6
 
@@ -239,15 +249,16 @@ class RooflineModel:
         msg = tokens * m.hidden_size * ACT_BYTES
         zero = np.zeros_like(tokens)
         tp_ms = ep_ms = pp_ms = zero
+        spread = p.ep > 1 or p.attention_dp > 1  # the MoE layer exchanges tokens beyond the tp group
         if p.tp > 1:
-            bw, lat = self._link(p.tp)
-            ring = 2 * (p.tp - 1) / p.tp * msg / bw + 2 * (p.tp - 1) * lat
-            n_allreduce = 2 * m.num_layers - (self.moe_layers if p.ep > 1 else 0)
-            tp_ms = ring * n_allreduce * 1e3
-        if p.ep > 1:
-            bw, lat = self._link(p.tp)
+            n_allreduce = 2 * m.num_layers - (self.moe_layers if spread else 0)
+            tp_ms = _ring(p.tp, msg, *self._link(p.tp)) * n_allreduce * 1e3
+        if p.ep > 1:  # all-to-all: dispatch each token to its k experts, combine the results back
+            bw, lat = self._link(p.moe_devices)
             a2a = 2 * (msg * m.experts_per_token * (p.ep - 1) / p.ep / bw + (p.ep - 1) * lat)
             ep_ms = a2a * self.moe_layers * 1e3
+        elif p.attention_dp > 1:  # experts split by tensor parallelism over all ranks: gather, reduce-scatter
+            ep_ms = _ring(p.moe_devices, msg * p.attention_dp, *self._link(p.moe_devices)) * self.moe_layers * 1e3
         if p.pp > 1:
             bw, lat = self._link(p.tp * p.pp)
             pp_ms = (p.pp - 1) * (msg / bw + lat) * 1e3
@@ -272,6 +283,11 @@ class RooflineModel:
     @property
     def memory(self) -> MemoryPicture:
         return self.memory_for(self.activation_tokens)
+
+
+def _ring(group: int, msg, bw: float, lat: float):
+    """Seconds of a ring all-reduce (or all-gather + reduce-scatter) of `msg` bytes over `group` devices."""
+    return 2 * (group - 1) / group * msg / bw + 2 * (group - 1) * lat
 
 
 def _step_bound(step, bound, n_steps):

@@ -10,31 +10,50 @@ from latency.model import ModelSpec
 
 @dataclass(frozen=True)
 class ParallelSpec:
-    """tp x pp devices form one instance; dp instances serve side by side. Inside an instance the
-    routed experts are split over `ep` groups of tp/ep devices (ep must divide tp)."""
+    """One instance is `attention_dp` attention ranks of tp x pp devices; dp instances serve side by
+    side. The MoE layers of an instance span all tp x attention_dp devices of a stage: the routed
+    experts are split over `ep` groups of `moe_tp` = tp x attention_dp / ep devices each (vLLM
+    --data-parallel-size with --enable-expert-parallel, SGLang --enable-dp-attention). Dense models
+    keep attention_dp = 1 (their data parallelism is dp)."""
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
     ep: int = 1
+    attention_dp: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "ep"):
+        for name in ("tp", "pp", "dp", "ep", "attention_dp"):
             check_int(name, getattr(self, name))
-        if self.tp % self.ep:
-            raise ValueError(f"ep={self.ep} must divide tp={self.tp}")
+        if self.moe_devices % self.ep:
+            raise ValueError(f"ep={self.ep} must divide tp x attention_dp = {self.moe_devices}")
 
     @property
-    def devices_per_instance(self) -> int:
+    def moe_devices(self) -> int:
+        """Devices a MoE layer of one stage spans: every attention rank's tp group."""
+        return self.tp * self.attention_dp
+
+    @property
+    def moe_tp(self) -> int:
+        """Devices each expert is split over."""
+        return self.moe_devices // self.ep
+
+    @property
+    def rank_devices(self) -> int:
+        """Devices of one attention rank: what one scheduler's batch runs on."""
         return self.tp * self.pp
 
     @property
+    def devices_per_instance(self) -> int:
+        return self.tp * self.pp * self.attention_dp
+
+    @property
     def num_devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.devices_per_instance * self.dp
 
     def validate(self, model: ModelSpec, num_devices: int | None = None) -> None:
         if num_devices is not None and num_devices != self.num_devices:
-            raise ValueError(f"tp*pp*dp = {self.num_devices} does not match {num_devices} devices")
+            raise ValueError(f"tp*pp*attention_dp*dp = {self.num_devices} does not match {num_devices} devices")
         if model.num_heads % self.tp:
             raise ValueError(f"tp={self.tp} must divide the {model.num_heads} attention heads of {model.name}")
         kv = model.num_kv_heads
@@ -44,5 +63,8 @@ class ParallelSpec:
             raise ValueError(f"pp={self.pp} exceeds the {model.num_layers} layers of {model.name}")
         if self.ep > 1 and not model.is_moe:
             raise ValueError(f"ep={self.ep} needs a MoE model; {model.name} is dense")
+        if self.attention_dp > 1 and not model.is_moe:
+            raise ValueError(f"attention_dp={self.attention_dp} needs a MoE model; {model.name} is dense "
+                             "(its data parallelism is dp: instances side by side)")
         if model.is_moe and model.num_experts % self.ep:
             raise ValueError(f"ep={self.ep} must divide the {model.num_experts} experts of {model.name}")

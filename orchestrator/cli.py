@@ -30,6 +30,13 @@ TABLE = [  # (header, column, format)
 ]
 
 
+
+def layout_label(row: dict) -> str:
+    """tp2pp1dp4, tp1adp8pp1dp2ep8: attention ranks (adp) and expert groups (ep) shown when > 1."""
+    adp = row.get("attention_dp", 1)
+    return (f"tp{row['tp']}" + (f"adp{adp}" if adp > 1 else "") + f"pp{row['pp']}dp{row['dp']}"
+            + (f"ep{row['ep']}" if row["ep"] > 1 else ""))
+
 def add_field_flags(p: argparse.ArgumentParser, command: str, require: bool = True) -> None:
     """Every scenario field of `command` as a flag (from the field table), grouped, with unit and default.
     `require=False` leaves required fields optional (a CSV may give them)."""
@@ -128,7 +135,8 @@ def cmd_optimize(a) -> int:
               f"P QPS {split['p_qps']:.3f}, D QPS {split['d_qps']:.3f}, pd_ratio {split['pd_ratio']:.3f}; "
               f"serves {split['served_qps']:.3f} req/s = {split['served_qps_per_device']:.4f} req/s/device, "
               f"{split['output_throughput_per_device']:.1f} tok/s/device")
-    layouts = len({(p["role"], p["tp"], p["max_batched_tokens"]) for p in result.points})
+    layouts = len({(p["role"], p["tp"], p.get("attention_dp", 1), p["ep"], p["max_batched_tokens"])
+                   for p in result.points})
     print(f"\n{len(result.points)} points evaluated over {layouts} instance types in {elapsed:.2f} s", file=sys.stderr)
     if a.output:
         cols = scenario_columns(s)
@@ -149,8 +157,7 @@ def _table(rows: list[dict], scenario: bool = False, percentile: float = 0.0) ->
     tag = f"p{percentile:g} " if percentile else ""
     cells = [[h.replace("TTFT ", f"TTFT {tag}").replace("TPOT ", f"TPOT {tag}") for h, _, _ in spec]]
     for r in rows:
-        layout = f"tp{r['tp']}pp{r['pp']}dp{r['dp']}" + (f"ep{r['ep']}" if r["ep"] > 1 else "")
-        cells.append([layout if c is None else f.format(r[c]) for _, c, f in spec])
+        cells.append([layout_label(r) if c is None else f.format(r[c]) for _, c, f in spec])
     widths = [max(len(row[i]) for row in cells) for i in range(len(spec))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in cells)
 
@@ -319,7 +326,7 @@ def cmd_estimate(a) -> int:
     row = estimate(s)
     load = f"{s.request_rate:g} req/s" if s.arrival == "poisson" else f"concurrency {s.concurrency}"
     print(f"{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
-          f"tp{row['tp']}pp{row['pp']}dp{row['dp']}{'ep' + str(row['ep']) if row['ep'] > 1 else ''}, {s.role}, "
+          f"{layout_label(row)}, {s.role}, "
           f"{s.arrival} at {load} ({row['num_prompts']} prompts), input {s.input_length}, output {s.output_length}, "
           f"{s.scheduler} B={row['max_batched_tokens']}")
     for note in s.default_notes:

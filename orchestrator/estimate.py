@@ -29,14 +29,36 @@ def configure(values: dict) -> Scenario:
             values["max_batched_tokens"] = (engine_default_budget(load_device(values["device"])),)
         except ValueError as err:
             raise InputError("device", values["device"], str(err).split("; ", 1)[-1]) from None
+    if not values.get("attention_dp_sizes"):
+        values["attention_dp_sizes"] = (1,)
     if not values.get("tp_sizes"):
-        values["tp_sizes"] = (values["num_devices"] // values.get("pp", 1) or 1,)
+        adp = values["attention_dp_sizes"][0] if len(values["attention_dp_sizes"]) == 1 else 1
+        values["tp_sizes"] = (values["num_devices"] // (values.get("pp", 1) * adp) or 1,)
     s = Scenario(**values)
-    for name in ("tp_sizes", "max_batched_tokens"):
+    for name in ("tp_sizes", "attention_dp_sizes", "max_batched_tokens"):
         if len(getattr(s, name)) != 1:
             raise InputError(name, list(getattr(s, name)), "exactly one value for estimate")
+    s = _resolve_ep(s)
     s.validate()
+    ranks = s.attention_dp_sizes[0]
+    if s.arrival != "poisson" and s.concurrency % ranks:
+        raise InputError("concurrency", s.concurrency, f"a multiple of attention_dp = {ranks} (each attention "
+                         "rank serves an equal share of the instance's requests)")
     return s
+
+
+def _resolve_ep(s: Scenario) -> Scenario:
+    """estimate takes one layout: ep 0 becomes tp x attention_dp / moe_tp when moe_tp is given, else 1;
+    a moe_tp given with ep must agree with it."""
+    experts_over = s.tp_sizes[0] * s.attention_dp_sizes[0]
+    if s.moe_tp:
+        if experts_over % s.moe_tp:
+            raise InputError("moe_tp", s.moe_tp, f"a divisor of tp x attention_dp = {experts_over}")
+        if s.ep and s.ep * s.moe_tp != experts_over:
+            raise InputError("moe_tp", s.moe_tp, f"tp x attention_dp / ep = {experts_over} / {s.ep} "
+                             f"(moe_tp x ep must equal tp x attention_dp)")
+        return s.with_(ep=experts_over // s.moe_tp)
+    return s if s.ep else s.with_(ep=1)
 
 
 def job_of(s: Scenario) -> Job:
@@ -47,8 +69,10 @@ def job_of(s: Scenario) -> Job:
 
 def estimate(s: Scenario) -> dict:
     """The point row of the configuration (throughputs over all dp instances)."""
-    rate = s.request_rate if s.arrival == "poisson" else None
-    return evaluate_point(s, job_of(s), s.concurrency, rate=rate)
+    job = job_of(s)
+    ranks = job.layout.attention_dp  # the load is the instance's: each attention rank takes an equal share
+    rate = s.request_rate / ranks if s.arrival == "poisson" else None
+    return evaluate_point(s, job, s.concurrency // ranks, rate=rate)
 
 
 def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
@@ -57,7 +81,8 @@ def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
     chunk = min(job.max_batched_tokens, row["effective_input_length"])
     keys = [] if s.role == "decode" else [ForwardKey(False, 1, chunk, chunk)]
     if s.role != "prefill" and s.output_length > 1:
-        keys.append(ForwardKey(True, max(1, row["concurrency"]), 1 + s.mtp_tokens,
+        per_rank = row["concurrency"] // row.get("attention_dp", 1)
+        keys.append(ForwardKey(True, max(1, per_rank), 1 + s.mtp_tokens,
                                s.input_length + s.output_length // 2))
     return keys
 
@@ -113,5 +138,8 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
         rows.append(estimate(s))
     kept = pd.read_csv(path)  # the input as the user wrote it, typed by pandas
     metrics = pd.DataFrame(rows, index=kept.index)
+    for column in [c for c in metrics.columns if c in kept.columns]:  # an empty cell shows the value used
+        filled = kept[column].fillna(metrics[column])
+        kept[column] = filled.astype(metrics[column].dtype) if filled.notna().all() else filled
     metrics = metrics[[c for c in metrics.columns if c not in kept.columns]]
     return pd.concat([kept, metrics], axis=1), unknown

@@ -19,7 +19,7 @@ RATE_BASE, RATE_GROWTH = 0.01, 1.05
 STEP_PRICERS = 64
 #: plans kept per process: a plan depends on the workload, the policy, the phase and the decode
 #: context rule, never on the model, device or layout, so the layouts of a search share them
-PLANS = 256
+PLANS = 512
 _plan = lru_cache(maxsize=PLANS)(plan)
 
 
@@ -64,7 +64,7 @@ def finish_point(s: Scenario, job: Job, lm, planned, prices) -> dict:
     """Phase two: replay the plan with its prices; the row of the point."""
     pairs = s.limit_pairs()
     limits = pairs[0] if len(pairs) == 1 else (None, None)
-    m = replay(planned, step_times(planned, prices), job.layout.devices, s.slo_percentile or None, limits)
+    m = replay(planned, step_times(planned, prices), job.layout.rank_devices, s.slo_percentile or None, limits)
     row = point_row(s, job.layout, job.role, m, lm.memory_for(planned.workload.max_batched_tokens))
     if len(pairs) > 1:
         row["goodput"] = math.nan  # several limit pairs: goodput has no single meaning
@@ -80,14 +80,18 @@ def evaluate_point(s: Scenario, job: Job, n: int, pricer=direct_pricer, rate: fl
 
 
 def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
+    """The row of a point: `m` are one attention rank's metrics (the instance's when attention_dp = 1);
+    rates scale to the instance (x attention_dp) and to all dp instances; memory stays per device."""
+    ranks = layout.attention_dp
     dp = s.num_devices // layout.devices
     kv_gib = m.peak_kv_tokens * mem.kv_bytes_per_token / GIB
     in_flight = m.request_throughput * m.e2e_ms / 1000.0  # Little's law
     return {
         "role": role, "tp": layout.tp, "pp": layout.pp, "dp": dp, "ep": layout.ep,
-        "concurrency": max(1, round(in_flight)) if m.arrival == "poisson" else m.concurrency,
+        "attention_dp": ranks, "moe_tp": layout.moe_tp,
+        "concurrency": ranks * (max(1, round(in_flight)) if m.arrival == "poisson" else m.concurrency),
         "max_batched_tokens": m.max_batched_tokens,
-        "arrival": m.arrival, "request_rate": m.request_rate, "num_prompts": m.num_prompts,
+        "arrival": m.arrival, "request_rate": m.request_rate * ranks, "num_prompts": m.num_prompts * ranks,
         "ttft_ms": m.ttft_ms, "tpot_ms": m.tpot_ms,
         "ttft_p50_ms": m.ttft_p50_ms, "ttft_p90_ms": m.ttft_p90_ms, "ttft_p99_ms": m.ttft_p99_ms,
         "tpot_p50_ms": m.tpot_p50_ms, "tpot_p90_ms": m.tpot_p90_ms, "tpot_p99_ms": m.tpot_p99_ms,
@@ -95,11 +99,11 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
         "e2e_ms": m.e2e_ms, "e2e_p50_ms": m.e2e_p50_ms, "e2e_p90_ms": m.e2e_p90_ms, "e2e_p99_ms": m.e2e_p99_ms,
         "ttft_slo_ms": m.ttft_slo_ms, "tpot_slo_ms": m.tpot_slo_ms,
         "makespan_ms": m.makespan_ms,
-        "request_throughput": m.request_throughput * dp,
-        "output_throughput": m.output_throughput * dp,
+        "request_throughput": m.request_throughput * ranks * dp,
+        "output_throughput": m.output_throughput * ranks * dp,
         "output_throughput_per_device": m.output_throughput_per_device,
-        "goodput": m.goodput * dp,
-        "measured_requests": m.measured_requests, "steady": m.steady,
+        "goodput": m.goodput * ranks * dp,
+        "measured_requests": m.measured_requests * ranks, "steady": m.steady,
         "num_steps": m.num_steps, "prefill_num_chunks": m.prefill_num_chunks,
         "effective_input_length": m.effective_input_length,
         "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": mem.kv_capacity_tokens,

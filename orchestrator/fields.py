@@ -153,7 +153,15 @@ FIELDS: tuple[Field, ...] = (
     Field("tp_sizes", int, (), "tensor-parallel sizes to try; default: every size that divides the devices",
        low=1, many=True, aliases=("--tp",), key="tp", column="tp_sizes", group="parallelism"),
     Field("pp", int, 1, "pipeline-parallel stages", low=1, flag="--pp-size", group="parallelism"),
-    Field("ep", int, 1, "expert-parallel groups (MoE)", low=1, flag="--ep-size", group="parallelism"),
+    Field("attention_dp_sizes", int, (), "attention data-parallel ranks per instance to try (MoE): each rank runs "
+       "its own batch on tp devices, the MoE layers span all ranks' devices", low=1, many=True,
+       aliases=("--attention-dp",), key="attention_dp", column="attention_dp_sizes", group="parallelism",
+       default_help="MoE models: every size that fits the devices; dense models: 1 (their data parallelism is dp)"),
+    Field("ep", int, 0, "expert-parallel groups (MoE): the experts are split over ep groups of "
+       "tp x attention_dp / ep devices; 0 = try both 1 and wide EP (ep = tp x attention_dp)", low=0,
+       flag="--ep-size", group="parallelism", default_help="0: MoE models try 1 and tp x attention_dp; dense: 1"),
+    Field("moe_tp", int, 0, "devices each expert is split over (tp x attention_dp / ep); 0 = derived", low=0,
+       group="parallelism", commands=("estimate",), column=None),
     Field("quantization", str, None, "linear-layer quantisation (bf16, W8A8_DYNAMIC, FP8, W4A16, ...)",
        flag="--quantize-linear-action", group="hardware",
        default_help="the device file's: W8A8_DYNAMIC on Ascend and TEST_DEVICE as the reference tool, bf16 on GPUs"),

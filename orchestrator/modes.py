@@ -121,7 +121,7 @@ def _explain_infeasible(s: Scenario, result: OptimizeResult) -> None:
     for ttft, tpot in s.limit_pairs():
         if any(b["ttft_limit_ms"] == ttft and b["tpot_limit_ms"] == tpot for b in result.best):
             continue
-        lowest = [p for p in result.points if p["concurrency"] == 1] or result.points
+        lowest = [p for p in result.points if p["concurrency"] == p.get("attention_dp", 1)] or result.points
         closest = min(lowest, key=lambda p: (p["ttft_ms"] if ttft else 0) + (p["tpot_ms"] if tpot else 0))
         failure = first_failure(closest, ttft, tpot) or "limits"
         limits = " and ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None)

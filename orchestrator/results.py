@@ -12,6 +12,8 @@ from orchestrator.fields import FIELDS
 POINT_COLUMNS = {
     "role": "agg | prefill | decode: what the instance does",
     "tp": "tensor-parallel size", "pp": "pipeline stages", "dp": "instances side by side", "ep": "expert groups",
+    "attention_dp": "attention ranks per instance (MoE; each runs its own batch)",
+    "moe_tp": "devices each expert is split over (tp x attention_dp / ep)",
     "concurrency": "requests per instance: in the window (burst), in flight (closed), or the mean in flight "
                    "by Little's law (poisson)",
     "max_batched_tokens": "token budget per step (also the chunk size)",
@@ -41,7 +43,8 @@ POINT_COLUMNS = {
 
 
 #: integer and boolean result columns (scenario columns take their type from the field table)
-INT_COLUMNS = {"tp", "pp", "dp", "ep", "concurrency", "max_batched_tokens", "num_steps", "prefill_num_chunks",
+INT_COLUMNS = {"tp", "pp", "dp", "ep", "attention_dp", "moe_tp", "concurrency", "max_batched_tokens", "num_steps",
+               "prefill_num_chunks",
                "num_prompts", "measured_requests",
                "effective_input_length", "kv_capacity_tokens", "prefill_tp", "decode_tp", "prefill_concurrency",
                "decode_concurrency", "prefill_instances", "decode_instances", "devices_used"}

@@ -22,19 +22,36 @@ from orchestrator.fields import (
 from simulator.scheduler import Scheduler, make_scheduler
 
 __all__ = ["InputError", "Layout", "Scenario"]
+#: field groups a plan depends on (see Scenario.plan_family)
+PLAN_GROUPS = ("workload", "load", "scheduler")
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One instance: tp x pp devices, experts over ep groups."""
+    """One instance: attention_dp ranks of tp x pp devices; the experts over ep groups of moe_tp
+    devices (see latency.ParallelSpec). A search point's concurrency is per attention rank."""
 
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    attention_dp: int = 1
 
     @property
     def devices(self) -> int:
+        return self.tp * self.pp * self.attention_dp
+
+    @property
+    def rank_devices(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def moe_tp(self) -> int:
+        return self.tp * self.attention_dp // self.ep
+
+    @property
+    def label(self) -> str:
+        moe = f"adp{self.attention_dp}" if self.attention_dp > 1 else ""
+        return f"tp{self.tp}{moe}pp{self.pp}" + (f"ep{self.ep}" if self.ep > 1 else "")
 
 
 def engine_default_budget(device) -> int:
@@ -94,6 +111,9 @@ class _ScenarioMethods:
             raise InputError("input_length", self.input_length,
                              f"input + output <= {spec.max_position_embeddings} tokens, the context of {spec.name} "
                              f"(max_position_embeddings); output is {self.output_length}")
+        if not spec.is_moe and any(a > 1 for a in self.attention_dp_sizes):
+            raise InputError("attention_dp_sizes", list(self.attention_dp_sizes),
+                             f"1 for the dense {spec.name} (its data parallelism is dp: instances side by side)")
         for tp in self.tp_sizes:
             if self.num_devices % (tp * self.pp):
                 raise InputError("tp_sizes", tp, f"a divisor of --num-devices {self.num_devices} (with pp={self.pp})")
@@ -110,37 +130,61 @@ class _ScenarioMethods:
         except ValueError as err:
             raise InputError("tp_sizes", list(self.tp_sizes), str(err)) from None
         if not layouts:
-            with_ep = f" with --ep-size {self.ep} (ep must divide tp)" if self.ep > 1 else ""
+            with_ep = f" with --ep-size {self.ep} (ep must divide tp x attention_dp)" if self.ep > 1 else ""
             raise InputError("tp_sizes", list(self.tp_sizes) or "auto",
                              f"a tensor-parallel size that fits {self.model} on {self.num_devices} devices{with_ep}")
 
     def layouts(self) -> list[Layout]:
-        """Every (tp, pp, ep) to try: the given tp sizes, or each divisor of the device count the
-        model allows. An instance whose weights do not fit is kept: its points fail on memory and
-        the answer says so."""
+        """Every layout to try: the given tp sizes, or each divisor of the device count the model
+        allows; for MoE models also every attention-DP size and both no EP and wide EP, unless given.
+        A layout asked for explicitly that the engines cannot build is refused; searched ones that
+        cannot be built are skipped (never replaced by another). Searched MoE layouts whose weights
+        do not fit are pruned; when none fits, the plain ones (no attention DP, no EP) stay so the
+        answer can say why. Dense instances whose weights do not fit are kept the same way."""
         spec = load_model(self.model)
-        sizes = self.tp_sizes or tuple(t for t in range(1, self.num_devices + 1)
-                                       if self.num_devices % (t * self.pp) == 0)
+        n, pp = self.num_devices, self.pp
+        explicit = bool(self.tp_sizes) and (not spec.is_moe or (bool(self.attention_dp_sizes) and self.ep > 0))
+        sizes = self.tp_sizes or tuple(t for t in range(1, n + 1) if n % (t * pp) == 0)
+        ranks = self.attention_dp_sizes or (tuple(range(1, n + 1)) if spec.is_moe else (1,))
         out = []
         for tp in sizes:
-            ep = self.ep  # never silently replaced: a tp that cannot host it is skipped, or refused if asked for
-            try:
-                ParallelSpec(tp=tp, pp=self.pp, ep=ep).validate(spec)
-            except ValueError:
-                if self.tp_sizes:
-                    raise
-                continue
-            out.append(Layout(tp, self.pp, ep))
-        return out
+            for adp in ranks:
+                if n % (tp * pp * adp):
+                    if explicit:
+                        raise ValueError(f"tp {tp} x pp {pp} x attention_dp {adp} does not divide {n} devices")
+                    continue
+                eps = (self.ep,) if self.ep else ((1, tp * adp) if spec.is_moe else (1,))
+                for ep in dict.fromkeys(eps):
+                    try:
+                        ParallelSpec(tp=tp, pp=pp, ep=ep, attention_dp=adp).validate(spec)
+                    except ValueError:
+                        if explicit:
+                            raise
+                        continue
+                    out.append(Layout(tp, pp, ep, adp))
+        if not spec.is_moe or explicit:
+            return out
+        plain = [lay for lay in out if lay.attention_dp == 1 and lay.ep == 1]  # what explains "nothing fits"
+        return [lay for lay in out if self._weights_fit(lay)] or plain or out
+
+    def _weights_fit(self, layout: Layout) -> bool:
+        mem = self.latency_model(layout).memory_for(max(self.max_batched_tokens or (1,)))
+        return mem.kv_capacity_tokens > 0
 
     def latency_model(self, layout: Layout):
         return _latency_model(self.model, self.device, layout.tp, layout.pp, self.num_devices // layout.devices,
-                              layout.ep, self.quantization, self.kv_cache_dtype, self.reserved_memory_gb, self.engine)
+                              layout.ep, layout.attention_dp, self.quantization, self.kv_cache_dtype,
+                              self.reserved_memory_gb, self.engine)
 
     def make_scheduler(self) -> Scheduler:
         """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
         options = {f.name: getattr(self, f.name) for f in FIELDS if f.scheduler == self.scheduler}
         return make_scheduler(self.scheduler, **options)
+
+    def plan_family(self) -> str:
+        """What the scenario's plans depend on (its workload, load and scheduler fields, never the
+        model, device or limits): scenarios of one family share plans, so a sweep runs them together."""
+        return repr(tuple(getattr(self, f.name) for f in FIELDS if f.group in PLAN_GROUPS))
 
     def limit_pairs(self) -> list[tuple[float | None, float | None]]:
         """Every (TTFT limit, TPOT limit) combination; None where no limit is given."""
@@ -161,6 +205,7 @@ Scenario.__module__ = __name__
 
 
 @lru_cache(maxsize=256)
-def _latency_model(model, device, tp, pp, dp, ep, quantization, kv_cache_dtype, reserved, engine):
-    return build_latency_model(model, device, tp=tp, pp=pp, dp=dp, ep=ep, quantization=quantization,
+def _latency_model(model, device, tp, pp, dp, ep, attention_dp, quantization, kv_cache_dtype, reserved, engine):
+    return build_latency_model(model, device, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
+                               quantization=quantization,
                                kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved, engine=engine)

@@ -128,8 +128,9 @@ def test_moe_decode_reads_the_experts_its_tokens_activate_and_exchanges_them():
     router = h * n_exp
     active = 1 - (1 - k / n_exp) ** t                       # chance an expert is picked by one of 16 tokens
     weights = (n_exp / 4) * active * expert * 2 + router * 2  # 32 local experts, full width (tp / ep = 1)
-    flops = 2 * t * (k * expert / 4 + router)
-    moe = layers * roof_ms(flops, weights + t * (2 + 2 * k / 4) * h * 2)
+    busiest = 1.2 * t * k / 4                                  # token-expert pairs of the busiest of 4 groups
+    flops = 2 * (busiest * expert + t * router)
+    moe = layers * roof_ms(flops, weights + (2 * t + 2 * busiest) * h * 2)
     msg = t * h * 2
     ep_comm = layers * 2 * (msg * k * 3 / 4 / INTRA + 3 * INTRA_HOP) * 1e3
     tp_comm = (2 * layers - layers) * (2 * 3 / 4 * msg / INTRA + 2 * 3 * INTRA_HOP) * 1e3  # no all-reduce after EP
@@ -138,6 +139,53 @@ def test_moe_decode_reads_the_experts_its_tokens_activate_and_exchanges_them():
     assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
     assert got["tp_comm"] == pytest.approx(tp_comm, rel=1e-9)
     assert "mlp" not in got  # every layer is a MoE layer
+
+
+def test_attention_dp_with_wide_ep_routes_every_rank_s_tokens_over_all_devices():
+    """Qwen3-30B-A3B on 8 devices: attention tp 1 x 8 ranks, experts over ep 8 (16 each, whole).
+    One rank's step of 16 decodes: its attention is a one-device attention of 16 requests; the MoE
+    layer routes the 8 ranks' 128 tokens over 8 devices; the all-to-all spans 8 devices (one node)."""
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, ep=8, attention_dp=8, quantization="bf16")
+    t, h, k, n_exp, layers = 16, 2048, 8, 128, 48
+    expert, router = 3 * h * 768, h * n_exp
+    routed = 8 * t
+    active = 1 - (1 - k / n_exp) ** routed
+    weights = (n_exp / 8) * active * expert * 2 + router * 2
+    busiest = 1.2 * routed * k / 8
+    moe = layers * roof_ms(2 * (busiest * expert + t * router), weights + (2 * t + 2 * busiest) * h * 2)
+    msg = t * h * 2
+    ep_comm = layers * 2 * (msg * k * 7 / 8 / INTRA + 7 * INTRA_HOP) * 1e3
+    got = _by_op(lm, ForwardKey(True, t, 1, 2048))
+    assert got["moe"] == pytest.approx(moe, rel=1e-9)
+    assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
+    assert "tp_comm" not in got  # attention tp 1: nothing to all-reduce
+    one = _by_op(build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, quantization="bf16"),
+                 ForwardKey(True, t, 1, 2048))
+    assert got["attention"] == pytest.approx(one["attention"], rel=1e-12)  # a rank's attention is its own
+    assert got["qkv_proj"] == pytest.approx(one["qkv_proj"], rel=1e-12)
+    # without EP the experts are split 8 ways by tensor parallelism: every rank's tokens are gathered
+    # and the results reduce-scattered over the 8 devices
+    tp_moe = _by_op(build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, attention_dp=8,
+                                        quantization="bf16"), ForwardKey(True, t, 1, 2048))
+    gather = 2 * 7 / 8 * (8 * msg) / INTRA + 2 * 7 * INTRA_HOP
+    assert tp_moe["ep_comm"] == pytest.approx(layers * gather * 1e3, rel=1e-9)
+    weights = n_exp * active * expert / 8 * 2 + router * 2  # every expert, an eighth of each
+    flops = 2 * (routed * k / 8 * expert + t * router)
+    assert tp_moe["moe"] == pytest.approx(layers * roof_ms(flops, weights + (2 * t + 2 * routed * k / 8) * h * 2),
+                                          rel=1e-9)
+
+
+def test_a_layout_the_engines_cannot_build_is_refused():
+    from latency import ParallelSpec, load_model
+
+    qwen, llama = load_model("Qwen/Qwen3-30B-A3B"), load_model("meta-llama/Llama-3.1-8B-Instruct")
+    with pytest.raises(ValueError, match="ep=3 must divide tp x attention_dp = 8"):
+        ParallelSpec(tp=2, ep=3, attention_dp=4)
+    with pytest.raises(ValueError, match="attention_dp=2 needs a MoE model"):
+        ParallelSpec(tp=1, attention_dp=2).validate(llama)
+    with pytest.raises(ValueError, match="ep=256 must divide the 128 experts"):
+        ParallelSpec(tp=32, ep=256, attention_dp=8).validate(qwen)
+    assert ParallelSpec(tp=2, ep=8, attention_dp=4).moe_tp == 1 and ParallelSpec(tp=2, ep=2, attention_dp=4).moe_tp == 4
 
 
 def test_pipeline_and_inter_node_links():

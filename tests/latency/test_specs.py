@@ -72,7 +72,7 @@ def test_parallel_validation():
         ParallelSpec(tp=3).validate(qwen)
     with pytest.raises(ValueError, match="ep=2 needs a MoE model"):
         ParallelSpec(tp=2, ep=2).validate(qwen)
-    with pytest.raises(ValueError, match="ep=4 must divide tp=2"):
+    with pytest.raises(ValueError, match="ep=4 must divide tp x attention_dp = 2"):
         ParallelSpec(tp=2, ep=4)
     with pytest.raises(ValueError, match="does not match 8 devices"):
         ParallelSpec(tp=2, dp=2).validate(qwen, num_devices=8)

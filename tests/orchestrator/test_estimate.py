@@ -79,3 +79,28 @@ def test_a_bad_cell_is_one_line_naming_row_and_column(tmp_path, cells, message):
 def test_missing_required_field_is_named():
     p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--input-length", "10", "--output-length", "4")
     assert p.returncode == 2 and "--num-devices" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_moe_layouts_from_csv_columns_tp_attention_dp_moe_tp_ep(tmp_path):
+    """The measured runs' layout columns: moe_tp alone fixes ep (tp x attention_dp / moe_tp); moe_tp and
+    ep that disagree are one line naming the row and column."""
+    moe = ["estimate", "Qwen/Qwen3-30B-A3B", "--device", "H200_SXM", "--num-devices", "8", "--input-length",
+           "1024", "--output-length", "64", "--no-progress"]
+    src = tmp_path / "in.csv"
+    pd.DataFrame({"tp": [8, 1, 2], "attention_dp": [1, 8, 4], "moe_tp": [8, 1, ""], "ep": ["", "", 2],
+                  "concurrency": [16, 64, 64]}).to_csv(src, index=False)
+    out = tmp_path / "out.parquet"
+    p = run(*moe, "--from-csv", str(src), "--output", str(out))
+    assert p.returncode == 0, p.stderr
+    got = pd.read_parquet(out)
+    assert list(zip(got["ep"], got["moe_tp"], got["dp"], strict=True)) == [(1, 8, 1), (8, 1, 1), (2, 4, 1)]
+    assert list(got["concurrency"]) == [16, 64, 64]
+    single = run(*moe[:-1], "--tp", "1", "--attention-dp", "8", "--ep-size", "8", "--concurrency", "64")
+    assert "tp1adp8pp1dp1ep8" in single.stdout
+    tpot = float(next(line for line in single.stdout.splitlines() if line.startswith("TPOT")).split()[2])
+    assert got.loc[1, "tpot_ms"] == pytest.approx(tpot, abs=0.01)
+    pd.DataFrame({"tp": [2], "attention_dp": [4], "moe_tp": [2], "ep": [2], "concurrency": [8]}).to_csv(src,
+                                                                                                      index=False)
+    bad = run(*moe, "--from-csv", str(src), "--output", str(out))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "line 2, column moe_tp: 2 is not allowed; expected tp x attention_dp / ep = 8 / 2" in bad.stderr

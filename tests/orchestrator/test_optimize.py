@@ -129,11 +129,43 @@ def test_documented_point_columns_are_the_columns_written():
 
 
 def test_an_expert_parallel_request_never_silently_disappears():
-    moe = Scenario("Qwen/Qwen3-30B-A3B", "H200_SXM", 8, 2048, 128, (8192,), tpot_limits=(50.0,), ep=4)
+    moe = Scenario("Qwen/Qwen3-30B-A3B", "H200_SXM", 8, 2048, 128, (8192,), tpot_limits=(50.0,), ep=4,
+                   attention_dp_sizes=(1,))
     assert {(x.tp, x.ep) for x in moe.layouts()} == {(4, 4), (8, 4)}  # tp 1 and 2 cannot host ep 4: skipped
     with pytest.raises(InputError) as err:
         moe.with_(tp_sizes=(2,)).validate()
-    assert err.value.render("flag").startswith("--tp-sizes: [2]") and "ep=4 must divide tp=2" in str(err.value)
+    assert err.value.render("flag").startswith("--tp-sizes: [2]") and \
+        "ep=4 must divide tp x attention_dp = 2" in str(err.value)
     with pytest.raises(InputError, match="with --ep-size 16"):
         moe.with_(ep=16).validate()
     assert {r["ep"] for r in optimize(moe).points} == {4}
+    # with attention DP searched, ep 4 also spans ranks: tp 1 x 4 ranks, tp 2 x 2 ranks, ...
+    wide = {(x.tp, x.attention_dp, x.ep, x.moe_tp) for x in moe.with_(attention_dp_sizes=()).layouts()}
+    assert {(1, 4, 4, 1), (1, 8, 4, 2), (2, 2, 4, 1), (2, 4, 4, 2), (4, 1, 4, 1), (8, 1, 4, 2)} <= wide
+    assert all(tp * adp % 4 == 0 and 8 % (tp * adp) == 0 for tp, adp, _, _ in wide)
+
+
+def test_moe_models_search_attention_dp_and_wide_ep_by_default_dense_models_do_not():
+    moe = Scenario("Qwen/Qwen3-30B-A3B", "H200_SXM", 4, 2048, 128, (8192,), tpot_limits=(50.0,))
+    got = {(x.tp, x.attention_dp, x.ep) for x in moe.layouts()}
+    assert got == {(tp, adp, ep) for tp in (1, 2, 4) for adp in (1, 2, 4) if tp * adp <= 4 and 4 % (tp * adp) == 0
+                   for ep in {1, tp * adp}}
+    dense = Scenario("Qwen/Qwen3-8B", "H200_SXM", 4, 2048, 128, (8192,), tpot_limits=(50.0,))
+    assert {(x.tp, x.attention_dp, x.ep) for x in dense.layouts()} == {(1, 1, 1), (2, 1, 1), (4, 1, 1)}
+    with pytest.raises(InputError, match="--attention-dp-sizes: \\[2\\].*dense"):
+        dense.with_(attention_dp_sizes=(2,)).validate()
+
+
+def test_attention_dp_ranks_add_up_to_the_instance():
+    """attention_dp = 1 is today's layout exactly; with 2 ranks the row is two ranks' throughput at
+    twice the concurrency, each rank priced with the MoE layer spanning both."""
+    s = Scenario("Qwen/Qwen3-30B-A3B", "H200_SXM", 2, 2048, 128, (8192,), tpot_limits=(50.0,))
+    one = evaluate_point(s, Job("agg", Layout(2, 1, 1, 1), 8192), 16)
+    again = evaluate_point(s.with_(ep=1, attention_dp_sizes=(1,), tp_sizes=(2,)), Job("agg", Layout(2), 8192), 16)
+    assert one == again and one["attention_dp"] == 1 and one["moe_tp"] == 2
+    two = evaluate_point(s, Job("agg", Layout(1, 1, 2, 2), 8192), 16)
+    alone = evaluate_point(s.with_(num_devices=1), Job("agg", Layout(1), 8192), 16)
+    assert (two["concurrency"], two["dp"], two["moe_tp"]) == (32, 1, 1)
+    assert two["output_throughput"] == pytest.approx(2 * 1000 * two["num_prompts"] / 2 * 128 / two["makespan_ms"])
+    assert two["output_throughput_per_device"] == pytest.approx(two["output_throughput"] / 2)
+    assert two["kv_capacity_tokens"] > alone["kv_capacity_tokens"]  # half the experts per device
