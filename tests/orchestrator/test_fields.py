@@ -126,3 +126,13 @@ except ImportError:
         p = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "written 1"
+
+
+def test_the_readme_documents_every_optimize_flag_with_its_default():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for f in FIELDS:
+        if "optimize" in f.commands:
+            assert f"| `{f.flag}` | {f.help}" in readme, f.flag
+            assert f.required or f"default {f.default_text()}" in readme, f.flag
