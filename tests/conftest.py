@@ -10,6 +10,21 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=os.environ.get("MUTANT_UNDER_TEST") is not None)
+def _fresh_caches():
+    """Under mutation testing only: empty the process-wide caches (parsed model and device files,
+    engine profiles) before each test, so every test that needs a parse runs it and mutmut credits
+    that test to the parsing code (with the caches warm, only the first such test would be)."""
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("latency", "simulator"):
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

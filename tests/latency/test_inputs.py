@@ -1,0 +1,158 @@
+"""What the latency package reads, pinned: shipped model configs against their published shapes,
+the exact message of every bad device or model file, the range wording, and the memory of a step
+computed by hand."""
+
+import json
+
+import pytest
+
+from latency import build_latency_model, load_device, load_model
+from latency.checks import describe
+from latency.device import DATA as DEVICE_DATA
+from latency.device import DEVICE_PATH_ENV
+
+# (hidden, layers, heads, kv heads, head dim, intermediate, vocab, experts, per token, expert width,
+#  shared, dense layers, q LoRA, KV LoRA, nope, rope, v, context): the models' published config.json
+PUBLISHED = {
+    "Qwen/Qwen3-8B": (4096, 36, 32, 8, 128, 12288, 151936, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 40960),
+    "Qwen/Qwen3-32B": (5120, 64, 64, 8, 128, 25600, 151936, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 40960),
+    "Qwen/Qwen3-30B-A3B": (2048, 48, 32, 4, 128, 6144, 151936, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 40960),
+    "Qwen/Qwen3-235B-A22B": (4096, 94, 64, 4, 128, 12288, 151936, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 0, 40960),
+    "meta-llama/Llama-3.1-8B-Instruct": (4096, 32, 32, 8, 128, 14336, 128256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         131072),
+    "meta-llama/Llama-3.1-70B-Instruct": (8192, 80, 64, 8, 128, 28672, 128256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          131072),
+    "deepseek-ai/DeepSeek-V3": (7168, 61, 128, 128, 56, 18432, 129280, 256, 8, 2048, 1, 3, 1536, 512, 128, 64,
+                                128, 163840),
+}
+FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
+          "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts", "num_dense_layers",
+          "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+          "max_position_embeddings")
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_models_read_as_published(name):
+    spec = load_model(name)
+    assert tuple(getattr(spec, f) for f in FIELDS) == PUBLISHED[name]
+    assert spec.name == name and spec.tie_word_embeddings is False
+
+
+def test_moe_layer_rules_of_each_config_family(tmp_path):
+    """DeepSeek names its experts n_routed_experts and its dense prefix first_k_dense_replace; Qwen-MoE
+    makes layer i sparse when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers."""
+    base = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8, "intermediate_size": 128,
+            "vocab_size": 100, "moe_intermediate_size": 32, "num_experts_per_tok": 2}
+
+    def parse(**extra):
+        (tmp_path / "config.json").write_text(json.dumps({**base, **extra}))
+        return load_model(tmp_path)
+
+    ds = parse(n_routed_experts=16, first_k_dense_replace=2, n_shared_experts=2, mlp_only_layers=[5])
+    assert (ds.num_experts, ds.num_dense_layers, ds.num_moe_layers, ds.num_shared_experts) == (16, 2, 6, 2)
+    qwen = parse(num_experts=16, decoder_sparse_step=2, mlp_only_layers=[1])
+    assert (qwen.num_experts, qwen.num_dense_layers) == (16, 5)  # layers 0, 2, 4, 6 by the step, 1 as listed
+    qwen = parse(num_experts=16, decoder_sparse_step=1, mlp_only_layers=[0, 7])
+    assert qwen.num_dense_layers == 2 and qwen.experts_per_token == 2 and qwen.moe_intermediate_size == 32
+    dense = parse(num_experts_per_tok=2)  # no experts: the MoE fields stay 0
+    assert (dense.num_experts, dense.experts_per_token, dense.moe_intermediate_size, dense.num_dense_layers) == \
+        (0, 0, 0, 0)
+    assert dense.num_kv_heads == 4 and dense.head_dim == 16  # defaults: MHA, hidden / heads
+    assert parse(tie_word_embeddings=True).vocab_params == 100 * 64
+    assert parse(num_key_value_heads=2, head_dim=8).head_dim == 8
+    with pytest.raises(ValueError, match="^model 'tmp_path[^']*'|experts_per_token must be in \\[1, 16\\]"):
+        parse(num_experts=16, num_experts_per_tok=17)
+    with pytest.raises(ValueError, match="moe_intermediate_size must be >= 1"):
+        parse(num_experts=16, moe_intermediate_size=0)
+    with pytest.raises(ValueError, match="vocab_size must be >= 1, got 0"):
+        parse(vocab_size=0)
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in base.items() if k != "vocab_size"}))
+    with pytest.raises(ValueError, match="lacks 'vocab_size'"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("args, words", [
+    ((True,), "an integer"),
+    ((False,), "a number"),
+    ((True, 1), "an integer >= 1"),
+    ((False, 0, None, True), "a number > 0"),
+    ((False, None, 1), "a number <= 1"),
+    ((False, None, 1, False, True), "a number < 1"),
+    ((False, 0, 1), "a number in [0, 1]"),
+    ((False, 0, 1, True, True), "a number in (0, 1)"),
+    ((True, 2, 8, False, True), "an integer in [2, 8)"),
+    ((False, 0.5, 1.5, True, False), "a number in (0.5, 1.5]"),
+])
+def test_ranges_read_the_same_everywhere(args, words):
+    assert describe(*args) == words
+
+
+GOOD = (DEVICE_DATA / "H200_SXM.toml").read_text().replace('name = "H200_SXM"', 'name = "MINE"')
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t + "\n[[broken", "device file {p}: "),
+    (lambda t: t.replace("hbm_gib = 131.3", "hbm_gib = -1"), "device file {p}: [memory] hbm_gib must be a number >= 0, "
+                                                           "got -1"),
+    (lambda t: t.replace("hbm_gib = 131.3", "hbm_gib = true"), "[memory] hbm_gib must be a number >= 0, got True"),
+    (lambda t: t.replace("hbm_gib = 131.3", ""), "[memory] hbm_gib must be a number >= 0, got None"),
+    (lambda t: t.replace("hbm_gib = 131.3", "hbm_gib = 0"), "device file {p}: [memory] hbm_gib must be > 0"),
+    (lambda t: t.replace("devices_per_node = 8", "devices_per_node = 0"), "[interconnect] devices_per_node must be "
+                                                                          "> 0"),
+    (lambda t: t.replace("gemm = 0.78", "gemm = 0"), "device file {p}: [efficiency] gemm must be in (0, 1], got 0"),
+    (lambda t: t.replace("memory = 0.", "memory = 1."), "[efficiency] memory must be in (0, 1], got 1."),
+    (lambda t: t.replace('name = "MINE"', 'name = "OTHER"'), "device file {p}: name 'OTHER' must match the file "
+                                                             "name 'MINE'"),
+    (lambda t: t.replace('quantization = "bf16"', 'quantization = "W3A3"'), "device file {p}: [defaults] "
+     "quantization: unknown "
+                                                             "quantization 'W3A3'"),
+    (lambda t: t.replace("[interconnect]", "[interconnect]\nscale_up_devices = 1.5"),
+     "device file {p}: [interconnect] scale_up_devices must be an integer >= 0 (0 = one node), got 1.5"),
+])
+def test_every_bad_device_file_is_one_message_naming_file_table_and_key(tmp_path, monkeypatch, edit, message):
+    path = tmp_path / "MINE.toml"
+    path.write_text(edit(GOOD))
+    monkeypatch.setenv(DEVICE_PATH_ENV, str(tmp_path))
+    with pytest.raises(ValueError) as err:
+        load_device("MINE")
+    assert message.format(p=path) in str(err.value)
+
+
+def test_a_good_device_file_keeps_its_name_source_defaults_and_scale_up(tmp_path, monkeypatch):
+    monkeypatch.setenv(DEVICE_PATH_ENV, str(tmp_path))
+    (tmp_path / "MINE.toml").write_text(GOOD.replace("[interconnect]", "[interconnect]\nscale_up_devices = 72"))
+    dev = load_device("MINE")
+    assert (dev.name, dev.default_quantization, dev.scale_up_domain) == ("MINE", "bf16", 72)
+    assert dev.source == load_device("H200_SXM").source != ""
+    assert load_device("H200_SXM").scale_up_domain == 8  # not given: one node
+    (tmp_path / "MINE.toml").write_text(GOOD.replace('quantization = "bf16"', 'quantization = "FP8"'))
+    assert load_device("MINE").default_quantization == "FP8"
+    bare = "\n".join(line for line in GOOD.splitlines() if "[defaults]" not in line and "quantization" not in line)
+    (tmp_path / "MINE.toml").write_text(bare.replace("source = ", "# "))
+    assert (load_device("MINE").default_quantization, load_device("MINE").source) == ("bf16", "")
+    assert load_device("ATLAS_800_A3_752T_128G_DIE").scale_up_domain == 768
+
+
+def test_activation_and_kv_capacity_by_hand():
+    """Llama-3.1-8B, tp 2, bf16 on H200 (131.3 GiB, 10 GiB reserved), a 4096-token step: activations are
+    the tokens x (2 x hidden + the widest intermediate: gate+up over tp = 14336) x 2 bytes, plus
+    fp32 logits of min(4096, 1024) rows over half the vocabulary."""
+    lm = build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "H200_SXM", tp=2)
+    t, h = 4096, 4096
+    act = t * (2 * h + 2 * 14336 / 2) * 2 + 1024 * 128256 / 2 * 4
+    assert lm.activation_bytes(t) == pytest.approx(act, rel=1e-12)
+    kv_per_token = 32 * 2 * (8 / 2) * 128 * 2  # layers x (K, V) x KV heads per device x head dim x bf16
+    assert lm.kv_bytes_per_token == kv_per_token
+    qkv = h * 128 * (32 / 2 + 2 * 8 / 2)
+    per_layer = (qkv + 32 / 2 * 128 * h + 3 * h * 14336 / 2) * 2
+    weights = 32 * per_layer + 2 * 128256 * h / 2 * 2  # untied embeddings and LM head, bf16
+    assert lm.weights_bytes == pytest.approx(weights, rel=1e-12)
+    pic = lm.memory_for(t)
+    free = 131.3 * 2**30 - 10 * 2**30 - weights - act
+    assert pic.kv_capacity_tokens == int(free // kv_per_token)
+    assert (pic.hbm_gib, pic.reserved_gib) == (131.3, 10.0)
+    assert pic.activation_gib == pytest.approx(act / 2**30) and pic.weights_gib == pytest.approx(weights / 2**30)
+    moe = build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=4, ep=4)
+    widest = max(moe.qkv_params / 2048, 2 * 8 * 768 / 4)  # no dense layer: q/k/v width vs routed gate+up
+    assert moe.activation_bytes(512) == pytest.approx(512 * (2 * 2048 + widest) * 2 + 512 * 151936 / 4 * 4,
+                                                      rel=1e-12)
