@@ -1,6 +1,6 @@
 """Simulator speed: steps, wall ms and µs per step for a table of workloads (median of 5 runs).
 
-    python bench/simulator.py [--runs 5]
+    python bench/simulator.py [--runs 5] [--growth]
 
 Timings are of the whole `simulate` (plan + one batched pricing call + replay): `wall ms` with a
 cheap vectorised latency (the timeline alone), `roofline ms` priced by the real roofline model of
@@ -46,10 +46,35 @@ def cheap_latency(keys):
     return 5.0 + 0.01 * q + 1e-4 * s
 
 
+#: --growth: how the cost of one point grows with concurrency and output length (input 2048, B 8192)
+GROWTH_CONCURRENCY, GROWTH_OUTPUT = (1, 16, 64, 256, 1024), (128, 512, 2048)
+
+
+def growth(runs: int, latency) -> None:
+    """ms per point (plan + pricing + replay, roofline prices) for a burst and a closed loop."""
+    print(f"{'arrival':>8} {'output':>6} " + " ".join(f"{'C=' + str(c):>9}" for c in GROWTH_CONCURRENCY))
+    for arrival in ("burst", "closed"):
+        for o in GROWTH_OUTPUT:
+            cells = []
+            for c in GROWTH_CONCURRENCY:
+                w = Workload(2048, o, 8192, c, arrival=arrival)
+                walls = []
+                for _ in range(runs):
+                    t0 = time.perf_counter()
+                    simulate(w, latency)
+                    walls.append((time.perf_counter() - t0) * 1000)
+                cells.append(f"{statistics.median(walls):>9.2f}")
+            print(f"{arrival:>8} {o:>6} " + " ".join(cells))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--growth", action="store_true", help="ms per point against concurrency and output length")
     args = ap.parse_args()
+    if args.growth:
+        growth(args.runs, build_latency_model("Qwen/Qwen3-32B", "H200_SXM"))
+        return
     roofline = build_latency_model("Qwen/Qwen3-32B", "H200_SXM")
     print(f"{'input':>7} {'output':>6} {'B':>6} {'N':>5} {'arrival':>8} {'P':>5} {'R':>4} {'policy':>13} "
           f"{'steps':>6} {'keys':>6} {'wall ms':>8} {'us/step':>8} {'roofline ms':>12}")

@@ -85,17 +85,23 @@ class CountScheduler(Scheduler):
     @abstractmethod
     def decide(self, state: SchedulerState) -> StepDecision: ...
 
+    def prefill_cap(self, ready_decode: int, chunk: int, max_batched_tokens: int, decode_query_len: int) -> float:
+        """The most requests `decide` can ever prefill in this state: the planner counts the pending
+        run only that far (a long FIFO would cost a scan per step). Unbounded unless a policy says."""
+        return math.inf
+
     def plan_step(self, view: QueueView) -> StepPlan:
         budget = view.max_batched_tokens
         front = view.prefill
         if front:
             done = front[0][1]
+            chunk = min(budget, view.effective_input_length - done)
+            cap = self.prefill_cap(view.ready_decode, chunk, budget, view.decode_query_len)
             run = 0
             pending = 0
-            while run < len(front) and front[run][1] == done:
+            while run < len(front) and front[run][1] == done and pending < cap:
                 pending += front[run][0]
                 run += 1
-            chunk = min(budget, view.effective_input_length - done)
         else:
             pending, chunk, run = 0, budget, 0
         state = SchedulerState(view.ready_decode, pending, chunk, budget, view.decode_query_len)
@@ -129,10 +135,22 @@ class DecodeFirstWithSlack(CountScheduler):
         check_number("slack_ratio", self.slack_ratio, low=1)
 
     def decide(self, state: SchedulerState) -> StepDecision:
-        limit = math.floor(state.max_batched_tokens * self.slack_ratio)
-        d_step = min(state.ready_decode, state.max_batched_tokens // state.decode_query_len)
-        fit = (limit - d_step * state.decode_query_len) // state.chunk_query_len
+        d_step = self._decodes(state.ready_decode, state.max_batched_tokens, state.decode_query_len)
+        fit = self._fit(d_step, state.chunk_query_len, state.max_batched_tokens, state.decode_query_len)
         return StepDecision(p_step=max(0, min(state.pending_prefill, fit)), d_step=d_step)
+
+    def prefill_cap(self, ready_decode: int, chunk: int, max_batched_tokens: int, decode_query_len: int) -> float:
+        d_step = self._decodes(ready_decode, max_batched_tokens, decode_query_len)
+        return max(0, self._fit(d_step, chunk, max_batched_tokens, decode_query_len))
+
+    @staticmethod
+    def _decodes(ready: int, budget: int, qlen: int) -> int:
+        """Every ready request decodes, up to the budget."""
+        return min(ready, budget // qlen)
+
+    def _fit(self, d_step: int, chunk: int, budget: int, qlen: int) -> int:
+        """Chunks that fit beside `d_step` decodes within floor(B * slack)."""
+        return (math.floor(budget * self.slack_ratio) - d_step * qlen) // chunk
 
     def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
         return max(prefill_latency, decode_latency)
@@ -161,7 +179,11 @@ class TokenBudget(Scheduler):
         seqs = self.max_num_seqs if self.max_num_seqs is not None else math.inf
         decode = int(min(view.ready_decode, budget // view.decode_query_len, seqs))
         budget -= decode * view.decode_query_len
-        started = sum(g[0] for g in view.prefill if g[1] > 0)
+        started = 0  # started requests keep their place at the FIFO front (depth-first)
+        for count, done, *_ in view.prefill:
+            if not done:
+                break
+            started += count
         slots = seqs - view.ready_decode - started
         cap = self.long_prefill_token_threshold or budget
         takes = []

@@ -224,7 +224,7 @@ def plan(
     if phase == "decode" and not steps:
         raise ValueError("a decode-only instance needs output_length >= 2 (nothing to decode)")
     pool = _DecodePool(steps, w.tokens_per_decode_step, I)
-    queue: list[tuple[int, int, int]] = []
+    queue: deque[tuple[int, int, int]] = deque()
     arrivals = _Arrivals(w)
 
     def send(count: int, step: int, ms: float = 0.0) -> None:
@@ -266,7 +266,7 @@ def plan(
             raise RuntimeError(f"scheduler {scheduler.name!r} asked {d} decodes of {pool.ready} ready")
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
-            queue, firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
+            firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
             for n, _ in firsts:
                 kv_prefill -= n * I
             kv_prefill += kv_added
@@ -379,20 +379,22 @@ def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> 
     return tuple(sorted(keys))
 
 
-def _apply_takes(queue, takes, scheduler, E, cached, entries):
-    """Advance the chosen prefill groups; return the new FIFO, the (requests, arrival event) whose
-    prompt is now complete, and the KV tokens the step added."""
+def _apply_takes(queue: deque, takes, scheduler, E, cached, entries):
+    """Advance the chosen prefill groups in the FIFO `queue` (in place; only the front groups up to
+    the last one taken are touched, so a step costs its takes, not the queue's length); return the
+    (requests, arrival event) whose prompt is now complete, and the KV tokens the step added."""
     by_pos: dict[int, list[tuple[int, int]]] = {}
     for pos, n, tok in takes:
         if not 0 <= pos < len(queue) or n < 1 or tok < 1:
             raise RuntimeError(f"scheduler {scheduler.name!r} made an invalid take {(pos, n, tok)}")
         by_pos.setdefault(pos, []).append((n, tok))
+    head = [queue.popleft() for _ in range(max(by_pos) + 1)]
     front: list[tuple[int, int, int]] = []
     back: list[tuple[int, int, int]] = []
     firsts: list[tuple[int, int]] = []
     kv_added = 0
     stay = back if scheduler.requeue else front
-    for pos, (count, done, event) in enumerate(queue):
+    for pos, (count, done, event) in enumerate(head):
         left = count
         for n, tok in by_pos.get(pos, ()):
             seq = done + tok
@@ -407,4 +409,24 @@ def _apply_takes(queue, takes, scheduler, E, cached, entries):
                 stay.append((n, seq, event))
         if left:
             front.append((left, done, event))
-    return _merge(front + back if scheduler.requeue else front), firsts, kv_added
+    for group in reversed(_merge(front)):
+        _push_front(queue, group)
+    for group in back:
+        _push_back(queue, group)
+    return firsts, kv_added
+
+
+def _push_front(queue: deque, group: tuple[int, int, int]) -> None:
+    """Put a group at the FIFO front, folded into the first one if they are at the same progress
+    of the same arrival event (as `_merge` would)."""
+    if queue and queue[0][1:] == group[1:]:
+        queue[0] = (queue[0][0] + group[0], *group[1:])
+    else:
+        queue.appendleft(group)
+
+
+def _push_back(queue: deque, group: tuple[int, int, int]) -> None:
+    if queue and queue[-1][1:] == group[1:]:
+        queue[-1] = (queue[-1][0] + group[0], *group[1:])
+    else:
+        queue.append(group)
