@@ -84,13 +84,19 @@ def _steady_window(w, arrival: np.ndarray, steady: np.ndarray) -> tuple[float, f
     return (start, end) if end > start else None
 
 
-def _throughput(window, finish: np.ndarray, counts: np.ndarray, makespan: float) -> float:
-    """Requests per second: completions inside the window, else every request over the makespan."""
+def _throughput(window, finish: np.ndarray, counts: np.ndarray, tokens: np.ndarray,
+                makespan: float) -> tuple[float, float]:
+    """(requests, output tokens) per second: completions inside the window, else every request over
+    the makespan. `tokens[j]` is the output each request of record j hands back."""
     if window is not None:
-        done = counts[(finish > window[0]) & (finish <= window[1])].sum()
+        inside = (finish > window[0]) & (finish <= window[1])
+        done = counts[inside].sum()
         if done:
-            return 1000.0 * float(done) / (window[1] - window[0])
-    return 1000.0 * float(counts.sum()) / makespan if makespan > 0 else float("inf")
+            span = (window[1] - window[0]) / 1000.0
+            return float(done) / span, float((counts * tokens)[inside].sum()) / span
+    if makespan <= 0:
+        return float("inf"), float("inf")
+    return 1000.0 * float(counts.sum()) / makespan, 1000.0 * float((counts * tokens).sum()) / makespan
 
 
 def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: float | None = None,
@@ -108,17 +114,20 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
     first = arrival if plan.phase == "decode" else ends[plan.first_step + 1]
     finish = ends[plan.finish_step + 1]
     counts = plan.counts
+    kinds = w.kinds
+    kind = plan.kind if plan.kind is not None else np.zeros(len(counts), dtype=np.int64)
+    output = np.array(kinds.output, dtype=np.float64)[kind]
     ttft = first - arrival if plan.phase != "decode" else np.zeros_like(first)
-    r = w.decode_tokens if plan.phase != "prefill" else 0
-    tpot = (finish - first) / r if r else np.zeros_like(first)
+    r = output - 1 if plan.phase != "prefill" else np.zeros_like(output)
+    tpot = np.divide(finish - first, r, out=np.zeros_like(first), where=r > 0)
     e2e = finish - arrival
     steady = plan.event_steady[plan.arrival]
     measured = steady if steady.any() else np.ones_like(steady)
     makespan = float(ends[-1])
     window = _steady_window(w, arrival, steady)
-    req_tput = _throughput(window, finish, counts, makespan)
-    out_tokens = w.output_length if plan.phase != "prefill" else 1
-    out_tput = req_tput * out_tokens
+    # a prefill instance hands over each request's first token
+    tokens = output if plan.phase != "prefill" else np.ones_like(output)
+    req_tput, out_tput = _throughput(window, finish, counts, tokens, makespan)
     c = counts[measured]
     tt, tp, ee = ttft[measured], tpot[measured], e2e[measured]
     itl, itl_w = _itl(plan, ends, window, w)

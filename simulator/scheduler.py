@@ -43,13 +43,18 @@ class StepDecision:
 @dataclass(frozen=True)
 class QueueView:
     """The loop's state as a policy sees it. `prefill` is the FIFO, front first: groups of
-    `(count, done, ...)` (`done`: effective prompt tokens prefilled; further fields are the loop's)."""
+    `(count, done, event, kind)` (`done`: prompt tokens prefilled); `effective[kind]` is the prompt
+    tokens a request of that kind computes (after its cached prefix)."""
 
-    prefill: Sequence[tuple[int, int]]
+    prefill: Sequence[tuple[int, int, int, int]]
     ready_decode: int
-    effective_input_length: int
+    effective: Sequence[int]
     max_batched_tokens: int
     decode_query_len: int
+
+    def remaining(self, group) -> int:
+        """Prompt tokens each request of `group` still has to prefill."""
+        return self.effective[group[3]] - group[1]
 
 
 @dataclass(frozen=True)
@@ -94,12 +99,13 @@ class CountScheduler(Scheduler):
         budget = view.max_batched_tokens
         front = view.prefill
         if front:
-            done = front[0][1]
-            chunk = min(budget, view.effective_input_length - done)
+            chunk = min(budget, view.remaining(front[0]))
             cap = self.prefill_cap(view.ready_decode, chunk, budget, view.decode_query_len)
+            done = front[0][1]
             run = 0
             pending = 0
-            while run < len(front) and front[run][1] == done and pending < cap:
+            while (run < len(front) and front[run][1] == done and pending < cap
+                   and min(budget, view.remaining(front[run])) == chunk):
                 pending += front[run][0]
                 run += 1
         else:
@@ -187,14 +193,15 @@ class TokenBudget(Scheduler):
         slots = seqs - view.ready_decode - started
         cap = self.long_prefill_token_threshold or budget
         takes = []
-        for pos, (count, done, *_) in enumerate(view.prefill):
+        for pos, group in enumerate(view.prefill):
+            count, done = group[0], group[1]
             if budget <= 0:
                 break
             if done == 0:  # waiting requests: only as many as there are free slots are admitted
                 count = int(min(count, slots))
                 if count <= 0:
                     break
-            need = min(view.effective_input_length - done, cap)
+            need = min(view.remaining(group), cap)
             full = min(count, budget // need)
             if full:
                 takes.append((pos, full, need))

@@ -31,8 +31,9 @@ DECODE_CONTEXTS = ("mean", "mid")
 @dataclass(frozen=True)
 class Plan:
     """A planned schedule: step i has shape `shapes[step_shape[i]]`; finish records say that
-    `counts[j]` requests of arrival event `arrival[j]` got their first token at the end of step
-    `first_step[j]` (-1: at t=0) and finished at the end of step `finish_step[j]`.
+    `counts[j]` requests of arrival event `arrival[j]` and kind `kind[j]` (`workload.kinds`) got their
+    first token at the end of step `first_step[j]` (-1: at t=0) and finished at the end of step
+    `finish_step[j]`.
 
     Arrival event e came at the end of step `event_step[e]` (-1: at t=0) or, in a timed plan
     (Poisson), at `event_ms[e]`; `event_steady[e]` says whether its requests are measured (not
@@ -53,6 +54,7 @@ class Plan:
     step_decode: np.ndarray
     event_ms: np.ndarray | None = None
     step_end_ms: np.ndarray | None = None
+    kind: np.ndarray | None = None
 
     @property
     def num_steps(self) -> int:
@@ -68,32 +70,54 @@ class Plan:
 
 
 class _DecodePool:
-    """Requests past their first token. All ready requests usually decode together, so a global
-    tick counter replaces per-group countdowns; a group finishes when the ticks reach its end.
-    Groups stay ordered by end tick: the oldest decode first, so only newer groups are delayed."""
+    """Requests past their first token, in the order they joined (the oldest decode first, so only
+    newer groups are delayed when not all fit). All ready requests usually decode together, so a
+    global tick counter replaces per-group countdowns; a group finishes when the ticks reach its
+    end. With one kind of request the groups are also ordered by end tick, and finishing pops the
+    front; a mix keeps `next_end` and scans when it comes."""
 
-    def __init__(self, steps: int, tokens_per_step: float, prompt_tokens: int):
+    def __init__(self, steps: tuple[int, ...], tokens_per_step: float, prompts: tuple[int, ...]):
         self.groups: deque[list[int]] = deque()
-        self.steps, self.rate, self.prompt = steps, tokens_per_step, prompt_tokens
+        self.steps, self.rate, self.prompts = steps, tokens_per_step, prompts
         self.ticks = self.ready = self.steps_sum = 0  # steps_sum: decode steps done, all requests
+        self.prompt_sum = 0       # prompt tokens of the ready requests
+        self.next_end = math.inf  # the earliest end tick
+        self.ordered = True       # end ticks never decrease along the groups
 
-    def join(self, count: int, first_step: int, event: int) -> None:
-        end = self.ticks + self.steps
+    def join(self, count: int, first_step: int, event: int, kind: int) -> None:
+        end = self.ticks + self.steps[kind]
         last = self.groups[-1] if self.groups else None
-        if last is not None and last[1] == end and last[2] == first_step and last[3] == event:
+        if last is not None and last[1:] == [end, first_step, event, kind]:
             last[0] += count
         else:
-            self.groups.append([count, end, first_step, event])
+            if last is not None and end < last[1]:
+                self.ordered = False
+            self.groups.append([count, end, first_step, event, kind])
         self.ready += count
+        self.prompt_sum += count * self.prompts[kind]
+        self.next_end = min(self.next_end, end)
+
+    def prompt_sum_of(self, d: int) -> int:
+        """Prompt tokens of the `d` oldest ready requests."""
+        if d == self.ready:
+            return self.prompt_sum
+        total, left = 0, d
+        for count, _, _, _, kind in self.groups:
+            n = min(count, left)
+            total += n * self.prompts[kind]
+            left -= n
+            if not left:
+                break
+        return total
 
     def generated_sum(self, d: int) -> float:
         """Tokens generated so far (first token included) by the `d` oldest ready requests."""
         if d == self.ready:
             return d + self.rate * self.steps_sum
         total, left = 0.0, d
-        for count, end, *_ in self.groups:
+        for count, end, _, _, kind in self.groups:
             n = min(count, left)
-            total += n * (1 + self.rate * (self.steps - (end - self.ticks)))
+            total += n * (1 + self.rate * (self.steps[kind] - (end - self.ticks)))
             left -= n
             if not left:
                 break
@@ -101,7 +125,7 @@ class _DecodePool:
 
     def kv_tokens(self) -> float:
         """KV tokens held: prompt plus generated tokens of every ready request."""
-        return (self.prompt + 1) * self.ready + self.rate * self.steps_sum
+        return self.prompt_sum + self.ready + self.rate * self.steps_sum
 
     def advance(self, d: int, step: int, finished: list) -> float:
         """Decode the `d` oldest requests one step; move finished groups to `finished`.
@@ -111,39 +135,68 @@ class _DecodePool:
         self.ticks += 1
         self.steps_sum += d
         kv = self.kv_tokens()
-        groups = self.groups
-        while groups and groups[0][1] == self.ticks:
-            count, _, first, event = groups.popleft()
-            finished.append((count, event, first, step))
-            self.ready -= count
-            self.steps_sum -= count * self.steps
+        if self.next_end == self.ticks:
+            self._finish(step, finished)
         return kv
+
+    def _finish(self, step: int, finished: list) -> None:
+        groups, ticks = self.groups, self.ticks
+        if self.ordered:
+            while groups and groups[0][1] == ticks:
+                self._leave(groups.popleft(), step, finished)
+        else:
+            kept = deque()
+            for group in groups:
+                if group[1] == ticks:
+                    self._leave(group, step, finished)
+                else:
+                    kept.append(group)
+            self.groups = kept
+            self.ordered = _ordered(kept)
+        g = self.groups
+        self.next_end = (g[0][1] if self.ordered else min(x[1] for x in g)) if g else math.inf
+
+    def _leave(self, group: list[int], step: int, finished: list) -> None:
+        count, _, first, event, kind = group
+        finished.append((count, event, first, step, kind))
+        self.ready -= count
+        self.steps_sum -= count * self.steps[kind]
+        self.prompt_sum -= count * self.prompts[kind]
 
     def _delay_after(self, d: int) -> None:
         """Requests beyond the `d` oldest skip this step: their end tick moves one later."""
         kept: deque[list[int]] = deque()
         left = d
-        for count, end, first, event in self.groups:
+        for count, end, first, event, kind in self.groups:
             if left >= count:
-                kept.append([count, end, first, event])
+                kept.append([count, end, first, event, kind])
                 left -= count
             elif left:
-                kept.append([left, end, first, event])
-                kept.append([count - left, end + 1, first, event])
+                kept.append([left, end, first, event, kind])
+                kept.append([count - left, end + 1, first, event, kind])
                 left = 0
             else:
-                kept.append([count, end + 1, first, event])
+                kept.append([count, end + 1, first, event, kind])
         self.groups = kept
+        self.next_end = min(g[1] for g in kept)
+        if not self.ordered:
+            self.ordered = _ordered(kept)
 
 
-def _merge(groups: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """Fold neighbouring groups of one arrival event at the same prefill progress into one."""
-    out: list[tuple[int, int, int]] = []
-    for count, done, event in groups:
-        if out and out[-1][1] == done and out[-1][2] == event:
-            out[-1] = (out[-1][0] + count, done, event)
+def _ordered(groups) -> bool:
+    """End ticks never decrease along the groups."""
+    ends = [g[1] for g in groups]
+    return all(a <= b for a, b in zip(ends, ends[1:], strict=False))
+
+
+def _merge(groups: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """Fold neighbouring groups of one arrival event and kind at the same prefill progress into one."""
+    out: list[tuple[int, int, int, int]] = []
+    for group in groups:
+        if out and out[-1][1:] == group[1:]:
+            out[-1] = (out[-1][0] + group[0], *group[1:])
         else:
-            out.append((count, done, event))
+            out.append(group)
     return out
 
 
@@ -218,32 +271,34 @@ def plan(
     timed, closed = w.arrival == "poisson", w.arrival == "closed"
     if timed and step_ms is None:
         raise ValueError("a Poisson workload is planned with its prices: pass step_ms")
-    E, B, I = w.effective_input_length, w.max_batched_tokens, w.input_length
-    qlen, cached = w.decode_query_len, w.cached_prefix_tokens
-    steps = 0 if phase == "prefill" else w.decode_steps
-    if phase == "decode" and not steps:
-        raise ValueError("a decode-only instance needs output_length >= 2 (nothing to decode)")
-    pool = _DecodePool(steps, w.tokens_per_decode_step, I)
-    queue: deque[tuple[int, int, int]] = deque()
+    B, qlen, kinds = w.max_batched_tokens, w.decode_query_len, w.kinds
+    prompt = kinds.input
+    steps = tuple(0 for _ in kinds.decode_steps) if phase == "prefill" else kinds.decode_steps
+    if phase == "decode" and not all(steps):
+        raise ValueError("a decode-only instance needs output_length >= 2 for every request (nothing to decode)")
+    pool = _DecodePool(steps, w.tokens_per_decode_step, prompt)
+    queue: deque[tuple[int, int, int, int]] = deque()  # (requests, prompt tokens done, arrival event, kind)
     arrivals = _Arrivals(w)
 
     def send(count: int, step: int, ms: float = 0.0) -> None:
+        first = arrivals.sent
         event = arrivals.add(count, step, ms)
-        if phase == "decode":
-            pool.join(count, step, event)
-        else:
-            queue.append((count, 0, event))
+        for kind, n in kinds.runs(first, first + count):
+            if phase == "decode":
+                pool.join(n, step, event, kind)
+            else:
+                queue.append((n, 0, event, kind))
 
     if not timed:
         send(min(w.concurrency, arrivals.total), -1)
-    mid_context = I + w.output_length // 2 + 1
+    mid_context = w.input_length + w.output_length // 2 + 1
     shape_ids: dict[tuple, int] = {}
     shapes: list[StepShape] = []
     shape_ms: list[float] = []
     step_shape: list[int] = []
     step_decode: list[int] = []
     step_end: list[float] = []
-    finished: list[tuple[int, int, int, int]] = []
+    finished: list[tuple[int, int, int, int, int]] = []
     kv_prefill = 0
     peak = 0.0
     left = arrivals.total
@@ -255,7 +310,7 @@ def plan(
                 clock = max(clock, arrivals.next_time())
             for t in arrivals.due(clock):
                 send(1, step - 1, t)
-        sp = scheduler.plan_step(QueueView(queue, pool.ready, E, B, qlen))
+        sp = scheduler.plan_step(QueueView(queue, pool.ready, kinds.effective, B, qlen))
         d = sp.decode
         if not sp.takes and d == 0:
             raise RuntimeError(
@@ -266,14 +321,13 @@ def plan(
             raise RuntimeError(f"scheduler {scheduler.name!r} asked {d} decodes of {pool.ready} ready")
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
-            firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, E, cached, entries)
-            for n, _ in firsts:
-                kv_prefill -= n * I
+            firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, kinds, entries)
+            for n, _, kind in firsts:
+                kv_prefill -= n * prompt[kind]
             kv_prefill += kv_added
         else:
             firsts = []
-        ctx = _decode_key_context(pool, d, I, qlen, mid_context if decode_context == "mid" else None,
-                                  context_round)
+        ctx = _decode_key_context(pool, d, qlen, mid_context if decode_context == "mid" else None, context_round)
         signature = (tuple(sorted(entries.items())), d, ctx)
         shape_id = shape_ids.get(signature)
         if shape_id is None:
@@ -288,14 +342,14 @@ def plan(
             step_end.append(clock)
         done = len(finished)
         kv_decode = pool.advance(d, step, finished) if d else pool.kv_tokens()
-        first_tokens = 0
-        for n, event in firsts:
-            first_tokens += n
-            if steps:
-                pool.join(n, step, event)
+        first_tokens_kv = 0
+        for n, event, kind in firsts:
+            first_tokens_kv += n * (prompt[kind] + 1)
+            if steps[kind]:
+                pool.join(n, step, event, kind)
             else:
-                finished.append((n, event, step, step))
-        peak = max(peak, kv_prefill + kv_decode + first_tokens * (I + 1))
+                finished.append((n, event, step, step, kind))
+        peak = max(peak, kv_prefill + kv_decode + first_tokens_kv)
         finished_now = 0
         while done < len(finished):
             finished_now += finished[done][0]
@@ -308,7 +362,7 @@ def plan(
         if not entries and d == pool.ready and not queue and not finished_now:
             # a pure-decode stretch: the next steps repeat this one until a request finishes, the
             # decode key's context moves, or (Poisson) a request arrives; take them at once
-            run = _repeats(pool, d, ctx, I, qlen, mid_context if decode_context == "mid" else None, context_round)
+            run = _repeats(pool, d, ctx, qlen, mid_context if decode_context == "mid" else None, context_round)
             if timed:
                 run = _before_arrival(run, clock, shape_ms[shape_id], arrivals.next_time(), step_end)
                 clock = step_end[-1]
@@ -318,18 +372,19 @@ def plan(
                 pool.ticks += run
                 pool.steps_sum += run * d
                 peak = max(peak, kv_prefill + pool.kv_tokens())
-    counts, arrival, first, finish = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
+    counts, arrival, first, finish, kind = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
     return Plan(w, scheduler, phase, tuple(shapes), np.array(step_shape, dtype=np.int64), counts, first, finish,
                 float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
                 np.array(step_decode, dtype=np.int64),
-                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
+                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None, kind)
 
 
-def _repeats(pool: _DecodePool, d: int, ctx: int, prompt: int, qlen: int, fixed: int | None, round_to: int) -> int:
+def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:
     """How many more pure-decode steps of all `d` ready requests keep the decode key `ctx` and
-    finish nobody: up to the step before the first group's end, while the rounded mean context
-    (computed exactly as `_decode_key_context` would, from the decode steps done) stays the same."""
-    run = pool.groups[0][1] - pool.ticks - 1
+    finish nobody: up to the step before the first end, while the rounded mean context (computed
+    exactly as `_decode_key_context` would, from the decode steps done) stays the same."""
+    run = pool.next_end - pool.ticks - 1
+    prompt = pool.prompt_sum / d
     if fixed is not None or run <= 0:
         return max(run, 0)
 
@@ -360,15 +415,14 @@ def _before_arrival(run: int, clock: float, step: float, next_arrival: float | N
     return run
 
 
-def _decode_key_context(pool: _DecodePool, d: int, prompt: int, qlen: int, fixed: int | None,
-                        round_to: int) -> int:
+def _decode_key_context(pool: _DecodePool, d: int, qlen: int, fixed: int | None, round_to: int) -> int:
     """seq_len of the step's decode key: `fixed` ("mid" mode), else the mean context of the `d`
     oldest decoding requests after the step, rounded up to `round_to`; 0 when nobody decodes."""
     if not d:
         return 0
     if fixed is not None:
         return fixed
-    mean = prompt + qlen - 1 + pool.generated_sum(d) / d
+    mean = pool.prompt_sum_of(d) / d + qlen - 1 + pool.generated_sum(d) / d
     return math.ceil(mean / round_to - 1e-9) * round_to
 
 
@@ -379,36 +433,36 @@ def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> 
     return tuple(sorted(keys))
 
 
-def _apply_takes(queue: deque, takes, scheduler, E, cached, entries):
+def _apply_takes(queue: deque, takes, scheduler, kinds, entries):
     """Advance the chosen prefill groups in the FIFO `queue` (in place; only the front groups up to
     the last one taken are touched, so a step costs its takes, not the queue's length); return the
-    (requests, arrival event) whose prompt is now complete, and the KV tokens the step added."""
+    (requests, arrival event, kind) whose prompt is now complete, and the KV tokens the step added."""
     by_pos: dict[int, list[tuple[int, int]]] = {}
     for pos, n, tok in takes:
         if not 0 <= pos < len(queue) or n < 1 or tok < 1:
             raise RuntimeError(f"scheduler {scheduler.name!r} made an invalid take {(pos, n, tok)}")
         by_pos.setdefault(pos, []).append((n, tok))
     head = [queue.popleft() for _ in range(max(by_pos) + 1)]
-    front: list[tuple[int, int, int]] = []
-    back: list[tuple[int, int, int]] = []
-    firsts: list[tuple[int, int]] = []
+    front: list[tuple[int, int, int, int]] = []
+    back: list[tuple[int, int, int, int]] = []
+    firsts: list[tuple[int, int, int]] = []
     kv_added = 0
     stay = back if scheduler.requeue else front
-    for pos, (count, done, event) in enumerate(head):
-        left = count
+    for pos, (count, done, event, kind) in enumerate(head):
+        left, need = count, kinds.effective[kind]
         for n, tok in by_pos.get(pos, ()):
             seq = done + tok
             left -= n
-            if seq > E or left < 0:
+            if seq > need or left < 0:
                 raise RuntimeError(f"scheduler {scheduler.name!r} over-advanced group {(count, done)}")
-            kv_added += n * tok + (n * cached if done == 0 else 0)
+            kv_added += n * tok + (n * kinds.cached[kind] if done == 0 else 0)
             entries[(tok, seq)] = entries.get((tok, seq), 0) + n
-            if seq == E:
-                firsts.append((n, event))
+            if seq == need:
+                firsts.append((n, event, kind))
             else:
-                stay.append((n, seq, event))
+                stay.append((n, seq, event, kind))
         if left:
-            front.append((left, done, event))
+            front.append((left, done, event, kind))
     for group in reversed(_merge(front)):
         _push_front(queue, group)
     for group in back:
@@ -416,7 +470,7 @@ def _apply_takes(queue: deque, takes, scheduler, E, cached, entries):
     return firsts, kv_added
 
 
-def _push_front(queue: deque, group: tuple[int, int, int]) -> None:
+def _push_front(queue: deque, group: tuple[int, int, int, int]) -> None:
     """Put a group at the FIFO front, folded into the first one if they are at the same progress
     of the same arrival event (as `_merge` would)."""
     if queue and queue[0][1:] == group[1:]:
@@ -425,7 +479,7 @@ def _push_front(queue: deque, group: tuple[int, int, int]) -> None:
         queue.appendleft(group)
 
 
-def _push_back(queue: deque, group: tuple[int, int, int]) -> None:
+def _push_back(queue: deque, group: tuple[int, int, int, int]) -> None:
     if queue and queue[-1][1:] == group[1:]:
         queue[-1] = (queue[-1][0] + group[0], *group[1:])
     else:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 from latency.checks import check_int, check_number
+from simulator.mix import RequestMix
 
 
 @dataclass(frozen=True)
@@ -30,12 +34,14 @@ POISSON_PROMPTS = 1000
 
 @dataclass(frozen=True)
 class Workload:
-    """Identical requests. `arrival` "burst": `concurrency` requests all at t=0 (the RFC's candidate
-    window); "closed": at most `concurrency` in flight, each finished request replaced by a new one
-    from the next step on, `num_prompts` in all (what `vllm bench serve --max-concurrency` sends);
-    "poisson": `num_prompts` requests at `request_rate` per second with gamma(`burstiness`)
-    inter-arrival times (as `vllm bench serve --request-rate --burstiness`), seeded; the server
-    admits them all (`concurrency` is not a cap; the scheduler's max_num_seqs is).
+    """Requests of `input_length` / `output_length` tokens, or drawn from `mix` (then the two
+    lengths are the mix's typical request, for display only). `arrival` "burst": `concurrency`
+    requests all at t=0 (the RFC's candidate window); "closed": at most `concurrency` in flight,
+    each finished request replaced by a new one from the next step on, `num_prompts` in all (what
+    `vllm bench serve --max-concurrency` sends); "poisson": `num_prompts` requests at
+    `request_rate` per second with gamma(`burstiness`) inter-arrival times (as `vllm bench serve
+    --request-rate --burstiness`), seeded; the server admits them all (`concurrency` is not a cap;
+    the scheduler's max_num_seqs is).
 
     `mtp_tokens` draft tokens are verified in each decode step; `mtp_acceptance_rates[i]` is the
     probability that draft i is accepted, so a step advances 1 + sum(rates[:mtp_tokens]) tokens.
@@ -54,6 +60,7 @@ class Workload:
     burstiness: float = 1.0       # gamma shape of inter-arrival times; 1 = Poisson
     seed: int = 0
     measure: str = "steady"       # "all": every request counts, warm-up and drain too (as benchmark clients)
+    mix: RequestMix | None = None  # per-request lengths; None: every request input_length / output_length
 
     def __post_init__(self) -> None:
         check_int("input_length", self.input_length, 1)
@@ -95,20 +102,58 @@ class Workload:
 
     @property
     def prompts(self) -> int:
-        """Requests sent in all (num_prompts resolved)."""
+        """Requests sent in all (num_prompts resolved; a trace sends its requests)."""
         if self.num_prompts:
             return self.num_prompts
+        if self.mix is not None and self.mix.trace is not None and self.arrival != "burst":
+            return len(self.mix.trace)
         if self.arrival == "poisson":
             return POISSON_PROMPTS
         return self.concurrency if self.arrival == "burst" else PROMPTS_PER_CONCURRENCY * self.concurrency
 
     def arrival_times_ms(self):
-        """Poisson: the seeded send time of every request (the first at 0), in ms."""
-        import numpy as np
-
+        """Poisson: the seeded send time of every request (the first at 0), in ms. A timed trace
+        keeps its own times, scaled to `request_rate` on average when one is given."""
+        trace = self.mix.trace if self.mix is not None else None
+        if trace is not None and trace.timed:
+            times = np.resize(np.array(trace.arrival_time), self.prompts) * 1000.0
+            span = times[-1] - times[0]
+            if self.request_rate and span > 0:
+                times = times * (len(times) - 1) / (span / 1000.0) / self.request_rate
+            return times
         rng = np.random.default_rng(self.seed)
         gaps = rng.gamma(self.burstiness, 1.0 / (self.request_rate * self.burstiness), self.prompts - 1)
         return np.concatenate(([0.0], np.cumsum(gaps))) * 1000.0
+
+    def request_lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prompt, output, cached prompt tokens) of every request in send order. A trace is taken in
+        file order (repeated if more prompts are sent); distributions are sampled with `seed` (a
+        stream apart from the arrival times')."""
+        n = self.prompts
+        mix = self.mix
+        if mix is None:
+            return (np.full(n, self.input_length, dtype=np.int64), np.full(n, self.output_length, dtype=np.int64),
+                    np.full(n, self.cached_prefix_tokens, dtype=np.int64))
+        if mix.trace is not None:
+            t = mix.trace
+            inputs, outputs = np.resize(np.array(t.input_length), n), np.resize(np.array(t.output_length), n)
+            cached = np.resize(np.array(t.cached_tokens), n) if t.cached_tokens is not None else None
+        else:
+            rng = np.random.default_rng([self.seed, 1])
+            inputs, outputs = mix.input.sample(rng, n), mix.output.sample(rng, n)
+            cached = None
+        if cached is None:
+            cached = np.floor(inputs * self.prefix_cache_hit_rate).astype(np.int64)
+        cached = np.minimum(cached, inputs - 1)  # at least one prompt token is computed
+        return inputs.astype(np.int64), outputs.astype(np.int64), cached.astype(np.int64)
+
+    @cached_property
+    def kinds(self) -> RequestKinds:
+        """The distinct requests of the workload and which one each request is."""
+        if self.mix is None:
+            return RequestKinds.single(self.input_length, self.output_length, self.cached_prefix_tokens,
+                                       self.prompts, self.tokens_per_decode_step)
+        return RequestKinds.of(*self.request_lengths(), self.tokens_per_decode_step)
 
     @property
     def cached_prefix_tokens(self) -> int:
@@ -134,9 +179,7 @@ class Workload:
     @property
     def decode_steps(self) -> int:
         """Decode steps a request needs after its first token."""
-        if self.decode_tokens == 0:
-            return 0
-        return math.ceil(self.decode_tokens / self.tokens_per_decode_step - 1e-12)
+        return decode_steps(self.output_length, self.tokens_per_decode_step)
 
     def chunk_plan(self) -> list[PrefillChunk]:
         return chunk_plan(self.effective_input_length, self.max_batched_tokens)
@@ -156,3 +199,59 @@ def chunk_plan(effective_input_length: int, max_batched_tokens: int) -> list[Pre
         done += q
         chunks.append(PrefillChunk(len(chunks), q, done))
     return chunks
+
+
+def decode_steps(output_length: int, tokens_per_step: float) -> int:
+    """Decode steps after the first token to produce the other output_length - 1 tokens."""
+    if output_length <= 1:
+        return 0
+    return math.ceil((output_length - 1) / tokens_per_step - 1e-12)
+
+
+@dataclass(frozen=True)
+class RequestKinds:
+    """Requests with the same (prompt, output, cached) are one kind; the timeline groups requests by
+    kind. Arrays per kind: `input`, `output`, `cached`, `effective` (prompt tokens to compute),
+    `decode_steps`; `kind_of[i]` is request i's kind (None: every request is kind 0)."""
+
+    input: tuple[int, ...]
+    output: tuple[int, ...]
+    cached: tuple[int, ...]
+    effective: tuple[int, ...]
+    decode_steps: tuple[int, ...]
+    kind_of: np.ndarray | None
+
+    @classmethod
+    def single(cls, input_length, output_length, cached, prompts, tokens_per_step) -> RequestKinds:
+        return cls((input_length,), (output_length,), (cached,), (input_length - cached,),
+                   (decode_steps(output_length, tokens_per_step),), None)
+
+    @classmethod
+    def of(cls, inputs, outputs, cached, tokens_per_step) -> RequestKinds:
+        index: dict[tuple[int, int, int], int] = {}
+        kind_of = np.array([index.setdefault(key, len(index)) for key in zip(inputs.tolist(), outputs.tolist(),
+                                                                             cached.tolist(), strict=True)])
+        keys = list(index)
+        i, o, c = (tuple(k[j] for k in keys) for j in range(3))
+        return cls(i, o, c, tuple(a - b for a, b in zip(i, c, strict=True)),
+                   tuple(decode_steps(x, tokens_per_step) for x in o), kind_of if len(keys) > 1 else None)
+
+    def runs(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """(kind, requests) of requests lo..hi-1 in order, consecutive requests of one kind together."""
+        if self.kind_of is None:
+            return [(0, hi - lo)]
+        out: list[tuple[int, int]] = []
+        for k in self.kind_of[lo:hi].tolist():
+            if out and out[-1][0] == k:
+                out[-1] = (k, out[-1][1] + 1)
+            else:
+                out.append((k, 1))
+        return out
+
+    def __hash__(self) -> int:
+        return hash((self.input, self.output, self.cached))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RequestKinds) and (self.input, self.output, self.cached, self.kind_of is None) == \
+            (other.input, other.output, other.cached, other.kind_of is None) and \
+            (self.kind_of is None or np.array_equal(self.kind_of, other.kind_of))

@@ -13,8 +13,11 @@ from simulator.workload import Workload
 
 
 class Req:
-    def __init__(self, arrival: float):
+    def __init__(self, arrival: float, prompt: int, output: int, cached: int, steps: int):
         self.arrival = arrival  # ms
+        self.prompt, self.output, self.cached = prompt, output, cached
+        self.E = prompt - cached  # prompt tokens to compute
+        self.steps_needed = steps
         self.done = 0          # effective prompt tokens prefilled
         self.started = False
         self.steps = 0         # decode steps done
@@ -29,7 +32,8 @@ def _decode_key(w, reqs, ids, decode_context, round_to=128):
         ctx = w.input_length + w.output_length // 2 + 1
     else:
         generated = sum(1 + a * reqs[i].steps for i in ids)
-        mean = w.input_length + w.decode_query_len - 1 + generated / len(ids)
+        prompts = sum(reqs[i].prompt for i in ids)
+        mean = prompts / len(ids) + w.decode_query_len - 1 + generated / len(ids)
         ctx = math.ceil(mean / round_to - 1e-9) * round_to
     return ForwardKey(True, len(ids), w.decode_query_len, ctx)
 
@@ -38,18 +42,19 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
     """Returns (requests, makespan, peak kv, keys per step, end time of each step); each request has
     .arrival, .first, .finish (ms), in the order they were sent. Arrivals: a burst at t=0; a closed
     loop refilled at the end of each step; or Poisson send times admitted when a step starts."""
-    E, I = w.effective_input_length, w.input_length
     a = w.tokens_per_decode_step
-    steps_needed = 0 if phase == "prefill" else w.decode_steps
+    prompts, outputs, cached = w.request_lengths()
     total = w.prompts
     sends = list(w.arrival_times_ms()) if w.arrival == "poisson" else []
     reqs, fifo, decoding = [], [], []
 
     def send(t):
-        r = Req(t)
+        i = len(reqs)
+        steps = 0 if phase == "prefill" else math.ceil((outputs[i] - 1) / a - 1e-12)
+        r = Req(t, int(prompts[i]), int(outputs[i]), int(cached[i]), steps)
         reqs.append(r)
         if phase == "decode":
-            r.done, r.first = E, t
+            r.done, r.first = r.E, t
             decoding.append(len(reqs) - 1)
         else:
             fifo.append(len(reqs) - 1)
@@ -89,10 +94,10 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
             r = reqs[i]
             r.started = True
             r.done += tok
-            if r.done == E:
+            if r.done == r.E:
                 r.first = t
                 fifo.remove(i)
-                if steps_needed:
+                if r.steps_needed:
                     new_decoders.append(i)
                 else:
                     r.finish = t
@@ -106,12 +111,12 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
             if r.gone:
                 continue
             if r.first is not None:
-                kv += I + 1 + a * r.steps
+                kv += r.prompt + 1 + a * r.steps
             elif r.started:
-                kv += w.cached_prefix_tokens + r.done
+                kv += r.cached + r.done
         peak = max(peak, kv)
         for i in dec_ids:
-            if reqs[i].steps == steps_needed:
+            if reqs[i].steps == reqs[i].steps_needed:
                 reqs[i].finish = t
                 decoding.remove(i)
         decoding.extend(new_decoders)
@@ -147,17 +152,23 @@ def expected_metrics(w, reqs, step_keys, step_ends, phase, limits=(None, None), 
         for i in range(lo, hi):
             steady[i] = ok
     measured = [r for r, ok in zip(reqs, steady, strict=True) if ok] or reqs
-    R = w.decode_tokens if phase != "prefill" else 0
+
+    def decode_tokens(r):
+        return r.output - 1 if phase != "prefill" else 0
+
+    def handed_back(r):  # a prefill instance hands over the first token
+        return r.output if phase != "prefill" else 1
+
     ttft = [0.0 if phase == "decode" else r.first - r.arrival for r in measured]
-    tpot = [(r.finish - r.first) / R if R else 0.0 for r in measured]
+    tpot = [(r.finish - r.first) / decode_tokens(r) if decode_tokens(r) else 0.0 for r in measured]
     e2e = [r.finish - r.arrival for r in measured]
     makespan = step_ends[-1]
-    done, span = n, makespan
+    done, tokens, span = n, sum(handed_back(r) for r in reqs), makespan
     if w.arrival != "burst" and w.measure == "steady" and any(steady):
         lo, hi = min(r.arrival for r in measured), max(r.arrival for r in measured)
-        finished = sum(1 for r in reqs if lo < r.finish <= hi)
+        finished = [r for r in reqs if lo < r.finish <= hi]
         if hi > lo and finished:
-            done, span = finished, hi - lo
+            done, tokens, span = len(finished), sum(handed_back(r) for r in finished), hi - lo
     durations = np.diff([0.0, *step_ends]) / w.tokens_per_decode_step
     weights = np.array([sum(k.concurrency for k in keys if k.is_decode) for keys in step_keys], dtype=float)
     if w.arrival != "burst" and w.measure == "steady" and any(steady):
@@ -168,9 +179,9 @@ def expected_metrics(w, reqs, step_keys, step_ends, phase, limits=(None, None), 
     ok = [(limits[0] is None or phase == "decode" or a <= limits[0])
           and (limits[1] is None or phase == "prefill" or b <= limits[1]) for a, b in zip(ttft, tpot, strict=True)]
     rate = 1000 * done / span
-    tokens = w.output_length if phase != "prefill" else 1  # a prefill instance hands over its first token
-    out = {"makespan_ms": makespan, "request_throughput": rate, "output_throughput": rate * tokens,
-           "output_throughput_per_device": rate * tokens / devices, "concurrency": c, "num_prompts": n,
+    out_rate = 1000 * tokens / span
+    out = {"makespan_ms": makespan, "request_throughput": rate, "output_throughput": out_rate,
+           "output_throughput_per_device": out_rate / devices, "concurrency": c, "num_prompts": n,
            "measured_requests": len(measured), "goodput": rate * sum(ok) / len(ok),
            "steady": any(steady) if w.arrival != "burst" and w.measure == "steady" else True}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
@@ -190,17 +201,17 @@ def expected_metrics(w, reqs, step_keys, step_ends, phase, limits=(None, None), 
 
 def _decode_first(w, slack_ratio, reqs, fifo, decoding):
     """The RFC's policy, restated: all ready requests decode (at most B / (1 + MTP) of them); the
-    front run of requests waiting for the same chunk prefills while the step stays within
-    floor(B * slack)."""
-    E, B, q = w.effective_input_length, w.max_batched_tokens, w.decode_query_len
+    front run of requests waiting for the same chunk (same progress, same chunk size) prefills while
+    the step stays within floor(B * slack)."""
+    B, q = w.max_batched_tokens, w.decode_query_len
     dec_ids = decoding[: B // q]
     if not fifo:
         return [], dec_ids
     done = reqs[fifo[0]].done
-    chunk = min(B, E - done)
+    chunk = min(B, reqs[fifo[0]].E - done)
     run = []
     for i in fifo:
-        if reqs[i].done != done:
+        if reqs[i].done != done or min(B, reqs[i].E - done) != chunk:
             break
         run.append(i)
     fit = max(0, (math.floor(B * slack_ratio) - len(dec_ids) * q) // chunk)
@@ -208,7 +219,7 @@ def _decode_first(w, slack_ratio, reqs, fifo, decoding):
 
 
 def _token_budget(w, sch: TokenBudget, reqs, fifo, decoding):
-    E, budget = w.effective_input_length, w.max_batched_tokens
+    budget = w.max_batched_tokens
     seqs = sch.max_num_seqs or 10**9
     thr = sch.long_prefill_token_threshold or 10**9
     dec_ids = decoding[: min(len(decoding), budget // w.decode_query_len, seqs)]
@@ -218,13 +229,13 @@ def _token_budget(w, sch: TokenBudget, reqs, fifo, decoding):
     for i in [i for i in fifo if reqs[i].started]:
         if budget <= 0:
             break
-        tok = min(E - reqs[i].done, thr, budget)
+        tok = min(reqs[i].E - reqs[i].done, thr, budget)
         prefill.append((i, tok))
         budget -= tok
     for i in [i for i in fifo if not reqs[i].started]:
         if budget <= 0 or running >= seqs:
             break
-        tok = min(E, thr, budget)
+        tok = min(reqs[i].E, thr, budget)
         prefill.append((i, tok))
         budget -= tok
         running += 1

@@ -32,17 +32,17 @@ def test_slack_ratio_is_validated():
 
 def test_token_budget_mixes_decode_running_prefill_and_admission():
     # the note's example: B=2048, 8 decodes, a running request needing 1440, waiting 900-token prompts
-    view = QueueView([(1, 460), (2, 0)], 8, 1900, 2048, 1)
+    view = QueueView([(1, 460, 0, 0), (2, 0, 1, 0)], 8, (1900,), 2048, 1)
     plan = TokenBudget().plan_step(view)
     assert plan.decode == 8
     assert plan.takes == ((0, 1, 1440), (1, 1, 600))
 
 
 def test_token_budget_threshold_and_max_num_seqs():
-    view = QueueView([(4, 0)], 0, 1000, 2048, 1)
+    view = QueueView([(4, 0, 0, 0)], 0, (1000,), 2048, 1)
     assert TokenBudget(long_prefill_token_threshold=512).plan_step(view).takes == ((0, 4, 512),)
     assert TokenBudget(max_num_seqs=2).plan_step(view).takes == ((0, 2, 1000),)
-    assert TokenBudget(max_num_seqs=2).plan_step(QueueView([(4, 0)], 2, 1000, 2048, 1)).takes == ()
+    assert TokenBudget(max_num_seqs=2).plan_step(QueueView([(4, 0, 0, 0)], 2, (1000,), 2048, 1)).takes == ()
 
 
 def test_registry():
@@ -53,7 +53,7 @@ def test_registry():
 
 def test_token_budget_counts_a_request_one_token_into_its_prompt_as_running():
     # max_num_seqs 2: one request has prefilled 1 of its 2 tokens, so only one of the 5 waiting is admitted
-    view = QueueView([(1, 1, 0), (5, 0, 0)], 0, 2, 4, 1)
+    view = QueueView([(1, 1, 0, 0), (5, 0, 0, 0)], 0, (2,), 4, 1)
     assert TokenBudget(max_num_seqs=2).plan_step(view).takes == ((0, 1, 1), (1, 1, 2))
     # a decode costs 1 + MTP tokens of the budget: 7 // 2 = 3 decodes fit, not 3.5
-    assert TokenBudget().plan_step(QueueView([], 9, 2, 7, 2)).decode == 3
+    assert TokenBudget().plan_step(QueueView([], 9, (2,), 7, 2)).decode == 3

@@ -157,7 +157,21 @@ def workloads(draw, arrivals=("burst",)):
         burstiness=draw(st.sampled_from([0.5, 1.0, 4.0])),
         seed=draw(st.integers(0, 3)),
         measure=draw(st.sampled_from(["steady", "steady", "all"])),
+        mix=draw(mixes),
     )
+
+
+def _mix(text_in: str, text_out: str):
+    from simulator.mix import Lengths, RequestMix
+
+    return RequestMix(Lengths.parse(text_in), Lengths.parse(text_out))
+
+
+mixes = st.one_of(
+    st.none(), st.none(),
+    st.builds(_mix, st.sampled_from(["uniform:1:40", "bins:1-3@1,30-40@2", "normal:20:10:1:40", "7"]),
+              st.sampled_from(["uniform:1:7", "bins:1-1@1,5-7@1", "lognormal:3:0.8:1:7", "4"])),
+)
 
 
 ARRIVALS = ("burst", "closed", "poisson")
@@ -176,7 +190,7 @@ def _request_times(p, m_ends):
        phase=st.sampled_from(["both", "both", "prefill", "decode"]), slo=st.sampled_from([None, 90, 37.5]),
        devices=st.sampled_from([1, 4]))
 def test_group_timeline_equals_per_request_reference(w, policy, ctx, phase, slo, devices):
-    if phase == "decode" and w.output_length == 1:
+    if phase == "decode" and (w.kinds.output and min(w.kinds.output) == 1):
         return
     from simulator import StepPricer, step_times
 
@@ -210,9 +224,12 @@ def test_conservation_of_requests_and_tokens(w, policy):
     steps = [p.shapes[i] for i in p.step_shape]
     prefill = sum(k.tokens for s in steps for k in s if not k.is_decode)
     decode_req_steps = sum(k.concurrency for s in steps for k in s if k.is_decode)
-    assert prefill == n * w.effective_input_length
-    assert decode_req_steps == n * w.decode_steps
-    assert decode_req_steps * w.tokens_per_decode_step >= n * w.decode_tokens
+    prompt, output, cached = w.request_lengths()
+    a = w.tokens_per_decode_step
+    needed = sum(math.ceil((o - 1) / a - 1e-12) for o in output.tolist())
+    assert prefill == (prompt - cached).sum()
+    assert decode_req_steps == needed
+    assert decode_req_steps * a >= (output - 1).sum()
     assert (p.first_step <= p.finish_step).all()
     limit = w.max_batched_tokens if isinstance(policy, TokenBudget) else \
         math.floor(w.max_batched_tokens * policy.slack_ratio)
@@ -292,3 +309,17 @@ def test_a_long_closed_loop_equals_the_reference_step_for_step(mtp, ctx):
     m = simulate(w, affine, DecodeFirstWithSlack(), decode_context=ctx)
     for name, value in expected_metrics(w, reqs, step_keys, step_ends, "both").items():
         assert m.as_dict()[name] == pytest.approx(value), name
+
+
+@pytest.mark.parametrize("arrival", ARRIVALS)
+@pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(max_num_seqs=3)])
+def test_a_point_mass_mix_gives_exactly_today_s_results(arrival, policy):
+    from simulator import StepPricer
+
+    w = Workload(300, 40, 64, 5, prefix_cache_hit_rate=0.25, arrival=arrival, num_prompts=0 if arrival == "burst"
+                 else 23, request_rate=20.0)
+    mixed = Workload(**{**w.__dict__, "mix": _mix("300", "40")})
+    a, b = (plan(x, policy, step_ms=StepPricer(affine, policy) if arrival == "poisson" else None) for x in (w, mixed))
+    assert [a.shapes[i] for i in a.step_shape] == [b.shapes[i] for i in b.step_shape]
+    assert a.peak_kv_tokens == b.peak_kv_tokens and a.counts.tolist() == b.counts.tolist()
+    assert simulate(w, affine, policy).as_dict() == simulate(mixed, affine, policy).as_dict()
