@@ -22,6 +22,7 @@ for package in ("simulator", "latency"):
     killed, survived = count[(package, "killed")], count[(package, "survived")]
     other = sum(v for (p, s), v in count.items() if p == package and s not in ("killed", "survived"))
     total = killed + survived
-    print(f"{package:10} killed {killed:5d}  survived {survived:5d}  other {other:4d}  score {killed / total:.1%}")
+    if total:
+        print(f"{package:10} killed {killed:5d}  survived {survived:5d}  other {other:4d}  score {killed / total:.1%}")
 open("mutants/survivors.txt", "w").write("\n".join(survivors) + "\n")
 PY

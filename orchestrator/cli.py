@@ -11,6 +11,7 @@ from pathlib import Path
 from orchestrator.fields import InputError, fields_for
 from orchestrator.modes import MODES, Mode, make_mode
 from orchestrator.scenario import Scenario
+from simulator.mix import Lengths
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,12 +31,17 @@ TABLE = [  # (header, column, format)
 ]
 
 
-
 def layout_label(row: dict) -> str:
     """tp2pp1dp4, tp1adp8pp1dp2ep8: attention ranks (adp) and expert groups (ep) shown when > 1."""
     adp = row.get("attention_dp", 1)
     return (f"tp{row['tp']}" + (f"adp{adp}" if adp > 1 else "") + f"pp{row['pp']}dp{row['dp']}"
             + (f"ep{row['ep']}" if row["ep"] > 1 else ""))
+
+
+def lengths_label(s: Scenario) -> str:
+    """input 4096, output 512; input uniform:100:200, output 64; trace:chat.csv@1a2b3c4d5e6f"""
+    return str(s.request_mix) if s.request_mix else f"input {s.input_length}, output {s.output_length}"
+
 
 def add_field_flags(p: argparse.ArgumentParser, command: str, require: bool = True) -> None:
     """Every scenario field of `command` as a flag (from the field table), grouped, with unit and default.
@@ -50,11 +56,12 @@ def add_field_flags(p: argparse.ArgumentParser, command: str, require: bool = Tr
         default = "" if f.required else f" (default: {f.default_text()})"
         choices = f" {{{','.join(f.choices)}}}" if f.choices else ""
         metavar = f.name.upper().rstrip("S") if f.many else None
-        group.add_argument(f.flag, *f.aliases, dest=f.name, type=f.kind, nargs="+" if f.many else None,
+        kind = str if f.kind is Lengths else f.kind  # a length is parsed (and refused) with the scenario's fields
+        group.add_argument(f.flag, *f.aliases, dest=f.name, type=kind, nargs="+" if f.many else None,
                            required=f.required and require, default=None, metavar=metavar,
                            help=f"{f.help}{choices}{unit}{default}")
         if f.deprecated:
-            group.add_argument(f.deprecated, dest=f"deprecated_{f.name}", type=f.kind, nargs="+" if f.many else None,
+            group.add_argument(f.deprecated, dest=f"deprecated_{f.name}", type=kind, nargs="+" if f.many else None,
                                help=argparse.SUPPRESS)
 
 
@@ -73,6 +80,8 @@ def field_values(a, command: str) -> dict:
             print(f"servesweep: {f.deprecated} is deprecated; use {f.flag}", file=sys.stderr)
             v = v if v is not None else old
         if v is not None:
+            if f.kind is Lengths:
+                v = f.parse(v)
             values[f.name] = tuple(v) if f.many else v
     return values
 
@@ -125,7 +134,7 @@ def cmd_optimize(a) -> int:
         rows.sort(key=lambda r: -r["output_throughput"])
         head = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None)
         print(f"\n{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
-              f"input {s.input_length}, output {s.output_length}, {s.scheduler}"
+              f"{lengths_label(s)}, {s.scheduler}"
               f"{', ' + head if head else ''}: top {min(a.top_n, len(rows))}")
         print(_table(rows[: a.top_n], percentile=s.slo_percentile))
     for split in result.splits:
@@ -324,10 +333,11 @@ def cmd_estimate(a) -> int:
         raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")
     s = configure(values)
     row = estimate(s)
-    load = f"{s.request_rate:g} req/s" if s.arrival == "poisson" else f"concurrency {s.concurrency}"
+    rate = f"{s.request_rate:g} req/s" if s.request_rate else "its own times"
+    load = rate if s.arrival == "poisson" else f"concurrency {s.concurrency}"
     print(f"{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
           f"{layout_label(row)}, {s.role}, "
-          f"{s.arrival} at {load} ({row['num_prompts']} prompts), input {s.input_length}, output {s.output_length}, "
+          f"{s.arrival} at {load} ({row['num_prompts']} prompts), {lengths_label(s)}, "
           f"{s.scheduler} B={row['max_batched_tokens']}")
     for note in s.default_notes:
         print(f"note: {note}")

@@ -80,10 +80,10 @@ def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
     job = job_of(s)
     chunk = min(job.max_batched_tokens, row["effective_input_length"])
     keys = [] if s.role == "decode" else [ForwardKey(False, 1, chunk, chunk)]
-    if s.role != "prefill" and s.output_length > 1:
+    if s.role != "prefill" and s.typical("output_length") > 1:
         per_rank = row["concurrency"] // row.get("attention_dp", 1)
         keys.append(ForwardKey(True, max(1, per_rank), 1 + s.mtp_tokens,
-                               s.input_length + s.output_length // 2))
+                               s.typical("input_length") + s.typical("output_length") // 2))
     return keys
 
 

@@ -31,11 +31,11 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     """The workload of search point `n`: concurrency n, or (Poisson) the n-th rate of the grid
     unless `rate` is given."""
     poisson = s.arrival == "poisson"
-    return Workload(s.input_length, s.output_length, max_batched_tokens, 1 if poisson else n,
+    return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=s.num_prompts if s.arrival != "burst" else 0,
                     request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
-                    burstiness=s.burstiness, seed=s.seed, measure=s.measure)
+                    burstiness=s.burstiness, seed=s.seed, measure=s.measure, mix=s.request_mix)
 
 
 def direct_pricer(lm, keys, fused: bool):

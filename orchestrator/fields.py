@@ -10,6 +10,7 @@ from typing import Any
 
 from latency import DEFAULT_RESERVED_GIB, shipped_engines
 from latency.checks import RangeError, check_number, describe
+from simulator.mix import SYNTAX, Lengths, MixError
 from simulator.scheduler import DEFAULT_SLACK_RATIO, SCHEDULERS
 from simulator.timeline import DECODE_CONTEXTS
 from simulator.workload import ARRIVALS, MEASURES
@@ -17,6 +18,8 @@ from simulator.workload import ARRIVALS, MEASURES
 #: max_batched_tokens tried when the user gives none: vLLM's ITL-friendly 2048 up to the 8192+ it
 #: recommends for throughput; the optimizer keeps the best
 AUTO_MAX_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
+#: estimate's Poisson request rate when none is given (a timed trace keeps its own times instead)
+DEFAULT_REQUEST_RATE = 1.0
 #: highest concurrency per instance the search probes
 DEFAULT_MAX_CONCURRENCY = 4096
 #: vLLM's defaults (the measured runs used them): `max_num_seqs`, and `max_num_batched_tokens`, larger
@@ -82,6 +85,8 @@ class Field:
 
     @property
     def allowed(self) -> str:
+        if self.kind is Lengths:
+            return SYNTAX
         if self.choices:
             return "one of " + ", ".join(self.choices)
         if self.kind is str:
@@ -102,6 +107,11 @@ class Field:
         return self._check_one(value)
 
     def _check_one(self, value):
+        if self.kind is Lengths:  # an integer, or a distribution (simulator.mix) already parsed
+            ok = isinstance(value, Lengths) or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+            if not ok:
+                raise InputError(self.name, value, self.allowed)
+            return value
         if self.kind is str:
             if not isinstance(value, str) or (self.choices and value not in self.choices):
                 raise InputError(self.name, value, self.allowed)
@@ -115,6 +125,12 @@ class Field:
     def parse(self, text: str):
         """A value from text (a CSV cell, a "none" in a spec): int, float or str as the field is."""
         text = text.strip()
+        if self.kind is Lengths:
+            try:
+                lengths = Lengths.parse(text)
+            except MixError:
+                raise InputError(self.name, text, self.allowed) from None
+            return lengths.params[0] if lengths.is_fixed else lengths
         if self.kind is str:
             return text
         try:
@@ -138,8 +154,11 @@ FIELDS: tuple[Field, ...] = (
     Field("device", str, None, "device id (latency/data/devices/*.toml) or a .toml path", required=True,
        group="hardware"),
     Field("num_devices", int, None, "devices in the deployment", low=1, required=True, group="hardware"),
-    Field("input_length", int, None, "prompt tokens per request", "tokens", low=1, required=True),
-    Field("output_length", int, None, "output tokens per request", "tokens", low=1, required=True),
+    Field("input_length", Lengths, None, "prompt tokens per request: an integer, or a distribution "
+       "(uniform:LOW:HIGH, normal:MEAN:STD:MIN:MAX, lognormal:MEDIAN:SIGMA:MIN:MAX, bins:LOW-HIGH@WEIGHT,...)",
+       "tokens", default_help="required unless --trace"),
+    Field("output_length", Lengths, None, "output tokens per request: an integer or a distribution, as "
+       "--input-length", "tokens", default_help="required unless --trace"),
     Field("max_batched_tokens", int, (), "token budget per step, also the prefill chunk size; several values are "
        "all tried", "tokens", low=1, many=True, deprecated="--max-prefill-tokens", column=None, group="scheduler",
        default_help="token-budget: vLLM's max_num_batched_tokens default (8192; 16384 on devices with >= 160 GB); "
@@ -150,6 +169,10 @@ FIELDS: tuple[Field, ...] = (
        many=True, key="tpot_limit_ms", group="limits", scalar_column=True),
     Field("prefix_cache_hit_rate", float, 0.0, "share of each prompt served from the prefix cache", low=0, high=1,
        high_open=True),
+    Field("trace", str, "", "a trace of requests replayed exactly (CSV, JSONL or Parquet with input_length, "
+       "output_length, optional arrival_time in s and cached_tokens): replaces both lengths, and with times the "
+       "arrivals (an open loop at those times, scaled to --request-rate when given)",
+       default_help="none"),
     Field("tp_sizes", int, (), "tensor-parallel sizes to try; default: every size that divides the devices",
        low=1, many=True, aliases=("--tp",), key="tp", column="tp_sizes", group="parallelism"),
     Field("pp", int, 1, "pipeline-parallel stages", low=1, flag="--pp-size", group="parallelism"),
@@ -202,8 +225,9 @@ FIELDS: tuple[Field, ...] = (
        group="load"),
     Field("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
        commands=("estimate",), column=None),
-    Field("request_rate", float, 1.0, "poisson: requests per second offered to one instance", "req/s", low=0,
-       low_open=True, group="load", commands=("estimate",), column=None),
+    Field("request_rate", float, 0.0, "poisson: requests per second offered to one instance", "req/s", low=0,
+       group="load", commands=("estimate",), column=None,
+       default_help=f"{DEFAULT_REQUEST_RATE:g}; with a timed --trace: the trace's own times"),
     Field("role", str, "agg", "what the instance does: agg (prefill and decode), prefill only, or decode only",
        choices=("agg", "prefill", "decode"), group="load", commands=("estimate",), column=None),
 )

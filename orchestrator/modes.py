@@ -150,7 +150,7 @@ def pd_splits(s: Scenario, best: list[dict], pd_devices: tuple[int, int]) -> lis
             continue
         if s.arrival == "burst":  # the RFC's formulas over the window
             p_qps = prefill_qps(pre["concurrency"], pre["ttft_ms"])
-            d_qps = decode_qps(dec["concurrency"], dec["tpot_ms"], s.output_length)
+            d_qps = decode_qps(dec["concurrency"], dec["tpot_ms"], s.typical("output_length"))
         else:  # steady load: what one instance completes per second
             p_qps, d_qps = pre["request_throughput"] / pre["dp"], dec["request_throughput"] / dec["dp"]
         choice = None
@@ -173,7 +173,7 @@ def pd_splits(s: Scenario, best: list[dict], pd_devices: tuple[int, int]) -> lis
             "p_qps": p_qps, "d_qps": d_qps, "pd_ratio": d_qps / p_qps,
             "prefill_instances": n_p, "decode_instances": n_d, "devices_used": used,
             "served_qps": served, "served_qps_per_device": served / used,
-            "output_throughput": served * s.output_length,
-            "output_throughput_per_device": served * s.output_length / used,
+            "output_throughput": served * s.typical("output_length"),
+            "output_throughput_per_device": served * s.typical("output_length") / used,
         })
     return out

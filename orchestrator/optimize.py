@@ -31,8 +31,8 @@ def memory_bound(s: Scenario, job: Job) -> int | None:
     mem = s.latency_model(job.layout).memory_for(job.max_batched_tokens)
     w = workload(s, job.max_batched_tokens, 1)
     if job.role == "decode":
-        held = s.input_length + 1
-    elif s.make_scheduler().requeue and w.prefill_num_chunks >= 2:
+        held = s.length_bounds("input_length")[0] + 1
+    elif s.make_scheduler().requeue and w.prefill_num_chunks >= 2 and s.request_mix is None:
         held = w.cached_prefix_tokens + w.chunk_plan()[0].query_len
     else:
         return None

@@ -7,6 +7,10 @@ import uuid
 from pathlib import Path
 
 from orchestrator.fields import FIELDS
+from simulator.mix import Lengths
+
+#: a length column holds the typical length; this column beside it the mix as written ("" if fixed)
+MIX_SUFFIX = "_mix"
 
 #: columns of a point row (one evaluated concurrency of one instance layout); see README "Results"
 POINT_COLUMNS = {
@@ -55,7 +59,9 @@ STR_COLUMNS = {"role", "scenario_id", "mode", "message", "model", "device"}
 def _column_kinds() -> dict:
     kinds = {}
     for f in FIELDS:
-        if f.column:
+        if f.column and f.kind is Lengths:  # the typical length, and the mix as written
+            kinds[f.column], kinds[f.column + MIX_SUFFIX] = int, str
+        elif f.column:
             kinds[f.column] = f.kind if (not f.many or f.scalar_column) else str
     return kinds
 
@@ -85,7 +91,11 @@ def scenario_columns(scenario) -> dict:
         if not f.column:
             continue
         v = getattr(scenario, f.name)
-        if f.many and f.scalar_column and len(v) <= 1:
+        if f.kind is Lengths:
+            out[f.column + MIX_SUFFIX] = str(v) if isinstance(v, Lengths) else (str(scenario.request_mix)
+                                                                               if scenario.trace else "")
+            v = scenario.typical(f.name)
+        elif f.many and f.scalar_column and len(v) <= 1:
             v = v[0] if v else None
         elif f.many:
             v = " ".join(map(str, v))

@@ -13,12 +13,14 @@ from latency import build_latency_model, load_device, load_model, parse_quantiza
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
     AUTO_MAX_BATCHED_TOKENS,
+    DEFAULT_REQUEST_RATE,
     FIELDS,
     VLLM_BATCHED_TOKENS,
     VLLM_BATCHED_TOKENS_LARGE,
     VLLM_LARGE_HBM_BYTES,
     InputError,
 )
+from simulator.mix import Lengths, MixError, RequestMix, Trace
 from simulator.scheduler import Scheduler, make_scheduler
 
 __all__ = ["InputError", "Layout", "Scenario"]
@@ -72,6 +74,38 @@ class _ScenarioMethods:
         if not self.max_batched_tokens:
             budgets = (engine_default_budget(device),) if self.scheduler == "token-budget" else AUTO_MAX_BATCHED_TOKENS
             object.__setattr__(self, "max_batched_tokens", budgets)
+        timed = self.trace and _trace_or_none(self.trace) is not None and _trace_or_none(self.trace).timed
+        if timed and self.arrival == "burst":  # a trace with times is an open loop at those times
+            object.__setattr__(self, "arrival", "poisson")
+        if self.arrival == "poisson" and not self.request_rate and not timed:
+            object.__setattr__(self, "request_rate", DEFAULT_REQUEST_RATE)
+
+    @property
+    def request_mix(self) -> RequestMix | None:
+        """Per-request lengths when a length is a distribution or a trace is given; None: every
+        request is input_length / output_length."""
+        if self.trace:
+            trace = _load_trace(self.trace)
+            return RequestMix(Lengths("fixed", (trace.input_length[0],)), Lengths("fixed", (trace.output_length[0],)),
+                              trace)
+        if isinstance(self.input_length, Lengths) or isinstance(self.output_length, Lengths):
+            return RequestMix(_as_lengths(self.input_length), _as_lengths(self.output_length))
+        return None
+
+    def typical(self, name: str) -> int:
+        """The typical request's `input_length` or `output_length`: the value, or the mix's mean, rounded."""
+        if self.trace:
+            return round(sum(values := getattr(_load_trace(self.trace), name)) / len(values))
+        value = getattr(self, name)
+        return round(value.mean()) if isinstance(value, Lengths) else value
+
+    def length_bounds(self, name: str) -> tuple[int, int]:
+        """The shortest and longest `input_length` or `output_length` a request can have."""
+        if self.trace:
+            values = getattr(_load_trace(self.trace), name)
+            return min(values), max(values)
+        value = getattr(self, name)
+        return value.bounds if isinstance(value, Lengths) else (value, value)
 
     @property
     def default_notes(self) -> list[str]:
@@ -98,19 +132,34 @@ class _ScenarioMethods:
         self._validate_cross(spec)
 
     def _validate_cross(self, spec) -> None:
+        if self.trace:
+            try:
+                _load_trace(self.trace)
+            except MixError as err:
+                raise InputError("trace", self.trace, f"a readable trace ({err})") from None
+        else:
+            for name in ("input_length", "output_length"):
+                if getattr(self, name) is None:
+                    raise InputError(name, None, "a length (required unless --trace is given)")
+        if self.arrival == "poisson" and not self.request_rate and not (self.trace and _load_trace(self.trace).timed):
+            raise InputError("request_rate", self.request_rate, "a rate > 0 (0 replays a timed trace at its times)")
         if not self.max_batched_tokens:
             raise InputError("max_batched_tokens", self.max_batched_tokens, "at least one integer > 0")
         for b in self.max_batched_tokens:
             if b < 1 + self.mtp_tokens:
                 raise InputError("max_batched_tokens", b, f"an integer >= {1 + self.mtp_tokens} (1 + MTP tokens)")
-        if self.input_length - int(self.input_length * self.prefix_cache_hit_rate) < 1:
+        shortest, longest = self.length_bounds("input_length")
+        if shortest - int(shortest * self.prefix_cache_hit_rate) < 1:
             raise InputError("prefix_cache_hit_rate", self.prefix_cache_hit_rate,
                              "a rate that leaves at least 1 prompt token")
-        context = self.input_length + self.output_length
+        context = longest + self.length_bounds("output_length")[1]
         if spec.max_position_embeddings and context > spec.max_position_embeddings:
-            raise InputError("input_length", self.input_length,
+            name = "trace" if self.trace else "input_length"
+            value = self.trace or (str(self.input_length) if isinstance(self.input_length, Lengths) else
+                                   self.input_length)
+            raise InputError(name, value,
                              f"input + output <= {spec.max_position_embeddings} tokens, the context of {spec.name} "
-                             f"(max_position_embeddings); output is {self.output_length}")
+                             f"(max_position_embeddings); the longest request has {context}")
         if not spec.is_moe and any(a > 1 for a in self.attention_dp_sizes):
             raise InputError("attention_dp_sizes", list(self.attention_dp_sizes),
                              f"1 for the dense {spec.name} (its data parallelism is dp: instances side by side)")
@@ -202,6 +251,33 @@ def _dataclass_field(f):
 Scenario = make_dataclass("Scenario", [_dataclass_field(f) for f in FIELDS], bases=(_ScenarioMethods,), frozen=True)
 Scenario.__doc__ = "One scenario; fields from orchestrator.fields.FIELDS (see there for meaning and ranges)."
 Scenario.__module__ = __name__
+
+
+def _as_lengths(value) -> Lengths:
+    return value if isinstance(value, Lengths) else Lengths("fixed", (value,))
+
+
+@lru_cache(maxsize=16)
+def _read_trace(path: str, mtime_ns: int) -> Trace:
+    return Trace.load(path)
+
+
+def _load_trace(path: str) -> Trace:
+    """The trace at `path`, read once per version of the file; MixError if it cannot be read."""
+    from pathlib import Path
+
+    try:
+        mtime = Path(path).stat().st_mtime_ns
+    except OSError as err:
+        raise MixError(f"trace {path}: {err.strerror or err}") from None
+    return _read_trace(path, mtime)
+
+
+def _trace_or_none(path: str) -> Trace | None:
+    try:
+        return _load_trace(path)
+    except MixError:
+        return None
 
 
 @lru_cache(maxsize=256)

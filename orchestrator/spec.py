@@ -34,6 +34,7 @@ from orchestrator.fields import FIELD_BY_KEY, FIELDS, InputError
 from orchestrator.jobs import SweepItem
 from orchestrator.modes import MODES, make_mode
 from orchestrator.scenario import Scenario
+from simulator.mix import Lengths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,6 +75,12 @@ def _values(table: str, key: str, value, many: bool) -> list:
     for v in values:
         if f.many and (v == "none" or v is None):
             out.append(None)
+            continue
+        if kind is Lengths and isinstance(v, (int, str)) and not isinstance(v, bool):
+            try:
+                out.append(f.parse(str(v)))
+            except InputError as err:
+                raise SpecError(err.render("key")) from None
             continue
         if kind is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
@@ -136,5 +143,8 @@ def expand(spec: dict) -> list[SweepItem]:
 
 
 def scenario_id(s: Scenario, mode) -> str:
-    payload = json.dumps([asdict(s), mode.name, mode.options().get("pd_devices")], sort_keys=True, default=list)
+    # a trace is named by its content's digest too: the same path with other requests is another scenario
+    trace = str(s.request_mix) if s.trace else ""
+    payload = json.dumps([asdict(s), mode.name, mode.options().get("pd_devices"), trace], sort_keys=True,
+                         default=list)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simulator.disagg import PDRatio, decode_qps, pd_ratio, prefill_qps
-from simulator.metrics import Metrics, replay
+from simulator.metrics import Metrics, per_request, per_step, replay
 from simulator.pricing import StepPricer, price, step_times
 from simulator.scheduler import (
     SCHEDULERS,
@@ -20,7 +20,8 @@ from simulator.workload import PrefillChunk, Workload, chunk_plan
 __all__ = [
     "SCHEDULERS", "DecodeFirstWithSlack", "Metrics", "PDRatio", "Plan", "PrefillChunk", "Scheduler",
     "SchedulerState", "StepDecision", "StepPricer", "TokenBudget", "Workload", "chunk_plan", "decode_qps",
-    "make_scheduler", "pd_ratio", "plan", "prefill_qps", "price", "replay", "simulate", "step_times",
+    "make_scheduler", "pd_ratio", "per_request", "per_step", "plan", "prefill_qps", "price", "replay", "simulate",
+    "step_times",
 ]
 
 

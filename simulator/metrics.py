@@ -178,3 +178,43 @@ def _itl(plan, ends: np.ndarray, window, w) -> tuple[np.ndarray, np.ndarray]:
         if (weights * inside).sum():
             weights = weights * inside
     return durations / w.tokens_per_decode_step, weights
+
+
+def per_request(plan, durations: np.ndarray) -> dict[str, np.ndarray]:
+    """One row per request, in send order of its arrival event: arrival, first token and finish (ms),
+    TTFT, TPOT, E2E, and its lengths. Requests of one record share their times."""
+    ends = np.concatenate(([0.0], plan.step_end_ms if plan.step_end_ms is not None else np.cumsum(durations)))
+    arrival = plan.event_ms[plan.arrival] if plan.event_ms is not None else ends[plan.event_step[plan.arrival] + 1]
+    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1]
+    finish = ends[plan.finish_step + 1]
+    kinds = plan.workload.kinds
+    kind = plan.kind if plan.kind is not None else np.zeros(len(plan.counts), dtype=np.int64)
+    order = np.lexsort((plan.first_step, plan.arrival))
+    rows = np.repeat(order, plan.counts[order])
+    output = np.array(kinds.output)[kind]
+    decode = np.maximum(output - 1, 0) if plan.phase != "prefill" else np.zeros_like(output)
+    out = {
+        "arrival_ms": arrival[rows], "first_token_ms": first[rows], "finish_ms": finish[rows],
+        "input_length": np.array(kinds.input)[kind][rows], "output_length": output[rows],
+        "cached_tokens": np.array(kinds.cached)[kind][rows],
+    }
+    out["ttft_ms"] = out["first_token_ms"] - out["arrival_ms"]
+    out["tpot_ms"] = np.divide(out["finish_ms"] - out["first_token_ms"], decode[rows],
+                               out=np.zeros(len(rows)), where=decode[rows] > 0)
+    out["e2e_ms"] = out["finish_ms"] - out["arrival_ms"]
+    out["measured"] = plan.event_steady[plan.arrival][rows]
+    return out
+
+
+def per_step(plan, durations: np.ndarray) -> dict[str, np.ndarray]:
+    """One row per step: start and end (ms), prefill tokens and entries, requests decoding, tokens
+    against the budget."""
+    ends = plan.step_end_ms if plan.step_end_ms is not None else np.cumsum(durations)
+    starts = ends - durations  # a timed plan may idle between steps: a step starts its duration before its end
+    prefill = np.array([sum(k.tokens for k in shape if not k.is_decode) for shape in plan.shapes])
+    chunks = np.array([sum(k.concurrency for k in shape if not k.is_decode) for shape in plan.shapes])
+    decode_tokens = np.array([sum(k.tokens for k in shape if k.is_decode) for shape in plan.shapes])
+    ids = plan.step_shape
+    return {"step": np.arange(len(ids)), "start_ms": starts, "end_ms": ends, "prefill_tokens": prefill[ids],
+            "prefill_requests": chunks[ids], "decode_requests": plan.step_decode,
+            "tokens": (prefill + decode_tokens)[ids], "budget": np.full(len(ids), plan.workload.max_batched_tokens)}

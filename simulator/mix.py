@@ -218,15 +218,29 @@ class Trace:
         return f"trace:{Path(self.path).name}@{self.digest}"
 
 
+#: a cached_tokens cell left empty: the prefix-cache hit rate decides that request's cached tokens
+NOT_GIVEN = -1
+
+
 def _column(path, table, column) -> np.ndarray:
     values = table[column].to_numpy()
     integer = column != "arrival_time"
     low = 1 if column in TRACE_COLUMNS[:2] else 0
+    if column == "cached_tokens":
+        values = np.where(pd_isna(values), NOT_GIVEN, values)
+        low = NOT_GIVEN
     for i, v in enumerate(values):
         ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v) \
             and v >= low and (not integer or float(v) == int(v))
         if not ok:
             kind = "an integer" if integer else "a number"
-            raise MixError(f"trace {path} row {i + 2}, column {column}: {v!r} is not allowed; expected {kind} "
+            shown = v.item() if isinstance(v, np.generic) else v
+            raise MixError(f"trace {path} row {i + 2}, column {column}: {shown!r} is not allowed; expected {kind} "
                            f">= {low}")
     return values.astype(np.int64 if integer else np.float64)
+
+
+def pd_isna(values) -> np.ndarray:
+    import pandas as pd
+
+    return pd.isna(values)

@@ -94,8 +94,9 @@ class Workload:
         check_int("num_prompts", self.num_prompts, 0)
         check_int("seed", self.seed, 0)
         check_number("burstiness", self.burstiness, low=0, low_open=True)
-        if self.arrival == "poisson":
-            check_number("request_rate", self.request_rate, low=0, low_open=True)
+        timed_trace = self.mix is not None and self.mix.trace is not None and self.mix.trace.timed
+        if self.arrival == "poisson":  # 0 replays a timed trace at its own times
+            check_number("request_rate", self.request_rate, low=0, low_open=not timed_trace)
         if self.arrival == "burst" and self.num_prompts not in (0, self.concurrency):
             raise ValueError(f"a burst sends its concurrency ({self.concurrency}) prompts; num_prompts="
                              f"{self.num_prompts} needs arrival 'closed' or 'poisson'")
@@ -142,8 +143,8 @@ class Workload:
             rng = np.random.default_rng([self.seed, 1])
             inputs, outputs = mix.input.sample(rng, n), mix.output.sample(rng, n)
             cached = None
-        if cached is None:
-            cached = np.floor(inputs * self.prefix_cache_hit_rate).astype(np.int64)
+        by_rate = np.floor(inputs * self.prefix_cache_hit_rate).astype(np.int64)
+        cached = by_rate if cached is None else np.where(cached < 0, by_rate, cached)  # < 0: not given
         cached = np.minimum(cached, inputs - 1)  # at least one prompt token is computed
         return inputs.astype(np.int64), outputs.astype(np.int64), cached.astype(np.int64)
 

@@ -56,7 +56,8 @@ def test_flags_spec_keys_and_columns_come_from_one_table():
     assert item.scenario.max_num_seqs == 7 and item.scenario.make_scheduler().max_num_seqs == 7
     cols = scenario_columns(item.scenario)
     assert cols["max_num_seqs"] == 7 and cols["quantization"] == "bf16"
-    assert set(cols) == {f.column for f in FIELDS if f.column}
+    assert set(cols) == {f.column for f in FIELDS if f.column} | {"input_length_mix", "output_length_mix"}
+    assert (cols["input_length"], cols["input_length_mix"]) == (2048, "")
 
 
 def test_scheduler_options_reach_the_simulation():
@@ -134,5 +135,5 @@ def test_the_readme_documents_every_optimize_flag_with_its_default():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for f in FIELDS:
         if "optimize" in f.commands:
-            assert f"| `{f.flag}` | {f.help}" in readme, f.flag
+            assert f"| `{f.flag}` | {f.help}" in readme, f"{f.flag}: run python bench/readme_flags.py"
             assert f.required or f"default {f.default_text()}" in readme, f.flag

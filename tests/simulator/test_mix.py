@@ -1,0 +1,124 @@
+"""Request mixes: the length syntax, seeded sampling, traces replayed exactly (by hand)."""
+
+import numpy as np
+import pytest
+
+from simulator import TokenBudget, Workload, per_request, per_step, plan, simulate, step_times
+from simulator.mix import Lengths, MixError, RequestMix, Trace
+
+
+@pytest.mark.parametrize("text, kind, bounds", [
+    ("1024", "fixed", (1024, 1024)),
+    ("uniform:100:200", "uniform", (100, 200)),
+    ("normal:500:100:1:2000", "normal", (1, 2000)),
+    ("lognormal:2000:0.8:100:16000", "lognormal", (100, 16000)),
+    ("bins:1-128@3,129-2048@1.5", "bins", (1, 2048)),
+])
+def test_each_kind_reads_back_as_written_and_draws_within_its_bounds(text, kind, bounds):
+    lengths = Lengths.parse(text)
+    assert (lengths.kind, lengths.bounds, str(lengths)) == (kind, bounds, text)
+    draws = lengths.sample(np.random.default_rng(0), 5000)
+    assert draws.min() >= bounds[0] and draws.max() <= bounds[1] and draws.dtype == np.int64
+    assert abs(draws.mean() - lengths.mean()) < 0.05 * lengths.mean() + 1
+
+
+def test_the_moments_are_the_ones_asked_for():
+    rng = np.random.default_rng(1)
+    assert Lengths.parse("uniform:100:200").sample(rng, 20000).mean() == pytest.approx(150, abs=1.5)
+    assert np.median(Lengths.parse("lognormal:2000:0.5:1:100000").sample(rng, 20000)) == pytest.approx(2000, rel=0.03)
+    bins = Lengths.parse("bins:1-10@3,91-100@1").sample(rng, 20000)
+    assert (bins <= 10).mean() == pytest.approx(0.75, abs=0.01) and set(np.unique(bins)) <= set(range(1, 101))
+    normal = Lengths.parse("normal:50:10:45:55").sample(rng, 20000)
+    assert normal.min() == 45 and normal.max() == 55  # clipped, not redrawn
+
+
+@pytest.mark.parametrize("text", ["", "abc", "uniform:10", "uniform:20:10", "normal:5:1:0:9", "lognormal:0:1:1:9",
+                                  "bins:5-1@1", "bins:1-5@0", "poisson:3", "uniform:1.5:3", "0", "-3"])
+def test_a_bad_length_is_refused_with_the_syntax(text):
+    with pytest.raises(MixError):
+        Lengths.parse(text)
+
+
+def test_sampling_is_seeded_and_apart_from_the_arrival_stream():
+    mix = RequestMix(Lengths.parse("uniform:1:1000"), Lengths.parse("uniform:2:50"))
+    a = Workload(500, 20, 512, 4, arrival="poisson", request_rate=5.0, num_prompts=50, seed=3, mix=mix)
+    b = Workload(500, 20, 512, 4, arrival="poisson", request_rate=5.0, num_prompts=50, seed=3, mix=mix)
+    c = Workload(500, 20, 512, 4, arrival="poisson", request_rate=5.0, num_prompts=50, seed=4, mix=mix)
+    for x, y in zip(a.request_lengths(), b.request_lengths(), strict=True):
+        assert np.array_equal(x, y)
+    assert not np.array_equal(a.request_lengths()[0], c.request_lengths()[0])
+    plain = Workload(500, 20, 512, 4, arrival="poisson", request_rate=5.0, num_prompts=50, seed=3)
+    assert np.array_equal(a.arrival_times_ms(), plain.arrival_times_ms())  # a mix does not move the arrivals
+
+
+def _trace(tmp_path, text, name="t.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return Trace.load(path)
+
+
+def test_a_hand_written_trace_is_replayed_at_its_times(tmp_path):
+    """Three requests through the token budget (B = 8), every forward entry 10 ms (a fused step costs
+    10 ms per entry). r1 (8 in, 3 out) at 0: prefill [0, 10], decode [10, 20] and [20, 40] (with r2's
+    prefill): TTFT 10, TPOT 15. r2 (4 in, 2 out) at 15 ms waits for the step that starts at 20: TTFT
+    40 - 15 = 25, decodes [40, 50]: TPOT 10. r3 (12 in, 1 out) at 100 ms: chunks of 8 and 4, first
+    and last token at 120: TTFT 20."""
+    trace = _trace(tmp_path, "input_length,output_length,arrival_time\n8,3,0\n4,2,0.015\n12,1,0.1\n")
+    w = Workload(8, 2, 8, 1, arrival="poisson", request_rate=0.0, measure="all",
+                 mix=RequestMix(Lengths.parse("8"), Lengths.parse("2"), trace))
+    ten = lambda keys: [10.0] * len(keys)  # noqa: E731
+    m = simulate(w, ten, TokenBudget())
+    assert m.ttft_ms == pytest.approx((10 + 25 + 20) / 3) and m.tpot_ms == pytest.approx((15 + 10 + 0) / 3)
+    assert m.makespan_ms == 120 and m.num_prompts == 3 and m.measured_requests == 3
+    assert m.output_throughput == pytest.approx(1000 * 6 / 120)  # 3 + 2 + 1 tokens
+    from simulator import StepPricer
+
+    pricer = StepPricer(ten, TokenBudget())
+    p = plan(w, TokenBudget(), step_ms=pricer)
+    rows = per_request(p, step_times(p, pricer.prices(p)))
+    assert rows["arrival_ms"].tolist() == [0, 15, 100] and rows["first_token_ms"].tolist() == [10, 40, 120]
+    assert rows["finish_ms"].tolist() == [40, 50, 120] and rows["input_length"].tolist() == [8, 4, 12]
+    assert rows["tpot_ms"].tolist() == [15, 10, 0]
+    steps = per_step(p, step_times(p, pricer.prices(p)))
+    assert steps["tokens"].tolist() == [8, 1, 5, 1, 8, 4] and steps["start_ms"].tolist() == [0, 10, 20, 40, 100, 110]
+    faster = Workload(8, 2, 8, 1, arrival="poisson", request_rate=20.0, measure="all", mix=w.mix)
+    assert faster.arrival_times_ms().tolist() == pytest.approx([0, 15, 100])  # 3 requests over 0.1 s: 20 req/s
+    assert Workload(8, 2, 8, 1, arrival="poisson", request_rate=40.0, mix=w.mix).arrival_times_ms()[-1] == \
+        pytest.approx(50)
+
+
+def test_an_untimed_trace_feeds_the_closed_loop_in_file_order_with_its_cached_tokens(tmp_path):
+    trace = _trace(tmp_path, '{"input_length": 10, "output_length": 2, "cached_tokens": 6}\n'
+                             '{"input_length": 30, "output_length": 5}\n', "t.jsonl")
+    assert trace.cached_tokens == (6, -1)  # the second row leaves it to the hit rate
+    w = Workload(10, 2, 64, 1, arrival="closed", num_prompts=4, mix=RequestMix(Lengths.parse("10"),
+                                                                               Lengths.parse("2"), trace))
+    prompts, outputs, cached = w.request_lengths()
+    assert prompts.tolist() == [10, 30, 10, 30] and outputs.tolist() == [2, 5, 2, 5]
+    p = plan(w)
+    firsts = [s for s in (p.shapes[i] for i in p.step_shape) if any(not k.is_decode for k in s)]
+    assert [k.query_len for s in firsts for k in s if not k.is_decode] == [4, 30, 4, 30]  # 10 - 6 cached
+
+
+@pytest.mark.parametrize("text, message", [
+    ("input_length\n5\n", "column output_length is missing"),
+    ("input_length,output_length\n5,x\n", "row 2, column output_length: 'x' is not allowed; expected an integer >= 1"),
+    ("input_length,output_length\n5,0\n", "row 2, column output_length: 0 is not allowed"),
+    ("input_length,output_length,arrival_time\n5,2,1\n5,2,0.5\n", "row 3, column arrival_time: arrival times must "
+                                                                  "not decrease"),
+    ("input_length,output_length,cached_tokens\n5,2,5\n", "row 2, column cached_tokens: must be < input_length"),
+    ("input_length,output_length\n", "no requests"),
+])
+def test_a_bad_trace_names_row_and_column(tmp_path, text, message):
+    with pytest.raises(MixError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _trace(tmp_path, text)
+
+
+def test_parquet_traces_and_content_digests(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"input_length": [5, 6], "output_length": [2, 3]}).to_parquet(tmp_path / "t.parquet")
+    a = Trace.load(tmp_path / "t.parquet")
+    assert a.input_length == (5, 6) and not a.timed and str(a).startswith("trace:t.parquet@")
+    pd.DataFrame({"input_length": [5, 7], "output_length": [2, 3]}).to_parquet(tmp_path / "t.parquet")
+    assert Trace.load(tmp_path / "t.parquet").digest != a.digest
