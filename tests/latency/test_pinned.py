@@ -3,6 +3,9 @@ so that dropping, doubling or mispricing any op fails. Llama-3.1-8B (hidden 4096
 heads, 8 KV heads of 128, MLP 14336, vocabulary 128256) on TEST_DEVICE (bf16 353.9 TFLOP/s at 0.7,
 HBM 1.759 TB/s at 0.6, attention at 0.7, no kernel or step overhead), tp 1, bf16."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 
 from latency import ForwardKey, build_latency_model
@@ -113,6 +116,32 @@ def test_calibration_recovers_efficiencies_from_a_hand_made_table(lm):
         assert cal.params[field] == pytest.approx(value, rel=1e-4), field
     start = RooflineModel(lm.model, dataclasses.replace(lm.device, eff_gemm=0.9), lm.parallel, lm.quant)
     assert calibrate(start, table, fields=tuple(truth)).params["eff_gemm"] == pytest.approx(0.55, rel=1e-4)
+    before = [abs(lm.latency_ms([k])[0] / hand_step_ms(k, *truth.values()) - 1) for k in keys]
+    assert cal.median_error_before == pytest.approx(float(np.median(before)), rel=1e-12)
+
+
+def test_calibration_keeps_the_engine_and_names_what_it_cannot_fit(lm):
+    import pandas as pd
+
+    from latency import build_latency_model, calibrate
+
+    keys = [ForwardKey(True, b, 1, 2048) for b in (1, 8, 64)] + [ForwardKey(False, 1, 1024, 1024)]
+    table = pd.DataFrame([{**k.__dict__, "latency_ms": 2 * lm.latency_ms([k])[0]} for k in keys])
+    vllm = build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "TEST_DEVICE", quantization="bf16", engine="vllm")
+    cal = calibrate(vllm, table, fields=("eff_memory", "kernel_overhead_us"))
+    assert cal.model.engine.name == "vllm" and set(cal.params) == {"eff_memory", "kernel_overhead_us"}
+    assert cal.median_error_after < cal.median_error_before
+    with pytest.raises(ValueError, match=r"^cannot calibrate \['eff_magic'\]; choose from \['eff_gemm', "):
+        calibrate(lm, table, fields=("eff_magic",))
+    with pytest.raises(ValueError, match="^the measured table exercises none of the calibrated fields$"):
+        calibrate(lm, table, fields=("eff_communication",))  # tp 1: nothing is communicated
+    # a field at 0 is probed at 1 us: the prefill row's attention set-up time moves it
+    zero = lm.__class__(lm.model, dataclasses.replace(lm.device, prefill_attention_overhead_us=0.0), lm.parallel,
+                        lm.quant)
+    assert set(calibrate(zero, table, fields=("prefill_attention_overhead_us",)).params) == \
+        {"prefill_attention_overhead_us"}
+    with pytest.raises(ValueError, match="exercises none"):  # decode rows only: no prefill attention set-up
+        calibrate(zero, table.iloc[:3], fields=("prefill_attention_overhead_us",))
 
 
 INTRA, INTRA_HOP = 196e9 * 0.7, 2e-6    # TEST_DEVICE NVLink-class link at 0.7, per hop
