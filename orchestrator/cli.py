@@ -240,7 +240,8 @@ def _best_per_scenario(rows: list[dict]) -> list[dict]:
 
 def _add_report(sub) -> None:
     p = sub.add_parser("report", help="tables, plots and index.html of a results directory")
-    p.add_argument("results")
+    p.add_argument("results", help="a results directory or URI of `sweep`, or a RUN.parquet of "
+                   "`estimate --per-request` (its timeline)")
     p.add_argument("--out", help="report directory (default RESULTS/report)")
     p.add_argument("--max-plots", type=int, default=12, help="figures per kind at most")
     p.set_defaults(func=cmd_report)
@@ -265,6 +266,8 @@ def _results_dir(flag: str, path: str) -> str:
 def cmd_report(a) -> int:
     from orchestrator.report import write_report
 
+    if a.results.endswith(".parquet"):
+        return _report_run(a)
     results = _results_dir("RESULTS", a.results)
     if a.max_plots < 0:
         raise InputError("--max-plots", a.max_plots, "an integer >= 0")
@@ -278,6 +281,20 @@ def cmd_report(a) -> int:
     print(f"report: {out}/index.html ({len(files)} files)")
     for f in files:
         print(f"  {f}")
+    return 0
+
+
+def _report_run(a) -> int:
+    """`report RUN.parquet`: the timeline of one run written by `estimate --per-request`."""
+    from orchestrator.estimate import steps_path
+    from orchestrator.timeline_report import write_run_report
+
+    for path in (a.results, steps_path(a.results)):
+        if not Path(path).is_file():
+            raise InputError("RESULTS", path, "a file written by `estimate --per-request` (and its .steps.parquet)")
+    out = a.out or a.results[: -len(".parquet")] + "-report"
+    files = write_run_report(a.results, steps_path(a.results), out)
+    print(f"report: {out}/index.html ({len(files)} files)")
     return 0
 
 
@@ -305,6 +322,9 @@ def _add_estimate(sub) -> None:
     o.add_argument("--output", help="where --from-csv writes its rows (.csv or .parquet): the input columns "
                    "kept, the metric columns added, one row per input row in order")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    o.add_argument("--per-request", metavar="FILE.parquet", help="one configuration: write its requests (arrival, "
+                   "first token, finish, lengths, cached tokens, TTFT/TPOT) to FILE and its steps to "
+                   "FILE.steps.parquet; `servesweep report FILE` draws them")
     p.set_defaults(func=cmd_estimate)
 
 
@@ -331,8 +351,18 @@ def cmd_estimate(a) -> int:
         return 0
     if a.output:
         raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")
+    if a.per_request and not a.per_request.endswith(".parquet"):
+        raise InputError("--per-request", a.per_request, "a path ending in .parquet")
     s = configure(values)
     row = estimate(s)
+    if a.per_request:
+        from orchestrator.estimate import run_tables, steps_path
+
+        requests, steps = run_tables(s)
+        requests.to_parquet(a.per_request, index=False)
+        steps.to_parquet(steps_path(a.per_request), index=False)
+        print(f"{len(requests)} requests and {len(steps)} steps written to {a.per_request} and "
+              f"{steps_path(a.per_request)}", file=sys.stderr)
     rate = f"{s.request_rate:g} req/s" if s.request_rate else "its own times"
     load = rate if s.arrival == "poisson" else f"concurrency {s.concurrency}"
     print(f"{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "

@@ -75,6 +75,26 @@ def estimate(s: Scenario) -> dict:
     return evaluate_point(s, job, s.concurrency // ranks, rate=rate)
 
 
+def run_tables(s: Scenario):
+    """The configuration's run request by request and step by step (two DataFrames): what
+    `estimate --per-request` writes and `report` draws."""
+    import pandas as pd
+
+    from orchestrator.evaluate import plan_point
+    from simulator import per_request, per_step, price, step_times
+
+    job = job_of(s)
+    ranks = job.layout.attention_dp
+    lm, planned = plan_point(s, job, s.concurrency // ranks, s.request_rate / ranks if s.arrival == "poisson" else None)
+    durations = step_times(planned, price(lm, planned.price_keys, planned.scheduler.fused))
+    return pd.DataFrame(per_request(planned, durations)), pd.DataFrame(per_step(planned, durations))
+
+
+def steps_path(path: str) -> str:
+    """Where the step table goes beside a per-request table: run.parquet -> run.steps.parquet."""
+    return path[: -len(".parquet")] + ".steps.parquet" if path.endswith(".parquet") else path + ".steps.parquet"
+
+
 def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
     """A prefill step of one full chunk and a decode step of the run's concurrency at mid-output context."""
     job = job_of(s)
