@@ -26,6 +26,9 @@ from latency import build_latency_model  # noqa: E402
 from simulator import StepPricer, Workload, plan, simulate  # noqa: E402
 from simulator.scheduler import DecodeFirstWithSlack, TokenBudget  # noqa: E402
 
+#: request mixes (1,000 requests each): prompt and output distributions, closed loop at C=64
+MIXES = [("lognormal:2000:0.8:64:16000", "uniform:16:1024"), ("bins:64-512@3,2048-8192@1", "bins:16-128@3,512-2048@1")]
+
 WORKLOADS = [  # input, output, B, N, arrival, prompts, rate
     (2048, 256, 8192, 2, "burst", 0, 0.0),
     (8000, 600, 4000, 600, "burst", 0, 0.0),
@@ -97,6 +100,30 @@ def main() -> None:
             print(f"{i:>7} {o:>6} {b:>6} {n:>5} {arrival:>8} {w.prompts if arrival != 'burst' else '':>5} "
                   f"{rate or '':>4} {policy.name:>13} {m.num_steps:>6} {keys:>6} "
                   f"{wall:>8.2f} {1000 * wall / m.num_steps:>8.2f} {statistics.median(priced):>12.2f}")
+    print()
+    mixes(args.runs, roofline)
+
+
+def mixes(runs: int, roofline) -> None:
+    """Mixed lengths: 1,000 requests of a mix, closed loop at C=64, B=8192."""
+    from simulator.mix import Lengths, RequestMix
+
+    print(f"{'input':>28} {'output':>26} {'policy':>13} {'steps':>6} {'kinds':>6} {'wall ms':>8} {'roofline ms':>12}")
+    for inputs, outputs in MIXES:
+        mix = RequestMix(Lengths.parse(inputs), Lengths.parse(outputs))
+        for policy in (DecodeFirstWithSlack(), TokenBudget()):
+            walls, priced = [], []
+            for _ in range(runs):
+                w = Workload(2000, 500, 8192, 64, arrival="closed", num_prompts=1000, mix=mix)  # fresh: no memo
+                t0 = time.perf_counter()
+                m = simulate(w, cheap_latency, policy)
+                walls.append((time.perf_counter() - t0) * 1000)
+                w = Workload(2000, 500, 8192, 64, arrival="closed", num_prompts=1000, mix=mix)
+                t0 = time.perf_counter()
+                simulate(w, roofline, policy)
+                priced.append((time.perf_counter() - t0) * 1000)
+            print(f"{inputs:>28} {outputs:>26} {policy.name:>13} {m.num_steps:>6} {len(w.kinds.input):>6} "
+                  f"{statistics.median(walls):>8.2f} {statistics.median(priced):>12.2f}")
 
 
 if __name__ == "__main__":
