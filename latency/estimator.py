@@ -43,6 +43,9 @@ KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elem
 #: The MoE layer waits for the busiest group. 1 when experts are not split (ep = 1).
 EXPERT_IMBALANCE = 1.2
 NO_ENGINE = EngineProfile()
+#: what pricing one key costs here (1,000 decode keys in 1.48 ms, one core): far below asking a
+#: shared cache, so a sweep never shares roofline prices (orchestrator.pricer)
+ROOFLINE_KEY_MS = 0.0015
 
 
 @cache
@@ -58,6 +61,8 @@ OPS = ("qkv_proj", "attention", "o_proj", "mlp", "moe", "elementwise", "lm_head"
 
 class RooflineModel:
     """Latency and memory of one model instance (tp x pp devices) on one device type."""
+
+    cost_per_key_ms = ROOFLINE_KEY_MS
 
     def __init__(self, model: ModelSpec, device: DeviceSpec, parallel: ParallelSpec, quant: Quantization,
                  reserved_memory_gib: float = DEFAULT_RESERVED_GIB, activation_tokens: int = ACTIVATION_TOKENS,

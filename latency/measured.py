@@ -83,6 +83,8 @@ class MeasuredLatency:
     refuses with a clear error and `"clamp"` warns and uses the nearest edge. `memory` and
     `num_devices` come from an optional roofline model of the same deployment."""
 
+    cost_per_key_ms = 0.002  # vectorised interpolation: priced locally, never shared
+
     def __init__(self, table, outside: str = "error", memory_model=None, name: str = "measured"):
         if outside not in OUTSIDE:
             raise ValueError(f"outside must be one of {OUTSIDE}, got {outside!r}")

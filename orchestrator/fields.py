@@ -192,6 +192,9 @@ FIELDS: tuple[Field, ...] = (
     Field("engine", str, "none", "serving engine whose framework time per step is added (latency/data/engines: "
        "none = kernels only, as the reference tool; vllm, sglang, trtllm fitted on measured runs)",
        choices=tuple(shipped_engines()), group="hardware"),
+    Field("latency_backend", str, "roofline", "what prices a forward step: roofline, slow-roofline (the roofline "
+       "at 5 ms a key: stands in for an expensive backend), or a plugin (entry point group "
+       "servesweep.latency_backends)", group="hardware"),
     Field("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
        group="hardware"),
     Field("scheduler", str, "decode-first", "step policy: decode-first (the RFC's) or token-budget (vLLM V1)",

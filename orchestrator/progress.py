@@ -11,7 +11,7 @@ class Progress:
 
         self.bar = tqdm(total=total, unit="scenario", file=sys.stderr, disable=not enabled, dynamic_ncols=True,
                         mininterval=0.2)
-        self.points = self.priced = self.lookups = 0
+        self.points = self.priced = self.lookups = self.round_trips = 0
 
     @property
     def hit_rate(self) -> float:
@@ -21,6 +21,7 @@ class Progress:
         self.points += n
         self.priced += stats["priced"]
         self.lookups += stats["lookups"]
+        self.round_trips += stats.get("round_trips", 0)
 
     def scenario_done(self) -> None:
         self.bar.set_postfix(points=self.points, cache_hit=f"{100 * self.hit_rate:.1f}%", refresh=False)

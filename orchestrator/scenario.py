@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass, replace
 from functools import lru_cache
 
-from latency import build_latency_model, load_device, load_model, parse_quantization
+from latency import load_device, load_model, parse_quantization
+from latency.backends import backend_names, make_backend
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
     AUTO_MAX_BATCHED_TOKENS,
@@ -166,6 +167,8 @@ class _ScenarioMethods:
         for tp in self.tp_sizes:
             if self.num_devices % (tp * self.pp):
                 raise InputError("tp_sizes", tp, f"a divisor of --num-devices {self.num_devices} (with pp={self.pp})")
+        if self.latency_backend not in backend_names():
+            raise InputError("latency_backend", self.latency_backend, "one of " + ", ".join(backend_names()))
         try:
             parse_quantization(self.quantization, self.kv_cache_dtype)
         except ValueError as err:
@@ -221,9 +224,9 @@ class _ScenarioMethods:
         return mem.kv_capacity_tokens > 0
 
     def latency_model(self, layout: Layout):
-        return _latency_model(self.model, self.device, layout.tp, layout.pp, self.num_devices // layout.devices,
-                              layout.ep, layout.attention_dp, self.quantization, self.kv_cache_dtype,
-                              self.reserved_memory_gb, self.engine)
+        return _latency_model(self.latency_backend, self.model, self.device, layout.tp, layout.pp,
+                              self.num_devices // layout.devices, layout.ep, layout.attention_dp, self.quantization,
+                              self.kv_cache_dtype, self.reserved_memory_gb, self.engine)
 
     def make_scheduler(self) -> Scheduler:
         """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
@@ -281,7 +284,8 @@ def _trace_or_none(path: str) -> Trace | None:
 
 
 @lru_cache(maxsize=256)
-def _latency_model(model, device, tp, pp, dp, ep, attention_dp, quantization, kv_cache_dtype, reserved, engine):
-    return build_latency_model(model, device, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
-                               quantization=quantization,
-                               kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved, engine=engine)
+def _latency_model(backend, model, device, tp, pp, dp, ep, attention_dp, quantization, kv_cache_dtype, reserved,
+                   engine):
+    return make_backend(backend, model, device, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
+                        quantization=quantization, kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved,
+                        engine=engine)

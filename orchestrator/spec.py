@@ -78,7 +78,7 @@ def _values(table: str, key: str, value, many: bool) -> list:
             continue
         if kind is Lengths and isinstance(v, (int, str)) and not isinstance(v, bool):
             try:
-                out.append(f.parse(str(v)))
+                out.append(f.check(v) if isinstance(v, int) else f.parse(v))
             except InputError as err:
                 raise SpecError(err.render("key")) from None
             continue

@@ -30,6 +30,8 @@ class SweepSummary:
     points: int = 0
     priced: int = 0
     lookups: int = 0
+    round_trips: int = 0  # calls to the shared latency cache
+    cache: list = field(default_factory=list)  # its shards' stats after a Ray sweep
     seconds: float = 0.0
 
 
@@ -88,18 +90,19 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
         if backend == "inline":
             info = run_inline(todo, on_done, progress=bar)
         else:
-            import ray
-
             from orchestrator.cache import get_cache
 
-            info = run_ray(todo, on_done, get_cache(), progress=bar)
-            summary.cache = ray.get(get_cache().stats.remote())
+            cache = get_cache()
+            info = run_ray(todo, on_done, cache, progress=bar)
+            summary.cache = cache.stats()
         summary.nodes = info["nodes"]
     finally:
         bar.close()
         summary.points, summary.priced, summary.lookups = bar.points, bar.priced, bar.lookups
+        summary.round_trips = bar.round_trips
         summary.seconds = time.perf_counter() - started
         data.write_manifest({"run_id": summary.run_id, "spec": spec, "backend": backend, "total": summary.total,
                              "skipped": summary.skipped, "written": summary.written, "nodes": summary.nodes,
-                             "points": summary.points, "keys_priced": summary.priced, "seconds": summary.seconds})
+                             "points": summary.points, "keys_priced": summary.priced,
+                             "cache_round_trips": summary.round_trips, "seconds": summary.seconds})
     return summary

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 KINDS = ("fixed", "uniform", "normal", "lognormal", "bins")
-SYNTAX = ("an integer, uniform:LOW:HIGH, normal:MEAN:STD:MIN:MAX, lognormal:MEDIAN:SIGMA:MIN:MAX or "
+SYNTAX = ("an integer >= 1, uniform:LOW:HIGH, normal:MEAN:STD:MIN:MAX, lognormal:MEDIAN:SIGMA:MIN:MAX or "
           "bins:LOW-HIGH@WEIGHT,...")
 #: trace columns: the two lengths are required, the others optional
 TRACE_COLUMNS = ("input_length", "output_length", "arrival_time", "cached_tokens")

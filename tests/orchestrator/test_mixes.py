@@ -32,7 +32,7 @@ def test_one_syntax_for_flags_spec_values_and_csv_cells(tmp_path):
         (200, "uniform:100:300", 32, "")
     fixed, mixed = expand({"grid": {**GRID, "input_length": [200, "uniform:100:300"]}})
     assert fixed.id != mixed.id and fixed.scenario.request_mix is None
-    with pytest.raises(SpecError, match=r"^input_length = 'uniform:300': expected an integer, uniform:LOW:HIGH"):
+    with pytest.raises(SpecError, match=r"^input_length = 'uniform:300': expected an integer >= 1, uniform:LOW:HIGH"):
         expand({"grid": {**GRID, "input_length": ["uniform:300"]}})
     src = tmp_path / "in.csv"
     pd.DataFrame({"input_length": ["uniform:100:300", "200"], "concurrency": [8, 8]}).to_csv(src, index=False)

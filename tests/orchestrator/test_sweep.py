@@ -74,15 +74,55 @@ def test_examples_expand():
     assert len(items) == 8064 and len({i.id for i in items}) == 8064  # the README's figure
 
 
-def test_ray_sweep_equals_inline_and_second_sweep_prices_nothing(ray_session, inline_run, tmp_path):
+def test_ray_sweep_equals_inline_and_the_roofline_never_asks_the_shared_cache(ray_session, inline_run, tmp_path):
     first = run_sweep(expand(SPEC), tmp_path / "a", backend="ray", progress=False)
     assert first.written == 16 and first.priced > 0
+    assert first.round_trips == 0  # pricing a roofline key costs less than asking for it
     pd.testing.assert_frame_equal(table(tmp_path / "a"), table(inline_run), check_exact=False, rtol=1e-12)
     pd.testing.assert_frame_equal(table(tmp_path / "a", "best"), table(inline_run, "best"), check_exact=False,
                                   rtol=1e-12)
-    second = run_sweep(expand(SPEC), tmp_path / "b", backend="ray", progress=False)
+
+
+def test_an_expensive_backend_prices_every_key_once_per_cluster(ray_session, tmp_path):
+    """The slow roofline (5 ms a key) through a sweep on 2 CPUs: the workers claim keys from the shared
+    cache, so every distinct key is priced exactly once across them; a second sweep prices nothing."""
+    spec = {"grid": {**SPEC["grid"], "num_devices": [1, 2], "input_length": [1024, 1536], "output_length": [16],
+                     "max_batched_tokens": [2048], "prefix_cache_hit_rate": [0.0], "tpot_limit_ms": [30, 60]},
+            "options": {"latency_backend": "slow-roofline"}}
+    cache = get_cache()
+    cache.clear()
+    first = run_sweep(expand(spec), tmp_path / "a", backend="ray", progress=False)
+    entries = sum(s["entries"] for s in cache.stats())
+    assert first.written == 8 and first.round_trips > 0
+    assert first.priced == entries > 0  # each key priced by one worker only
+    second = run_sweep(expand(spec), tmp_path / "b", backend="ray", progress=False)
     assert second.priced == 0 and second.points == first.points
     pd.testing.assert_frame_equal(table(tmp_path / "b"), table(tmp_path / "a"))
+
+
+def test_cache_shards_claims_and_bound_on_real_ray(ray_session):
+    from orchestrator.cache import MINE, PENDING, LatencyCache, ShardedCache, shard_of
+
+    shards = ShardedCache([LatencyCache.remote(max_entries=4, claim_timeout_s=0.2) for _ in range(3)])
+    pairs = [("fp", (True, n, 1, 128)) for n in range(30)]
+    assert shards.claim_many(pairs[:2], "a") == [MINE, MINE]
+    assert shards.claim_many(pairs[:2], "b") == [PENDING, PENDING]  # a is pricing them
+    shards.put_many(pairs[:2], [1.0, 2.0])
+    assert shards.claim_many(pairs[:2], "b") == [1.0, 2.0]
+    assert shards.claim_many(pairs[2:3], "a") == [MINE]
+    import time
+
+    time.sleep(0.3)  # a never answers: its claim passes on
+    assert shards.claim_many(pairs[2:3], "b") == [MINE]
+    shards.put_many(pairs, [float(i) for i in range(30)])
+    stats = shards.stats()
+    assert [s["entries"] for s in stats] == [4, 4, 4] and sum(s["evicted"] for s in stats) == 30 - 12
+    assert sum(s["claims"] for s in stats) == 0
+    kept = shards.get_many(pairs)
+    for i, (pair, v) in enumerate(zip(pairs, kept, strict=True)):  # each shard keeps its last 4 puts
+        later = [j for j in range(i + 1, 30) if shard_of(pairs[j], 3) == shard_of(pair, 3)]
+        assert (v == float(i)) if len(later) < 4 else v is None
+    assert shard_of(pairs[5], 3) == shard_of(("fp", (True, 5, 1, 128)), 3)  # the same in every process
 
 
 def test_cache_actor_serves_a_fresh_worker(ray_session):
@@ -90,16 +130,19 @@ def test_cache_actor_serves_a_fresh_worker(ray_session):
     from orchestrator.jobs import Job
     from orchestrator.scenario import Layout, Scenario
 
-    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 1, 3000, 40, (1024,))
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 1, 3000, 40, (1024,), latency_backend="slow-roofline")
     cache = get_cache()
     a = CachedPricer(cache)
     row_a = evaluate_point(s, Job("agg", Layout(1), 1024), 7, a)
     assert a.priced > 0
-    ray_session.get(cache.stats.remote())  # the fire-and-forget put_many has landed before this returns
+    cache.stats()  # the fire-and-forget put_many has landed before this returns
     b = CachedPricer(cache)  # a new worker: empty local dict
     row_b = evaluate_point(s, Job("agg", Layout(1), 1024), 7, b)
     assert b.priced == 0 and b.remote_hits == b.lookups > 0
     assert row_a == row_b
+    roofline = CachedPricer(cache)
+    evaluate_point(s.with_(latency_backend="roofline"), Job("agg", Layout(1), 1024), 7, roofline)
+    assert roofline.round_trips == 0 and roofline.priced > 0
 
 
 def test_killed_worker_loses_and_duplicates_nothing(ray_session, inline_run, tmp_path, faults):
@@ -445,3 +488,20 @@ def test_one_writer_per_output(tmp_path):
         run_sweep(items, out, backend="inline", progress=False, resume=True)
     (out / ".writer.json").write_text(json.dumps({**far, "heartbeat": time.time() - LOCK_STALE_S - 1}))
     assert run_sweep(items, out, backend="inline", progress=False, resume=True).skipped == 2
+
+
+def test_cache_command_shows_and_clears_the_shards(ray_session, capsys):
+    from orchestrator.cli import cache_command, main
+
+    cache = get_cache()
+    cache.put_many([("fp", (True, 1, 1, 128))], [1.5])
+    assert cache_command("stats") == 0
+    out = capsys.readouterr().out
+    assert "entries" in out and sum(s["entries"] for s in cache.stats()) >= 1
+    assert cache_command("clear") == 0 and sum(s["entries"] for s in cache.stats()) == 0
+    assert "cleared" in capsys.readouterr().out
+    import os
+
+    if "RAY_ADDRESS" not in os.environ:
+        assert main(["cache", "stats"]) == 2  # no cluster named: one line, exit 2
+        assert "--address" in capsys.readouterr().err
