@@ -46,7 +46,7 @@ with tempfile.TemporaryDirectory() as d:
     items = expand(spec)[: limit or None]
     s = run_sweep(items, d + "/run", backend=backend, progress=False)
 print(json.dumps({"scenarios": s.total, "seconds": s.seconds, "startup": startup, "points": s.points,
-                  "hit": 1 - s.priced / max(s.lookups, 1),
+                  "hit": 1 - s.priced / max(s.lookups, 1), "round_trips": s.round_trips,
                   "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 BACKENDS = {"inline": ("inline", "inline", 1), "ray1": ("ray, 1 CPU", "ray", 1), "ray2": ("ray, 2 CPUs", "ray", 2)}
@@ -64,12 +64,15 @@ def main() -> None:
     ap.add_argument("--spec", help="a sweep spec (TOML) instead of the built-in 576-scenario grid")
     ap.add_argument("--limit", type=int, default=0, help="only the first N scenarios of the spec (0: all)")
     ap.add_argument("--backends", nargs="+", choices=list(BACKENDS), default=list(BACKENDS))
+    ap.add_argument("--latency-backend", default="roofline",
+                    help="e.g. slow-roofline: 5 ms a key, what the shared cache is for")
     args = ap.parse_args()
     spec = SPEC
     if args.spec:
         from orchestrator.spec import load_spec
 
         spec = load_spec(args.spec)
+    spec = {**spec, "options": {**spec.get("options", {}), "latency_backend": args.latency_backend}}
     rows = []
     for key in args.backends:
         name, backend, cpus = BACKENDS[key]
@@ -79,6 +82,7 @@ def main() -> None:
                      statistics.median(r["startup"] for r in results), results[0]["hit"],
                      max(r["peak_mib"] for r in results)))
     base = {r[0]: r[4] for r in rows}
+    print(f"latency backend {args.latency_backend}")
     print(f"{'backend':<12} {'scenarios':>9} {'points':>7} {'median s':>9} {'scen/s':>8} {'vs 1 CPU':>9} "
           f"{'start s':>8} {'cache hit':>9} {'driver MiB':>10}")
     for name, n, pts, secs, rate, start, hit, peak in rows:

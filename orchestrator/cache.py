@@ -22,8 +22,9 @@ CACHE_NAME = "servesweep-latency-cache"
 NAMESPACE = "servesweep"
 #: entries per shard before the least recently used are evicted (~150 bytes each: ~150 MB a shard)
 MAX_ENTRIES = 1_000_000
-#: Ray workers one shard serves: measured in bench/cache.py (see README "Sweeps on Ray")
-WORKERS_PER_SHARD = 64
+#: Ray workers one shard serves: a shard answered 165-450 calls/s here (bench/cache.py), a worker makes
+#: at most ~20 (one per task of >= 50 ms), so 8-22 workers a shard
+WORKERS_PER_SHARD = 16
 #: seconds after which an unanswered claim passes to the next caller
 CLAIM_TIMEOUT_S = 60.0
 __all__ = ["MINE", "PENDING", "LatencyCache", "ShardedCache", "get_cache"]
