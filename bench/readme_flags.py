@@ -1,4 +1,5 @@
-"""Regenerate the flag table of README's `servesweep optimize` section from the field table.
+"""Regenerate the flag table of README's `servesweep optimize` section and the sweep-spec keys from
+the field table.
 
     python bench/readme_flags.py      (rewrites README.md in place; tests check it is current)
 """
@@ -26,11 +27,17 @@ def rows() -> list[str]:
     return out
 
 
+def spec_keys() -> str:
+    return " ".join(f.key for f in FIELDS if "sweep" in f.commands)
+
+
 def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
     start, end = text.index("| `MODEL` |"), text.index("| `--disagg` |")
-    readme.write_text(text[:start] + "\n".join(rows()) + "\n" + text[end:])
+    text = text[:start] + "\n".join(rows()) + "\n" + text[end:]
+    start = text.index("Keys: `") + len("Keys: `")
+    readme.write_text(text[:start] + spec_keys() + text[text.index("`", start):])
 
 
 if __name__ == "__main__":

@@ -137,3 +137,5 @@ def test_the_readme_documents_every_optimize_flag_with_its_default():
         if "optimize" in f.commands:
             assert f"| `{f.flag}` | {f.help}" in readme, f"{f.flag}: run python bench/readme_flags.py"
             assert f.required or f"default {f.default_text()}" in readme, f.flag
+    keys = " ".join(f.key for f in FIELDS if "sweep" in f.commands)
+    assert f"Keys: `{keys}`" in readme, "run python bench/readme_flags.py"
