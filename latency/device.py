@@ -68,6 +68,8 @@ class DeviceSpec:
     #: devices joined by the intra-node-class fabric (an NVLink domain, an Ascend super-node's UB/HCCS
     #: links); 0 = one node. A group within it communicates at the intra-node bandwidth and latency.
     scale_up_devices: int = 0
+    #: what one device costs per hour (USD), when the file names it ([cost] usd_per_hour); 0 = unknown
+    usd_per_hour: float = 0.0
 
     @property
     def scale_up_domain(self) -> int:
@@ -107,13 +109,16 @@ class DeviceSpec:
         if isinstance(scale_up, bool) or not isinstance(scale_up, int) or scale_up < 0:
             raise ValueError(f"device file {path}: [interconnect] scale_up_devices must be an integer >= 0 "
                              f"(0 = one node), got {scale_up!r}")
+        price = data.get("cost", {}).get("usd_per_hour", 0.0)
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            raise ValueError(f"device file {path}: [cost] usd_per_hour must be a number >= 0, got {price!r}")
         quant = data.get("defaults", {}).get("quantization", "bf16")
         try:
             parse_quantization(quant)
         except ValueError as err:
             raise ValueError(f"device file {path}: [defaults] quantization: {err}") from None
         return cls(name=name, source=str(data.get("source", "")), default_quantization=quant,
-                   scale_up_devices=scale_up, **values)
+                   scale_up_devices=scale_up, usd_per_hour=float(price), **values)
 
 
 @lru_cache(maxsize=256)

@@ -110,7 +110,16 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
         "weights_gib": mem.weights_gib, "kv_gib": kv_gib, "activation_gib": mem.activation_gib,
         "available_gib": mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib - kv_gib,
         "fits_memory": m.peak_kv_tokens <= mem.kv_capacity_tokens,
+        **costs(s.usd_per_device_hour * s.num_devices, m.output_throughput * ranks * dp),
     }
+
+
+def costs(usd_per_hour: float, output_tokens_per_s: float) -> dict:
+    """$/hour of the devices and $ per million output tokens at that throughput; NaN when no price is known."""
+    if not usd_per_hour:
+        return {"usd_per_hour": math.nan, "usd_per_mtok": math.nan}
+    per_mtok = usd_per_hour / (output_tokens_per_s * 3600) * 1e6 if output_tokens_per_s > 0 else math.inf
+    return {"usd_per_hour": usd_per_hour, "usd_per_mtok": per_mtok}
 
 
 def meets(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> bool:

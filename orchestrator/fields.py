@@ -195,6 +195,8 @@ FIELDS: tuple[Field, ...] = (
     Field("latency_backend", str, "roofline", "what prices a forward step: roofline, slow-roofline (the roofline "
        "at 5 ms a key: stands in for an expensive backend), or a plugin (entry point group "
        "servesweep.latency_backends)", group="hardware"),
+    Field("device_price", float, 0.0, "what one device costs per hour; 0 = the device file's [cost] usd_per_hour "
+       "(no shipped file names one: prices differ by provider and change)", "USD/h", low=0, group="hardware"),
     Field("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
        group="hardware"),
     Field("scheduler", str, "decode-first", "step policy: decode-first (the RFC's) or token-budget (vLLM V1)",
@@ -245,5 +247,12 @@ MODE_LABELS = {
 FIELD_BY_KEY = {f.key: f for f in FIELDS}
 
 
+#: `plan` takes optimize's fields but sets these itself: several device types, the device counts it
+#: searches, Poisson arrivals at the target rate, a price per device type
+PLAN_SETS = ("device", "num_devices", "arrival", "max_concurrency", "device_price")
+
+
 def fields_for(command: str) -> list[Field]:
+    if command == "plan":
+        return [f for f in fields_for("optimize") if f.name not in PLAN_SETS]
     return [f for f in FIELDS if command in f.commands]

@@ -43,6 +43,8 @@ POINT_COLUMNS = {
     "weights_gib": "weights per device", "kv_gib": "KV at the fullest step per device",
     "activation_gib": "activation peak per device", "available_gib": "HBM left at the fullest step",
     "fits_memory": "peak KV within capacity",
+    "usd_per_hour": "what the deployment's devices cost per hour (--device-price or the device file; NaN: unknown)",
+    "usd_per_mtok": "USD per million output tokens at this throughput (NaN: no price known)",
 }
 
 

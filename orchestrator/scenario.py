@@ -238,6 +238,11 @@ class _ScenarioMethods:
         model, device or limits): scenarios of one family share plans, so a sweep runs them together."""
         return repr(tuple(getattr(self, f.name) for f in FIELDS if f.group in PLAN_GROUPS))
 
+    @property
+    def usd_per_device_hour(self) -> float:
+        """The device's price per hour: --device-price, else the device file's; 0 when unknown."""
+        return self.device_price or load_device(self.device).usd_per_hour
+
     def limit_pairs(self) -> list[tuple[float | None, float | None]]:
         """Every (TTFT limit, TPOT limit) combination; None where no limit is given."""
         return [(t, p) for t in (self.ttft_limits or (None,)) for p in (self.tpot_limits or (None,))]

@@ -1,0 +1,171 @@
+"""`servesweep plan`: the fewest devices (per device type) that serve a target request rate under the
+limits, with what it costs and the commands that deploy and check it.
+
+For each device type and each instance size k (1 .. max devices), every layout of k devices and
+every budget has its Poisson capacity searched (the highest offered rate per instance that meets
+the limits, as `optimize --arrival poisson`); serving R then takes ceil(R / capacity) instances of
+k devices. The answer is the option with the fewest devices (then the lowest cost, then the most
+headroom); the runner-ups follow.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from functools import partial
+
+from orchestrator.evaluate import costs
+from orchestrator.jobs import Job
+from orchestrator.optimize import inline_evaluator, job_search
+from orchestrator.scenario import Layout, Scenario
+from orchestrator.search import drive
+
+#: vLLM's spelling of the quantisations it can apply itself at load time; others need a quantised checkpoint
+VLLM_QUANTIZATION = {"FP8": "fp8"}
+#: vLLM's KV-cache dtypes (`--kv-cache-dtype`)
+VLLM_KV_DTYPES = {"fp8": "fp8"}
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    """`instances` instances of `layout` on `device`, each taking `capacity` req/s within the limits."""
+
+    device: str
+    layout: Layout
+    max_batched_tokens: int
+    capacity: float
+    instances: int
+    rate: float
+    row: dict                  # the capacity point (per instance, at `capacity`)
+    usd_per_device_hour: float
+
+    @property
+    def devices(self) -> int:
+        return self.instances * self.layout.devices
+
+    @property
+    def headroom(self) -> float:
+        """How much more load the plan takes before a limit breaks (0.25: 25 %)."""
+        return self.instances * self.capacity / self.rate - 1
+
+    @property
+    def cost(self) -> dict:
+        tokens = self.rate * self.row["output_throughput"] / max(self.row["request_throughput"], 1e-12)
+        return costs(self.usd_per_device_hour * self.devices, tokens)
+
+    def sort_key(self) -> tuple:
+        usd = self.cost["usd_per_hour"]
+        return self.devices, usd if usd == usd else 0.0, -self.headroom
+
+
+def instance_options(s: Scenario, device: str, k: int, rate: float) -> list[PlanOption]:
+    """Every layout of exactly k devices (one instance) and budget, with its Poisson capacity."""
+    one = s.with_(device=device, num_devices=k, arrival="poisson")
+    try:
+        one.validate()
+        layouts = [lay for lay in one.layouts() if lay.devices == k]
+    except ValueError:  # the model does not fit or cannot be split over k devices
+        return []
+    out = []
+    for layout in layouts:
+        for budget in one.max_batched_tokens:
+            job = Job("agg", layout, budget)
+            found = drive(job_search(one, job), partial(inline_evaluator, one, job))
+            if not found.best:
+                continue
+            row = found.best[0]
+            capacity = row["request_rate"]
+            out.append(PlanOption(device, layout, budget, capacity, math.ceil(rate / capacity), rate, row,
+                                  one.usd_per_device_hour))
+    return out
+
+
+def plan_deployment(s: Scenario, devices: list[str], rate: float, max_devices: int,
+                    prices: dict[str, float] | None = None) -> list[PlanOption]:
+    """Every feasible option over the device types and instance sizes, best first. `prices`: USD per
+    device-hour by device (else the device files')."""
+    options = []
+    for device in devices:
+        priced = s.with_(device_price=(prices or {}).get(device, 0.0))
+        for k in range(1, max_devices + 1):
+            options += [o for o in instance_options(priced, device, k, rate) if o.devices <= max_devices]
+    return sorted(options, key=PlanOption.sort_key)
+
+
+def predicted(s: Scenario, option: PlanOption) -> dict:
+    """The point row of one instance at its share of the load: what `vllm_bench` should measure."""
+    from orchestrator.evaluate import evaluate_point
+
+    one = s.with_(device=option.device, num_devices=option.layout.devices, arrival="poisson")
+    return evaluate_point(one, Job("agg", option.layout, option.max_batched_tokens), 1,
+                          rate=option.rate / option.instances / option.layout.attention_dp)
+
+
+def vllm_serve(s: Scenario, option: PlanOption) -> tuple[str, list[str]]:
+    """The `vllm serve` command of one instance, and notes on what vLLM cannot be told by a flag."""
+    lay, notes = option.layout, []
+    args = ["vllm", "serve", s.model, "--tensor-parallel-size", str(lay.tp)]
+    if lay.pp > 1:
+        args += ["--pipeline-parallel-size", str(lay.pp)]
+    if lay.attention_dp > 1:
+        args += ["--data-parallel-size", str(lay.attention_dp)]
+    if lay.ep > 1:
+        args += ["--enable-expert-parallel"]
+        if lay.ep != lay.tp * lay.attention_dp:
+            notes.append(f"ep={lay.ep} over part of the tp x attention_dp devices: vLLM's expert parallelism "
+                         "spans them all")
+    mem = s.latency_model(lay).memory_for(option.max_batched_tokens)
+    utilisation = math.floor((mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib * 100) / 100
+    longest = s.length_bounds("input_length")[1] + s.length_bounds("output_length")[1]
+    args += ["--max-model-len", str(longest), "--max-num-batched-tokens", str(option.max_batched_tokens),
+             "--max-num-seqs", str(s.max_num_seqs), "--enable-chunked-prefill",
+             "--gpu-memory-utilization", f"{utilisation:.2f}"]
+    quant = s.quantization.upper() if s.quantization else "BF16"
+    if quant in VLLM_QUANTIZATION:
+        args += ["--quantization", VLLM_QUANTIZATION[quant]]
+    elif quant not in ("BF16", "DISABLED"):
+        notes.append(f"{s.quantization}: serve a checkpoint quantised that way (vLLM reads it from its config)")
+    if s.kv_cache_dtype in VLLM_KV_DTYPES:
+        args += ["--kv-cache-dtype", VLLM_KV_DTYPES[s.kv_cache_dtype]]
+    elif s.kv_cache_dtype != "bf16":
+        notes.append(f"KV cache {s.kv_cache_dtype}: vLLM's --kv-cache-dtype has no such choice")
+    return shlex.join(args), notes
+
+
+def vllm_bench(s: Scenario, option: PlanOption) -> str:
+    """The `vllm bench serve` command that checks one instance at its share of the load."""
+    args = ["vllm", "bench", "serve", "--backend", "vllm", "--model", s.model, "--dataset-name", "random"]
+    args += _random_lengths(s)
+    args += ["--request-rate", f"{option.rate / option.instances:.3g}", "--num-prompts", str(s.num_prompts or 1000),
+             "--percentile-metrics", "ttft,tpot,itl,e2el"]
+    if s.slo_percentile:
+        args += ["--metric-percentiles", f"{s.slo_percentile:g}"]
+    return shlex.join(args)
+
+
+def _random_lengths(s: Scenario) -> list[str]:
+    """vLLM's random dataset draws each length uniformly in [len x (1 - ratio), len x (1 + ratio)]."""
+    out = []
+    for name, flag in (("input_length", "--random-input-len"), ("output_length", "--random-output-len")):
+        low, high = s.length_bounds(name)
+        out += [flag, str((low + high) // 2)]
+    low, high = s.length_bounds("input_length")
+    if high > low:
+        out += ["--random-range-ratio", f"{(high - low) / (high + low):.3g}"]
+    return out
+
+
+def option_dict(s: Scenario, o: PlanOption, commands: bool = False) -> dict:
+    """One option as plain values; with `commands`, the vLLM commands and the predicted TTFT/TPOT at
+    each instance's share of the load."""
+    lay = o.layout
+    out = {"device": o.device, "devices": o.devices, "instances": o.instances, "tp": lay.tp, "pp": lay.pp,
+           "attention_dp": lay.attention_dp, "ep": lay.ep, "max_batched_tokens": o.max_batched_tokens,
+           "capacity_per_instance": o.capacity, "headroom": o.headroom, **o.cost}
+    if commands:
+        serve, notes = vllm_serve(s.with_(device=o.device), o)
+        at = predicted(s, o)
+        out |= {"vllm_serve": serve, "notes": notes, "vllm_bench_serve": vllm_bench(s, o),
+                "predicted_ttft_ms": at["ttft_slo_ms"], "predicted_tpot_ms": at["tpot_slo_ms"]}
+    return out

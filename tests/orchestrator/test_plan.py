@@ -1,0 +1,107 @@
+"""`servesweep plan`: minimal by brute force, its cost arithmetic, and vLLM's own flag names."""
+
+import json
+import math
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.optimize import optimize
+from orchestrator.plan import PlanOption, plan_deployment, vllm_bench, vllm_serve
+from orchestrator.scenario import Layout, Scenario
+
+BASE = dict(model="Qwen/Qwen3-8B", device="H100_SXM", num_devices=1, input_length=2048, output_length=128,
+            ttft_limits=(800.0,), tpot_limits=(25.0,), arrival="poisson", num_prompts=120, scheduler="token-budget",
+            engine="vllm")
+#: every flag the emitted commands may use, as vLLM spells it (vllm serve --help, vllm bench serve --help)
+VLLM_SERVE_FLAGS = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
+                    "--enable-expert-parallel", "--max-model-len", "--max-num-batched-tokens", "--max-num-seqs",
+                    "--enable-chunked-prefill", "--gpu-memory-utilization", "--quantization", "--kv-cache-dtype"}
+VLLM_BENCH_FLAGS = {"--backend", "--model", "--dataset-name", "--random-input-len", "--random-output-len",
+                    "--random-range-ratio", "--request-rate", "--num-prompts", "--percentile-metrics",
+                    "--metric-percentiles"}
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_the_plan_is_minimal_by_brute_force():
+    """Every deployment of fewer devices, searched independently by `optimize` (any layout, any number of
+    instances side by side), serves less than the target; the plan's own count serves it."""
+    s = Scenario(**BASE)
+    rate = 14.0
+    options = plan_deployment(s, ["H100_SXM"], rate, max_devices=3)
+    best = options[0]
+    assert best.instances * best.capacity >= rate and best.devices >= 2
+    for n in range(1, best.devices):
+        served = max((b["request_throughput"] for b in optimize(s.with_(num_devices=n)).best), default=0.0)
+        assert served < rate, n
+    at = max(b["request_throughput"] for b in optimize(s.with_(num_devices=best.devices)).best)
+    assert at >= rate * 0.95  # measured throughput of the capacity point: the offered rate, within noise
+    assert [o.devices for o in options] == sorted(o.devices for o in options)
+
+
+def test_cost_arithmetic_by_hand():
+    row = {"request_throughput": 4.0, "output_throughput": 4.0 * 128}
+    o = PlanOption("H100_SXM", Layout(2), 8192, 4.0, 3, 10.0, row, 2.5)
+    assert o.devices == 6 and o.headroom == pytest.approx(3 * 4 / 10 - 1)
+    assert o.cost["usd_per_hour"] == 15.0
+    tokens_per_s = 10.0 * 128  # the target rate's output, not the instances' capacity
+    assert o.cost["usd_per_mtok"] == pytest.approx(15.0 / (tokens_per_s * 3600) * 1e6)
+    free = PlanOption("H100_SXM", Layout(2), 8192, 4.0, 3, 10.0, row, 0.0)
+    assert math.isnan(free.cost["usd_per_hour"]) and math.isnan(free.cost["usd_per_mtok"])
+
+
+def test_emitted_commands_use_only_vllm_flags_and_fit_our_memory():
+    s = Scenario(**{**BASE, "model": "Qwen/Qwen3-30B-A3B", "num_devices": 4, "quantization": "FP8",
+                    "kv_cache_dtype": "fp8", "input_length": Scenario(**BASE).input_length})
+    o = PlanOption("H100_SXM", Layout(1, 1, 4, 4), 4096, 3.0, 2, 5.0, {"request_throughput": 1,
+                                                                         "output_throughput": 1}, 0.0)
+    serve, notes = vllm_serve(s, o)
+    words = shlex.split(serve)
+    assert words[:3] == ["vllm", "serve", "Qwen/Qwen3-30B-A3B"] and not notes
+    flags = {w for w in words if w.startswith("--")}
+    assert flags <= VLLM_SERVE_FLAGS
+    assert _value(words, "--data-parallel-size") == "4" and "--enable-expert-parallel" in words
+    assert _value(words, "--quantization") == "fp8" and _value(words, "--kv-cache-dtype") == "fp8"
+    mem = s.latency_model(o.layout).memory_for(4096)
+    assert float(_value(words, "--gpu-memory-utilization")) <= (mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib
+    assert mem.kv_capacity_tokens > 0  # never a configuration our memory picture says does not fit
+    mixed = s.with_(input_length=_lengths("uniform:1000:3000"))
+    bench = shlex.split(vllm_bench(mixed, o))
+    assert {w for w in bench if w.startswith("--")} <= VLLM_BENCH_FLAGS
+    assert _value(bench, "--random-input-len") == "2000" and _value(bench, "--random-range-ratio") == "0.5"
+    assert _value(bench, "--request-rate") == "2.5"  # one instance's share of 5 req/s over 2
+    _, int8 = vllm_serve(s.with_(quantization="W8A8_DYNAMIC", kv_cache_dtype="int8"), o)
+    assert len(int8) == 2  # what no vLLM flag says is a note, never an invented flag
+
+
+def test_plan_end_to_end_with_a_mix_as_json():
+    p = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "6", "--input-length",
+            "uniform:512:1536", "--output-length", "64", "--ttft-limits", "1500", "--tpot-limits", "40",
+            "--max-devices", "2", "--num-prompts", "100", "--device-price", "H100_SXM=2", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    plan = out["plan"]
+    assert plan["devices"] <= 2 and plan["usd_per_hour"] == 2.0 * plan["devices"]
+    assert plan["instances"] * plan["capacity_per_instance"] >= 6
+    assert "--random-range-ratio" in plan["vllm_bench_serve"] and plan["predicted_ttft_ms"] <= 1500
+    bad = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "6", "--input-length", "512",
+              "--output-length", "64", "--device-price", "B200=3")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--device-price: 'B200=3'" in bad.stderr
+    none = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "500", "--input-length", "512",
+               "--output-length", "64", "--tpot-limits", "10", "--max-devices", "1", "--num-prompts", "60")
+    assert none.returncode == 0 and none.stdout.startswith("no deployment of at most 1 x H100_SXM")
+
+
+def _lengths(text):
+    from simulator.mix import Lengths
+
+    return Lengths.parse(text)
+
+
+def _value(words, flag):
+    return words[words.index(flag) + 1]
