@@ -133,27 +133,42 @@ def vllm_serve(s: Scenario, option: PlanOption) -> tuple[str, list[str]]:
     return shlex.join(args), notes
 
 
-def vllm_bench(s: Scenario, option: PlanOption) -> str:
-    """The `vllm bench serve` command that checks one instance at its share of the load."""
+def vllm_bench(s: Scenario, option: PlanOption) -> tuple[str, list[str]]:
+    """The `vllm bench serve` command that checks one instance at its share of the load, and notes
+    on what its random dataset cannot reproduce."""
     args = ["vllm", "bench", "serve", "--backend", "vllm", "--model", s.model, "--dataset-name", "random"]
-    args += _random_lengths(s)
+    lengths, notes = _random_lengths(s)
+    args += lengths
     args += ["--request-rate", f"{option.rate / option.instances:.3g}", "--num-prompts", str(s.num_prompts or 1000),
              "--percentile-metrics", "ttft,tpot,itl,e2el"]
     if s.slo_percentile:
         args += ["--metric-percentiles", f"{s.slo_percentile:g}"]
-    return shlex.join(args)
+    return shlex.join(args), notes
 
 
-def _random_lengths(s: Scenario) -> list[str]:
-    """vLLM's random dataset draws each length uniformly in [len x (1 - ratio), len x (1 + ratio)]."""
-    out = []
+def _random_lengths(s: Scenario) -> tuple[list[str], list[str]]:
+    """vLLM's random dataset draws both lengths uniformly in [len x (1 - ratio), len x (1 + ratio)]
+    with one ratio: a uniform prompt mix (and a fixed or like output) is exact; any other mix is
+    approximated by its typical request, and said so."""
+    out, notes, ratio = [], [], None
     for name, flag in (("input_length", "--random-input-len"), ("output_length", "--random-output-len")):
-        low, high = s.length_bounds(name)
-        out += [flag, str((low + high) // 2)]
-    low, high = s.length_bounds("input_length")
-    if high > low:
-        out += ["--random-range-ratio", f"{(high - low) / (high + low):.3g}"]
-    return out
+        value = getattr(s, name)
+        kind = "trace" if s.trace else getattr(value, "kind", "fixed")
+        if kind == "uniform":
+            low, high = value.bounds
+            out += [flag, str((low + high) // 2)]
+            ratio = ratio if ratio is not None else (high - low) / (high + low)
+        else:
+            out += [flag, str(s.typical(name))]
+            if kind != "fixed":
+                notes.append(f"{name} {value if not s.trace else s.request_mix}: vLLM's random dataset draws "
+                             "uniform lengths, so the check uses the typical length (replay the mix as a custom "
+                             "dataset for the exact one)")
+    if ratio:
+        out += ["--random-range-ratio", f"{ratio:.3g}"]
+        if sum(getattr(getattr(s, n), "kind", "fixed") == "uniform" for n in ("input_length", "output_length")) < 2:
+            notes.append("--random-range-ratio also spreads the other length by the same ratio")
+    return out, notes
 
 
 def option_dict(s: Scenario, o: PlanOption, commands: bool = False) -> dict:
@@ -164,8 +179,9 @@ def option_dict(s: Scenario, o: PlanOption, commands: bool = False) -> dict:
            "attention_dp": lay.attention_dp, "ep": lay.ep, "max_batched_tokens": o.max_batched_tokens,
            "capacity_per_instance": o.capacity, "headroom": o.headroom, **o.cost}
     if commands:
-        serve, notes = vllm_serve(s.with_(device=o.device), o)
+        serve, notes = vllm_serve(s.with_(device=o.device, num_devices=lay.devices), o)
         at = predicted(s, o)
-        out |= {"vllm_serve": serve, "notes": notes, "vllm_bench_serve": vllm_bench(s, o),
+        bench, bench_notes = vllm_bench(s, o)
+        out |= {"vllm_serve": serve, "notes": notes + bench_notes, "vllm_bench_serve": bench,
                 "predicted_ttft_ms": at["ttft_slo_ms"], "predicted_tpot_ms": at["tpot_slo_ms"]}
     return out

@@ -71,12 +71,19 @@ def test_emitted_commands_use_only_vllm_flags_and_fit_our_memory():
     assert float(_value(words, "--gpu-memory-utilization")) <= (mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib
     assert mem.kv_capacity_tokens > 0  # never a configuration our memory picture says does not fit
     mixed = s.with_(input_length=_lengths("uniform:1000:3000"))
-    bench = shlex.split(vllm_bench(mixed, o))
+    bench = shlex.split(vllm_bench(mixed, o)[0])
     assert {w for w in bench if w.startswith("--")} <= VLLM_BENCH_FLAGS
     assert _value(bench, "--random-input-len") == "2000" and _value(bench, "--random-range-ratio") == "0.5"
     assert _value(bench, "--request-rate") == "2.5"  # one instance's share of 5 req/s over 2
+    _, notes = vllm_bench(s.with_(input_length=_lengths("lognormal:2000:0.5:100:8000")), o)
+    assert len(notes) == 1 and "typical length" in notes[0]
     _, int8 = vllm_serve(s.with_(quantization="W8A8_DYNAMIC", kv_cache_dtype="int8"), o)
     assert len(int8) == 2  # what no vLLM flag says is a note, never an invented flag
+    from orchestrator.plan import option_dict
+
+    one = Scenario(**BASE)  # the scenario plan starts from: one device; an instance of 4 is priced as such
+    got = option_dict(one.with_(model="Qwen/Qwen3-30B-A3B"), o, commands=True)
+    assert _value(shlex.split(got["vllm_serve"]), "--tensor-parallel-size") == "1" and got["predicted_tpot_ms"] > 0
 
 
 def test_plan_end_to_end_with_a_mix_as_json():
