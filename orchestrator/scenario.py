@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from functools import lru_cache
 
 from latency import load_device, load_model, parse_quantization
-from latency.backends import backend_names, make_backend
+from latency.backends import backend_names, has_backend, make_backend
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
     AUTO_MAX_BATCHED_TOKENS,
@@ -167,7 +167,7 @@ class _ScenarioMethods:
         for tp in self.tp_sizes:
             if self.num_devices % (tp * self.pp):
                 raise InputError("tp_sizes", tp, f"a divisor of --num-devices {self.num_devices} (with pp={self.pp})")
-        if self.latency_backend not in backend_names():
+        if not has_backend(self.latency_backend):
             raise InputError("latency_backend", self.latency_backend, "one of " + ", ".join(backend_names()))
         try:
             parse_quantization(self.quantization, self.kv_cache_dtype)

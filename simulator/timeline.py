@@ -87,7 +87,7 @@ class _DecodePool:
     def join(self, count: int, first_step: int, event: int, kind: int) -> None:
         end = self.ticks + self.steps[kind]
         last = self.groups[-1] if self.groups else None
-        if last is not None and last[1:] == [end, first_step, event, kind]:
+        if last is not None and last[1] == end and last[2] == first_step and last[3] == event and last[4] == kind:
             last[0] += count
         else:
             if last is not None and end < last[1]:
@@ -143,7 +143,11 @@ class _DecodePool:
         groups, ticks = self.groups, self.ticks
         if self.ordered:
             while groups and groups[0][1] == ticks:
-                self._leave(groups.popleft(), step, finished)
+                count, _, first, event, kind = groups.popleft()
+                finished.append((count, event, first, step, kind))
+                self.ready -= count
+                self.steps_sum -= count * self.steps[kind]
+                self.prompt_sum -= count * self.prompts[kind]
         else:
             kept = deque()
             for group in groups:
