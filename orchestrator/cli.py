@@ -181,6 +181,9 @@ def _add_sweep(sub) -> None:
     p.add_argument("--inline", action="store_true", help="no Ray: evaluate in this process")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--top-n", type=int, default=20)
+    p.add_argument("--per-request", action="store_true", help="also write the requests of each scenario's best "
+                   "points (table requests/: arrival, first token, finish, lengths, TTFT, TPOT), re-simulated on "
+                   "the driver")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -209,7 +212,7 @@ def cmd_sweep(a) -> int:
         init_ray(a.address, a.num_cpus)
     try:
         summary = run_sweep(items, output, resume=a.resume, backend="inline" if a.inline else "ray",
-                            progress=not a.no_progress, spec=spec)
+                            progress=not a.no_progress, spec=spec, per_request=a.per_request)
     except FileExistsError as err:
         print(f"servesweep sweep: error: --output: {err}", file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ from urllib.parse import quote
 from orchestrator.jobs import OptimizeResult, SweepItem
 from orchestrator.results import column_type, scenario_columns, write_bytes, write_parquet
 
-TABLES = ("points", "best", "splits")
+TABLES = ("points", "best", "splits", "requests")
 PARTITIONS = ("model", "device")
 #: a writer refreshes its lock at most this often (seconds) ...
 LOCK_BEAT_S = 30
@@ -77,19 +77,24 @@ class Dataset:
     def finished_ids(self) -> set[str]:
         return {Path(p).stem for p in self.files("best")}
 
-    def write(self, item: SweepItem, result: OptimizeResult) -> list[dict]:
-        """Write one finished scenario's assembled result; returns its best rows."""
+    def write(self, item: SweepItem, result: OptimizeResult, per_request: bool = False) -> list[dict]:
+        """Write one finished scenario's assembled result; returns its best rows. `per_request`: also
+        the requests of each best point (table `requests`), re-simulated here."""
         cols = {"scenario_id": item.id, "mode": item.mode.name, **scenario_columns(item.scenario)}
         points = [{**cols, **p} for p in result.points]
         best = [{**cols, **b, "feasible": True, "message": ""} for b in result.best]
         best += [{**cols, **i, "feasible": False} for i in result.infeasible]
         if result.splits:
             self._write("splits", item, [{**cols, **sp} for sp in result.splits])
+        if per_request:
+            self._write("requests", item, _requests(item, result.best, cols))
         self._write("points", item, points)
         self._write("best", item, best)  # last: marks the scenario finished
         return best
 
     def _write(self, table: str, item: SweepItem, rows: list[dict]) -> None:
+        if not rows:
+            return
         columns = list(dict.fromkeys(c for r in rows for c in r))
         columns = [c for c in columns if c not in PARTITIONS]
         full = [{c: r.get(c) for c in columns} for r in rows]
@@ -180,3 +185,18 @@ def read_table(root: str | Path, table: str = "best"):
     return ds.dataset(files, filesystem=data.fs, format="parquet",
                       partitioning=ds.HivePartitioning.discover(), partition_base_dir=f"{data.base}/{table}"
                       ).to_table().to_pandas()
+
+
+def _requests(item: SweepItem, best: list[dict], cols: dict) -> list[dict]:
+    """The requests of every best point of a scenario (one row each), tagged with its limit pair."""
+    from orchestrator.evaluate import point_tables, row_point
+
+    rows = []
+    for b in best:
+        if "tp" not in b:  # a prefill/decode split's deployment row: its sides are rows of their own
+            continue
+        job, n, rate = row_point(b)
+        requests, _ = point_tables(item.scenario, job, n, rate)
+        tag = {**cols, "ttft_limit_ms": b["ttft_limit_ms"], "tpot_limit_ms": b["tpot_limit_ms"], "role": b["role"]}
+        rows += [{**tag, **{k: v[i].item() for k, v in requests.items()}} for i in range(len(requests["arrival_ms"]))]
+    return rows

@@ -80,14 +80,13 @@ def run_tables(s: Scenario):
     `estimate --per-request` writes and `report` draws."""
     import pandas as pd
 
-    from orchestrator.evaluate import plan_point
-    from simulator import per_request, per_step, price, step_times
+    from orchestrator.evaluate import point_tables
 
     job = job_of(s)
     ranks = job.layout.attention_dp
-    lm, planned = plan_point(s, job, s.concurrency // ranks, s.request_rate / ranks if s.arrival == "poisson" else None)
-    durations = step_times(planned, price(lm, planned.price_keys, planned.scheduler.fused))
-    return pd.DataFrame(per_request(planned, durations)), pd.DataFrame(per_step(planned, durations))
+    requests, steps = point_tables(s, job, s.concurrency // ranks,
+                                   s.request_rate / ranks if s.arrival == "poisson" else None)
+    return pd.DataFrame(requests), pd.DataFrame(steps)
 
 
 def steps_path(path: str) -> str:

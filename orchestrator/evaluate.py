@@ -79,6 +79,23 @@ def evaluate_point(s: Scenario, job: Job, n: int, pricer=direct_pricer, rate: fl
     return finish_point(s, job, lm, planned, pricer(lm, planned.price_keys, planned.scheduler.fused))
 
 
+def point_tables(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple[dict, dict]:
+    """One point request by request and step by step (columns of arrays; see simulator.per_request)."""
+    from simulator import per_request, per_step
+
+    lm, planned = plan_point(s, job, n, rate)
+    durations = step_times(planned, price(lm, planned.price_keys, planned.scheduler.fused))
+    return per_request(planned, durations), per_step(planned, durations)
+
+
+def row_point(row: dict) -> tuple[Job, int, float | None]:
+    """The job and search point (concurrency or rate per attention rank) a point row was evaluated at."""
+    layout = Layout(row["tp"], row["pp"], row["ep"], row.get("attention_dp", 1))
+    ranks = layout.attention_dp
+    rate = row["request_rate"] / ranks if row["arrival"] == "poisson" else None
+    return Job(row["role"], layout, row["max_batched_tokens"]), row["concurrency"] // ranks, rate
+
+
 def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
     """The row of a point: `m` are one attention rank's metrics (the instance's when attention_dp = 1);
     rates scale to the instance (x attention_dp) and to all dp instances; memory stays per device."""

@@ -53,8 +53,8 @@ INT_COLUMNS = {"tp", "pp", "dp", "ep", "attention_dp", "moe_tp", "concurrency", 
                "prefill_num_chunks",
                "num_prompts", "measured_requests",
                "effective_input_length", "kv_capacity_tokens", "prefill_tp", "decode_tp", "prefill_concurrency",
-               "decode_concurrency", "prefill_instances", "decode_instances", "devices_used"}
-BOOL_COLUMNS = {"fits_memory", "feasible", "steady"}
+               "decode_concurrency", "prefill_instances", "decode_instances", "devices_used", "cached_tokens"}
+BOOL_COLUMNS = {"fits_memory", "feasible", "steady", "measured"}
 STR_COLUMNS = {"role", "scenario_id", "mode", "message", "model", "device"}
 
 

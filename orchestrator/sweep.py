@@ -54,18 +54,20 @@ def init_ray(address: str | None = None, num_cpus: int | None = None):
 
 
 def run_sweep(items: list[SweepItem], output: str | Path, resume: bool = False, backend: str = "ray",
-              progress: bool = True, spec: dict | None = None) -> SweepSummary:
-    """Evaluate every item not finished in `output`; each finished scenario is written at once."""
+              progress: bool = True, spec: dict | None = None, per_request: bool = False) -> SweepSummary:
+    """Evaluate every item not finished in `output`; each finished scenario is written at once
+    (with `per_request`, also the requests of its best points)."""
     data = Dataset(output)
     lock = data.lock()
     lock.acquire(resume)
     try:
-        return _run(items, data, lock, resume, backend, progress, spec)
+        return _run(items, data, lock, resume, backend, progress, spec, per_request)
     finally:
         lock.release()
 
 
-def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool, spec) -> SweepSummary:
+def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool, spec,
+         per_request: bool = False) -> SweepSummary:
     output = data.root
     finished = data.finished_ids()
     if finished and not resume:
@@ -81,7 +83,7 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
     log.info("sweep %s: %d scenarios, %d already finished, backend %s", output, len(items), summary.skipped, backend)
 
     def on_done(item, job_results):
-        summary.best += data.write(item, item.mode.assemble(item.scenario, job_results))
+        summary.best += data.write(item, item.mode.assemble(item.scenario, job_results), per_request)
         summary.written += 1
         bar.scenario_done()
         lock.beat()

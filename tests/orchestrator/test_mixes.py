@@ -95,3 +95,20 @@ def test_a_mix_through_optimize_and_its_bad_values(tmp_path):
                           (["--output-length", "0"], "--output-length: '0' is not allowed")):
         bad = run("optimize", *BASE, "--input-length", "100", "--output-length", "8", *args)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and message in bad.stderr, bad.stderr
+
+
+def test_a_sweep_writes_the_requests_of_its_best_points_behind_a_flag(tmp_path):
+    from orchestrator.dataset import read_table
+    from orchestrator.sweep import run_sweep
+
+    spec = {"grid": {**GRID, "input_length": ["uniform:200:600"], "arrival": "closed", "max_batched_tokens": [2048],
+                     "tpot_limit_ms": [20, 40]}, "options": {"num_prompts": 48}}
+    run_sweep(expand(spec), tmp_path / "out", backend="inline", progress=False, per_request=True)
+    requests, best = read_table(tmp_path / "out", "requests"), read_table(tmp_path / "out", "best")
+    assert set(requests["tpot_limit_ms"]) == set(best[best["feasible"]]["tpot_limit_ms"])
+    for limit, group in requests.groupby("tpot_limit_ms"):
+        row = best[best["tpot_limit_ms"] == limit].iloc[0]
+        assert len(group) == row["num_prompts"] and group["input_length"].between(200, 600).all()
+        assert group[group["measured"]]["tpot_ms"].mean() == pytest.approx(row["tpot_ms"])
+    run_sweep(expand(spec), tmp_path / "plain", backend="inline", progress=False)
+    assert read_table(tmp_path / "plain", "requests").empty
