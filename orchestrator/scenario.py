@@ -75,7 +75,8 @@ class _ScenarioMethods:
         if not self.max_batched_tokens:
             budgets = (engine_default_budget(device),) if self.scheduler == "token-budget" else AUTO_MAX_BATCHED_TOKENS
             object.__setattr__(self, "max_batched_tokens", budgets)
-        timed = self.trace and _trace_or_none(self.trace) is not None and _trace_or_none(self.trace).timed
+        trace = _trace_or_none(self.trace) if self.trace else None
+        timed = trace is not None and trace.timed
         if timed and self.arrival == "burst":  # a trace with times is an open loop at those times
             object.__setattr__(self, "arrival", "poisson")
         if self.arrival == "poisson" and not self.request_rate and not timed:

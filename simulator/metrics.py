@@ -104,15 +104,7 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
     """Times from step durations (a timed plan keeps its own clock): a group's first token / finish
     is the end of its step; its arrival the end of the step it came after, or its send time."""
     w = plan.workload
-    if plan.step_end_ms is not None:
-        ends = np.concatenate(([0.0], plan.step_end_ms))
-        arrival = plan.event_ms[plan.arrival]
-    else:
-        ends = np.concatenate(([0.0], np.cumsum(durations)))
-        arrival = ends[plan.event_step[plan.arrival] + 1]
-    # a decode-only instance receives requests prefilled elsewhere: their first token is their arrival
-    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1]
-    finish = ends[plan.finish_step + 1]
+    ends, arrival, first, finish = _record_times(plan, durations)
     counts = plan.counts
     kinds = w.kinds
     kind = plan.kind if plan.kind is not None else np.zeros(len(counts), dtype=np.int64)
@@ -166,6 +158,20 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
     )
 
 
+def _record_times(plan, durations: np.ndarray):
+    """(step ends with 0 first, and per finish record: arrival, first token, finish), in ms. A timed
+    plan keeps its own clock; a decode-only instance receives requests prefilled elsewhere, so their
+    first token is their arrival."""
+    if plan.step_end_ms is not None:
+        ends = np.concatenate(([0.0], plan.step_end_ms))
+        arrival = plan.event_ms[plan.arrival]
+    else:
+        ends = np.concatenate(([0.0], np.cumsum(durations)))
+        arrival = ends[plan.event_step[plan.arrival] + 1]
+    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1]
+    return ends, arrival, first, ends[plan.finish_step + 1]
+
+
 def _itl(plan, ends: np.ndarray, window, w) -> tuple[np.ndarray, np.ndarray]:
     """Inter-token latency of every decode step (its duration over the tokens it advances each
     request), weighted by the requests decoding in it; a steady run counts the steps that end in
@@ -183,10 +189,7 @@ def _itl(plan, ends: np.ndarray, window, w) -> tuple[np.ndarray, np.ndarray]:
 def per_request(plan, durations: np.ndarray) -> dict[str, np.ndarray]:
     """One row per request, in send order of its arrival event: arrival, first token and finish (ms),
     TTFT, TPOT, E2E, and its lengths. Requests of one record share their times."""
-    ends = np.concatenate(([0.0], plan.step_end_ms if plan.step_end_ms is not None else np.cumsum(durations)))
-    arrival = plan.event_ms[plan.arrival] if plan.event_ms is not None else ends[plan.event_step[plan.arrival] + 1]
-    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1]
-    finish = ends[plan.finish_step + 1]
+    _, arrival, first, finish = _record_times(plan, durations)
     kinds = plan.workload.kinds
     kind = plan.kind if plan.kind is not None else np.zeros(len(plan.counts), dtype=np.int64)
     order = np.lexsort((plan.first_step, plan.arrival))

@@ -143,11 +143,7 @@ class _DecodePool:
         groups, ticks = self.groups, self.ticks
         if self.ordered:
             while groups and groups[0][1] == ticks:
-                count, _, first, event, kind = groups.popleft()
-                finished.append((count, event, first, step, kind))
-                self.ready -= count
-                self.steps_sum -= count * self.steps[kind]
-                self.prompt_sum -= count * self.prompts[kind]
+                self._leave(groups.popleft(), step, finished)
         else:
             kept = deque()
             for group in groups:
