@@ -1,0 +1,131 @@
+"""`servesweep ui` in a real browser: Debian's headless Chromium driven by Playwright against the page
+served on 127.0.0.1."""
+
+import io
+import shutil
+import threading
+
+import pytest
+
+from orchestrator.estimate import configure, estimate
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: flags for a closed network: no background connections, no sandbox (the tests run as root here)
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed "
+                                "(.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from orchestrator.spec import expand
+    from orchestrator.sweep import run_sweep
+    from orchestrator.ui import serve
+
+    results = tmp_path_factory.mktemp("ui") / "results"
+    spec = {"grid": {"model": "Qwen/Qwen3-8B", "device": ["H100_SXM", "H200_SXM"], "num_devices": 1,
+                     "input_length": [1024, 2048], "output_length": 64, "max_batched_tokens": [4096],
+                     "tpot_limit_ms": [30]}}
+    run_sweep(expand(spec), results, backend="inline", progress=False)
+    srv = serve("127.0.0.1", 0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_port}/", str(results)
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server[0])
+    page.wait_for_selector("input[name=model]")
+    yield page
+    page.close()
+
+
+def fill(page, **values):
+    for name, value in values.items():
+        page.fill(f"[name={name}]", str(value))
+
+
+BASE = {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 1, "input_length": 2048, "output_length": 128}
+
+
+def test_the_form_writes_the_command_with_the_typed_budget(page):
+    fill(page, **BASE, max_batched_tokens=4096)
+    page.wait_for_function("document.getElementById('cmd-optimize').textContent.includes('--max-batched-tokens 4096')")
+    command = page.text_content("#cmd-optimize")
+    assert command.startswith("servesweep optimize Qwen/Qwen3-8B --device H200_SXM --num-devices 1")
+    assert "max_batched_tokens = [4096]" in page.text_content("#cmd-toml")
+    assert page.text_content("#cmd-estimate").startswith("servesweep estimate Qwen/Qwen3-8B")
+
+
+def test_a_bad_value_shows_the_cli_s_one_line_message(page):
+    fill(page, **BASE, max_batched_tokens=0)
+    page.wait_for_function("document.getElementById('err-max_batched_tokens').textContent.length > 0")
+    import subprocess
+    import sys
+
+    cli = subprocess.run([sys.executable, "-m", "orchestrator", "optimize", *[w for k, v in BASE.items() for w in (
+        [str(v)] if k == "model" else [f"--{k.replace('_', '-')}", str(v)])], "--max-batched-tokens", "0"],
+        capture_output=True, text=True)
+    assert page.text_content("#err-max_batched_tokens") == cli.stderr.strip().split("error: ", 1)[1] == \
+        "--max-batched-tokens: 0 is not allowed; expected an integer >= 1 (tokens)"
+    fill(page, max_batched_tokens=2048)
+    page.wait_for_function("document.getElementById('err-max_batched_tokens').textContent === ''")
+
+
+def test_an_estimate_draws_its_chart_and_its_numbers_are_the_cli_s(page):
+    from PIL import Image
+
+    fill(page, **BASE, concurrency=8)
+    page.select_option("[name=arrival]", "closed")
+    page.click("#run-estimate")
+    page.wait_for_selector("#result td[data-col=ttft_ms]")
+    page.wait_for_selector("#chart .main-svg")
+    shown = float(page.text_content("#result td[data-col=ttft_ms]"))
+    cli = estimate(configure({**BASE, "concurrency": 8, "arrival": "closed"}))
+    assert shown == pytest.approx(cli["ttft_ms"], rel=1e-4)
+    assert float(page.text_content("#result td[data-col=tpot_ms]")) == pytest.approx(cli["tpot_ms"], rel=1e-4)
+    image = Image.open(io.BytesIO(page.locator("#chart").screenshot())).convert("L")
+    low, high = image.getextrema()
+    assert high - low > 100 and len(image.histogram()) == 256 and sum(1 for n in image.histogram() if n) > 20  # not blank
+    assert page.locator("#detail td[data-col=op]").count() >= 8  # the per-op breakdown
+
+
+def test_optimize_draws_the_limits_and_the_frontier(page):
+    fill(page, **BASE, tp_sizes=1, max_batched_tokens=4096, tpot_limits=30)
+    page.click("#run-optimize")
+    page.wait_for_selector("#result td[data-col=concurrency]")
+    page.wait_for_selector("#chart .main-svg")
+    page.wait_for_selector("#chart2 .main-svg")
+    assert page.locator("#chart .shapelayer path").count() >= 1  # the TPOT limit line
+
+
+def test_explore_opens_a_results_directory_and_filters_it(page, server):
+    page.click("nav button[data-tab=explore]")
+    page.fill("#results-path", server[1])
+    page.click("#open-results")
+    page.wait_for_selector("#explore-table td[data-col=device]")
+    assert page.locator("#explore-table tr").count() == 1 + 4
+    page.select_option("#filters select[name=device]", "H100_SXM")
+    page.wait_for_function("document.querySelectorAll('#explore-table tr').length === 3")
+    devices = page.locator("#explore-table td[data-col=device]").all_text_contents()
+    assert devices == ["H100_SXM", "H100_SXM"]
+    href = page.get_attribute("#download", "href")
+    assert "device=H100_SXM" in href
+    page.fill("#results-path", server[1] + "-missing")
+    page.click("#open-results")
+    page.wait_for_function("document.getElementById('explore-error').textContent.length > 0")
