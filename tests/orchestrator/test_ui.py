@@ -101,7 +101,8 @@ def test_an_estimate_draws_its_chart_and_its_numbers_are_the_cli_s(page):
     assert float(page.text_content("#result td[data-col=tpot_ms]")) == pytest.approx(cli["tpot_ms"], rel=1e-4)
     image = Image.open(io.BytesIO(page.locator("#chart").screenshot())).convert("L")
     low, high = image.getextrema()
-    assert high - low > 100 and len(image.histogram()) == 256 and sum(1 for n in image.histogram() if n) > 20  # not blank
+    shades = sum(1 for n in image.histogram() if n)
+    assert high - low > 100 and shades > 20  # bars, axes and text: not a blank box
     assert page.locator("#detail td[data-col=op]").count() >= 8  # the per-op breakdown
 
 
