@@ -141,7 +141,8 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
     flight; admit scenarios while the queue is short."""
     import ray
 
-    task = ray.remote(max_retries=TASK_RETRIES)(_evaluate_chunk)
+    # SPREAD: a cluster's nodes share the tasks from the start (the default packs a node before using the next)
+    task = ray.remote(max_retries=TASK_RETRIES, scheduling_strategy="SPREAD")(_evaluate_chunk)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     max_in_flight = max_in_flight or IN_FLIGHT_PER_CPU * cpus
     log.info("Ray: %d CPUs, up to %d tasks in flight", cpus, max_in_flight)
