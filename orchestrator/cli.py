@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -98,6 +99,8 @@ def _add_optimize(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--top-n", type=int, default=5, help="rows shown per limit pair (default: 5)")
     o.add_argument("--output", help="write every evaluated point to this Parquet file")
+    o.add_argument("--processes", type=int, default=None, help="search in this many processes, the jobs of one "
+                   "budget together (default: the CPUs this process may use); 1 = this process only")
     p.set_defaults(func=cmd_optimize)
 
 
@@ -121,7 +124,10 @@ def cmd_optimize(a) -> int:
         raise InputError("--top-n", a.top_n, "an integer >= 1")
     mode = _mode(a)
     started = time.perf_counter()
-    result = optimize(s, mode)
+    processes = a.processes if a.processes is not None else len(os.sched_getaffinity(0))
+    if processes < 1:
+        raise InputError("--processes", processes, "an integer >= 1")
+    result = optimize(s, mode, processes=processes)
     elapsed = time.perf_counter() - started
     for note in s.default_notes:
         print(f"note: {note}")

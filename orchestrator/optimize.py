@@ -54,15 +54,54 @@ def job_search(s: Scenario, job: Job, width: int = 1):
 
 
 def optimize(s: Scenario, mode: Mode | None = None, evaluator: BatchEvaluator = inline_evaluator,
-             width: int = 1) -> OptimizeResult:
-    """Search every job of the scenario inline, then let the mode assemble the answer."""
+             width: int = 1, processes: int = 1) -> OptimizeResult:
+    """Search every job of the scenario, then let the mode assemble the answer. With `processes` > 1
+    (and the inline evaluator) the jobs of a steady-load search are shared out over forked processes,
+    those of one budget together (they share plans); the answer is the same, job for job. A burst
+    search stays in this process: it takes a fraction of a second, about what forking costs."""
     mode = mode or Aggregated()
     s.validate()
     mode.validate(s)
-    results = []
-    for job in mode.jobs(s):
-        results.append(drive(job_search(s, job, width), lambda ns, j=job: evaluator(s, j, ns)))
-        best = [b["concurrency"] for b in results[-1].best]
+    jobs = list(mode.jobs(s))
+    groups: dict[int, list[int]] = {}
+    for i, job in enumerate(jobs):
+        groups.setdefault(job.max_batched_tokens, []).append(i)
+    steady = s.arrival != "burst"
+    if processes > 1 and steady and evaluator is inline_evaluator and len(groups) > 1 and _can_fork():
+        results = _search_in_processes(s, jobs, list(groups.values()), width, processes)
+    else:
+        results = [_search(s, job, evaluator, width) for job in jobs]
+    for job, result in zip(jobs, results, strict=True):
         log.info("%s tp%d B=%d: %d points, best concurrency per limit pair %s", job.role, job.layout.tp,
-                 job.max_batched_tokens, len(results[-1].points), best)
+                 job.max_batched_tokens, len(result.points), [b["concurrency"] for b in result.best])
     return mode.assemble(s, results)
+
+
+def _search(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluator, width: int = 1) -> JobResult:
+    return drive(job_search(s, job, width), lambda ns: evaluator(s, job, ns))
+
+
+def _search_group(s: Scenario, jobs: list[Job], width: int) -> list[JobResult]:
+    return [_search(s, job, width=width) for job in jobs]
+
+
+def _search_in_processes(s: Scenario, jobs: list[Job], groups: list[list[int]], width: int,
+                         processes: int) -> list[JobResult]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    results: list[JobResult | None] = [None] * len(jobs)
+    with ProcessPoolExecutor(min(processes, len(groups)), mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [(g, pool.submit(_search_group, s, [jobs[i] for i in g], width)) for g in groups]
+        for g, future in futures:
+            for i, result in zip(g, future.result(), strict=True):
+                results[i] = result
+    return results
+
+
+def _can_fork() -> bool:
+    """Forking is safe here unless this process runs Ray (its threads and sockets must not be copied)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    return ray is None or not ray.is_initialized()

@@ -169,3 +169,14 @@ def test_attention_dp_ranks_add_up_to_the_instance():
     assert two["output_throughput"] == pytest.approx(2 * 1000 * two["num_prompts"] / 2 * 128 / two["makespan_ms"])
     assert two["output_throughput_per_device"] == pytest.approx(two["output_throughput"] / 2)
     assert two["kv_capacity_tokens"] > alone["kv_capacity_tokens"]  # half the experts per device
+
+
+def test_a_search_in_two_processes_answers_exactly_as_in_one():
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (2048, 4096), tpot_limits=(20.0, 40.0),
+                 arrival="closed", num_prompts=64)
+    import pandas as pd
+
+    one, two = optimize(s), optimize(s, processes=2)
+    for a, b in ((one.points, two.points), (one.best, two.best)):
+        assert pd.DataFrame(a).equals(pd.DataFrame(b)) and len(a) > 0  # NaN (goodput, cost) equal to NaN
+    assert one.infeasible == two.infeasible
