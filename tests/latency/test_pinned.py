@@ -254,3 +254,63 @@ def test_mla_attention_reads_the_latent_and_absorbs_in_decode():
     flops = 2 * pairs * dev_heads * (192 + 128) + 2 * (s - q) * kv_b
     att = roof_ms(flops, s * latent * 2 + q * dev_heads * (192 + 128) * 2)
     assert _by_op(lm, ForwardKey(False, 1, q, s))["attention"] == pytest.approx(layers * att, rel=1e-9)
+
+
+def test_deepseek_moe_layer_with_its_shared_expert_and_dense_prefix():
+    """DeepSeek-V3 at tp 8 (ep 1): 3 dense layers, 58 MoE layers of 256 routed experts (8 a token) of
+    3 x 7168 x 2048 plus one shared expert of the same size, router 7168 x 256; 8 decodes."""
+    lm = build_latency_model("deepseek-ai/DeepSeek-V3", "TEST_DEVICE", tp=8, quantization="bf16")
+    t, h, k, n_exp, tp = 8, 7168, 8, 256, 8
+    expert, router, shared = 3 * h * 2048, h * n_exp, 1 * 3 * h * 2048 / tp
+    active = 1 - (1 - k / n_exp) ** t
+    weights = n_exp * active * expert / tp * 2 + (shared + router) * 2  # every expert, an eighth of each
+    per_device = t * k / tp  # no EP: no imbalance
+    moe = 58 * roof_ms(2 * (per_device * expert + t * (shared + router)), weights + (2 * t + 2 * per_device) * h * 2)
+    got = _by_op(lm, ForwardKey(True, t, 1, 4096))
+    assert got["moe"] == pytest.approx(moe, rel=1e-9)
+    dense = 3 * roof_ms(2 * t * 3 * h * 18432 / tp, 3 * h * 18432 / tp * 2 + t * 2 * h * 2)
+    assert got["mlp"] == pytest.approx(dense, rel=1e-9)
+    vocab = 129280
+    lm_head = roof_ms(2 * t * vocab * h / tp, vocab * h / tp * 2 + t * (h + vocab / tp * 4 / 2) * 2)
+    assert got["lm_head"] == pytest.approx(lm_head, rel=1e-9)  # tp splits the vocabulary
+
+
+def test_two_expert_groups_wait_for_the_busier_one():
+    """ep 2 of tp 2 (Qwen3-30B-A3B): the busier group computes 1.2 x its even share of 64 tokens' pairs."""
+    two = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=2, ep=2, quantization="bf16")
+    t, h, k = 64, 2048, 8
+    expert, router = 3 * h * 768, h * 128
+    active = 1 - (1 - k / 128) ** t
+    busiest = 1.2 * t * k / 2
+    weights = 64 * active * expert * 2 + router * 2  # 64 local experts, whole
+    moe = 48 * roof_ms(2 * (busiest * expert + t * router), weights + (2 * t + 2 * busiest) * h * 2)
+    assert _by_op(two, ForwardKey(True, t, 1, 1024))["moe"] == pytest.approx(moe, rel=1e-9)
+
+
+def test_mla_without_a_query_lora_projects_queries_directly(tmp_path):
+    """A DeepSeek-V2-Lite-like config (q_lora_rank 0): q is one hidden x heads x (nope + rope) matrix."""
+    import json
+
+    from latency import load_model
+
+    config = {"hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 4, "intermediate_size": 10944,
+              "vocab_size": 102400, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+              "qk_rope_head_dim": 64, "v_head_dim": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    lm = build_latency_model(load_model(tmp_path), "TEST_DEVICE", tp=2, quantization="bf16")
+    q = 2048 * 16 * (128 + 64) / 2
+    kv_b = 512 * 16 * (128 + 128) / 2
+    assert lm.qkv_params == pytest.approx(q + 2048 * (512 + 64) + kv_b)
+    assert lm.kv_bytes_per_token == 4 * (512 + 64) * 2  # the latent, whole on every rank
+
+
+def test_edges_of_pricing_and_memory(lm):
+    assert lm.latency_ms([]).shape == (0,) and lm.step_latency_ms([]).shape == (0,)
+    bd = lm.breakdown([ForwardKey(False, 1, 2048, 2048)])
+    assert bd["share"].sum() == pytest.approx(1.0) and (bd["share"] == bd["ms"] / bd["ms"].sum()).all()
+    huge = build_latency_model("deepseek-ai/DeepSeek-V3", "H100_SXM", quantization="bf16")
+    assert huge.memory_for(8192).kv_capacity_tokens == 0  # 671B on one device: nothing fits
+    free = build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "H100_SXM", reserved_memory_gb=0.0)
+    assert free.memory_for(8192).reserved_gib == 0.0
+    with pytest.raises(ValueError, match="reserved_memory_gb must be >= 0, got -1"):
+        build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "H100_SXM", reserved_memory_gb=-1)
