@@ -79,12 +79,46 @@ def test_a_hand_written_trace_is_replayed_at_its_times(tmp_path):
     assert rows["arrival_ms"].tolist() == [0, 15, 100] and rows["first_token_ms"].tolist() == [10, 40, 120]
     assert rows["finish_ms"].tolist() == [40, 50, 120] and rows["input_length"].tolist() == [8, 4, 12]
     assert rows["tpot_ms"].tolist() == [15, 10, 0]
+    assert rows["ttft_ms"].tolist() == [10, 25, 20] and rows["e2e_ms"].tolist() == [40, 35, 20]
+    assert rows["output_length"].tolist() == [3, 2, 1] and rows["cached_tokens"].tolist() == [0, 0, 0]
+    assert rows["measured"].tolist() == [True, True, True]
     steps = per_step(p, step_times(p, pricer.prices(p)))
     assert steps["tokens"].tolist() == [8, 1, 5, 1, 8, 4] and steps["start_ms"].tolist() == [0, 10, 20, 40, 100, 110]
+    assert steps["end_ms"].tolist() == [10, 20, 40, 50, 110, 120] and steps["step"].tolist() == list(range(6))
+    assert steps["prefill_tokens"].tolist() == [8, 0, 4, 0, 8, 4] and steps["prefill_requests"].tolist() == \
+        [1, 0, 1, 0, 1, 1]
+    assert steps["decode_requests"].tolist() == [0, 1, 1, 1, 0, 0] and set(steps["budget"]) == {8}
     faster = Workload(8, 2, 8, 1, arrival="poisson", request_rate=20.0, measure="all", mix=w.mix)
     assert faster.arrival_times_ms().tolist() == pytest.approx([0, 15, 100])  # 3 requests over 0.1 s: 20 req/s
     assert Workload(8, 2, 8, 1, arrival="poisson", request_rate=40.0, mix=w.mix).arrival_times_ms()[-1] == \
         pytest.approx(50)
+
+
+def test_per_request_tables_of_an_untimed_plan_and_a_prefill_instance():
+    """A burst of 2 (4 prompt tokens, 3 output) at B = 8, 10 ms a forward entry, decode-first: one
+    step prefills both (10 ms), two decode steps follow (10 ms each)."""
+    w = Workload(4, 3, 8, 2)
+    p = plan(w)
+    durations = step_times(p, np.full(len(p.price_keys), 10.0))
+    rows = per_request(p, durations)
+    assert rows["first_token_ms"].tolist() == [10, 10] and rows["finish_ms"].tolist() == [30, 30]
+    assert rows["tpot_ms"].tolist() == [10, 10] and rows["ttft_ms"].tolist() == [10, 10]
+    steps = per_step(p, durations)
+    assert steps["start_ms"].tolist() == [0, 10, 20] and steps["prefill_requests"].tolist() == [2, 0, 0]
+    prefill = plan(w, phase="prefill")
+    only = per_request(prefill, step_times(prefill, np.full(len(prefill.price_keys), 10.0)))
+    assert only["tpot_ms"].tolist() == [0, 0] and only["finish_ms"].tolist() == [10, 10]
+
+
+def test_chunk_plan_names_what_it_refuses():
+    from simulator import chunk_plan
+
+    assert [(c.query_len, c.seq_len) for c in chunk_plan(1, 1)] == [(1, 1)]
+    assert [(c.query_len, c.seq_len) for c in chunk_plan(10, 4)] == [(4, 4), (4, 8), (2, 10)]
+    with pytest.raises(ValueError, match="^effective_input_length must be an integer >= 1, got 0$"):
+        chunk_plan(0, 4)
+    with pytest.raises(ValueError, match="^max_batched_tokens must be an integer >= 1, got 0$"):
+        chunk_plan(4, 0)
 
 
 def test_an_untimed_trace_feeds_the_closed_loop_in_file_order_with_its_cached_tokens(tmp_path):
@@ -122,3 +156,53 @@ def test_parquet_traces_and_content_digests(tmp_path):
     assert a.input_length == (5, 6) and not a.timed and str(a).startswith("trace:t.parquet@")
     pd.DataFrame({"input_length": [5, 7], "output_length": [2, 3]}).to_parquet(tmp_path / "t.parquet")
     assert Trace.load(tmp_path / "t.parquet").digest != a.digest
+
+
+def test_the_mean_of_each_kind_by_hand():
+    assert Lengths.parse("7").mean() == 7.0 and Lengths.parse("uniform:100:200").mean() == 150.0
+    assert Lengths.parse("bins:1-3@1,5-7@3").mean() == (1 * 2 + 3 * 6) / 4
+    assert Lengths.parse("normal:50:10:1:1000").mean() == pytest.approx(50, abs=0.3)  # clipping far away
+    assert Lengths.parse("normal:50:10:45:55").mean() == pytest.approx(50, abs=0.1)   # symmetric clipping
+    assert Lengths.parse("lognormal:100:0.5:1:100000").mean() == pytest.approx(100 * np.exp(0.125), rel=0.01)
+
+
+def test_trace_rows_and_times_by_hand(tmp_path):
+    t = _trace(tmp_path, '{"input_length": 5, "output_length": 2, "arrival_time": 1.5}\n'
+                         '{"input_length": 6, "output_length": 3, "arrival_time": 1.5}\n'
+                         '{"input_length": 7, "output_length": 4, "arrival_time": 2.0}\n', "t.json")
+    assert t.arrival_time == (0.0, 0.0, 0.5) and t.input_length == (5, 6, 7)  # from the first; ties are fine
+    assert len(t.digest) == 12
+    with pytest.raises(MixError, match=r"^trace .*t.csv row 3, column cached_tokens: must be < input_length "
+                                       r"\(at least one prompt token is computed\)$"):
+        _trace(tmp_path, "input_length,output_length,cached_tokens\n5,2,4\n5,2,5\n")
+    with pytest.raises(MixError, match=r"row 2, column arrival_time: 'x' is not allowed; expected a number >= 0$"):
+        _trace(tmp_path, "input_length,output_length,arrival_time\n5,2,x\n")
+    with pytest.raises(MixError, match=r"^trace .*bad.parquet: not a readable CSV, JSONL or Parquet file \("):
+        (tmp_path / "bad.parquet").write_text("no")
+        Trace.load(tmp_path / "bad.parquet")
+    with pytest.raises(MixError, match=r"column output_length is missing \(columns: input_length, output_length, "
+                                       r"arrival_time, cached_tokens\)$"):
+        _trace(tmp_path, "input_length\n5\n")
+    times = _trace(tmp_path, "input_length,output_length,arrival_time\n5,2,0.25\n5,2,0.75\n").arrival_time
+    assert times == (0.0, 0.5) and all(isinstance(x, float) for x in times)
+
+
+def test_token_budget_options_name_what_they_refuse():
+    from simulator import TokenBudget
+
+    assert TokenBudget(max_num_seqs=1, long_prefill_token_threshold=0).long_prefill_token_threshold == 0
+    with pytest.raises(ValueError, match="^max_num_seqs must be an integer >= 1, got 0$"):
+        TokenBudget(max_num_seqs=0)
+    with pytest.raises(ValueError, match="^long_prefill_token_threshold must be an integer >= 0, got -1$"):
+        TokenBudget(long_prefill_token_threshold=-1)
+
+
+def test_pd_rates_by_hand_and_their_refusals():
+    from simulator import decode_qps, prefill_qps
+
+    assert prefill_qps(4, 0.5) == pytest.approx(8000.0) and decode_qps(3, 0.5, 2) == pytest.approx(6000.0)
+    assert decode_qps(2, 10.0, 1) == pytest.approx(200.0)  # one output token: one step
+    with pytest.raises(ValueError, match="^ttft_ms must be > 0, got 0$"):
+        prefill_qps(1, 0)
+    with pytest.raises(ValueError, match="^tpot_ms must be > 0, got 0$"):
+        decode_qps(1, 0, 5)
