@@ -206,3 +206,32 @@ def test_pd_rates_by_hand_and_their_refusals():
         prefill_qps(1, 0)
     with pytest.raises(ValueError, match="^tpot_ms must be > 0, got 0$"):
         decode_qps(1, 0, 5)
+
+
+def test_each_distribution_has_the_spread_asked_for():
+    rng = np.random.default_rng(7)
+    normal = Lengths.parse("normal:500:100:1:5000").sample(rng, 40000)
+    assert normal.std() == pytest.approx(100, rel=0.03) and normal.mean() == pytest.approx(500, rel=0.01)
+    log = np.log(Lengths.parse("lognormal:1000:0.5:1:1000000").sample(rng, 40000))
+    assert np.median(log) == pytest.approx(np.log(1000), abs=0.02) and log.std() == pytest.approx(0.5, rel=0.03)
+    assert set(np.unique(Lengths.parse("uniform:1:3").sample(rng, 3000))) == {1, 2, 3}  # both ends drawn
+    bins = Lengths.parse("bins:10-10@1,20-21@1").sample(rng, 4000)
+    assert set(np.unique(bins)) == {10, 20, 21} and (bins == 10).mean() == pytest.approx(0.5, abs=0.03)
+    assert Lengths.parse(12).sample(rng, 3).tolist() == [12, 12, 12]
+
+
+def test_burstiness_keeps_the_rate_and_changes_the_spread():
+    """vllm bench serve's gamma gaps: mean 1 / rate whatever the shape; shape < 1 spreads them more."""
+    for burstiness in (0.5, 1.0, 4.0):
+        w = Workload(10, 2, 64, 1, arrival="poisson", request_rate=5.0, burstiness=burstiness, num_prompts=20000)
+        gaps = np.diff(w.arrival_times_ms())
+        assert gaps.mean() == pytest.approx(200.0, rel=0.03), burstiness
+        assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(burstiness), rel=0.05), burstiness
+
+
+def test_token_budget_caps_running_decodes_at_max_num_seqs():
+    from simulator.scheduler import QueueView, TokenBudget
+
+    step = TokenBudget(max_num_seqs=2).plan_step(QueueView([], 5, (10,), 64, 1))
+    assert step.decode == 2 and step.takes == ()
+    assert TokenBudget().plan_step(QueueView([], 5, (10,), 64, 1)).decode == 5
