@@ -14,6 +14,7 @@ from orchestrator.dataset import read_table
 from orchestrator.pricer import CachedPricer
 from orchestrator.spec import SpecError, expand, load_spec
 from orchestrator.sweep import run_sweep
+from tests.localcluster import alive_nodes, start_cluster, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = {
@@ -278,75 +279,6 @@ def test_cli_sweep_inline_and_bad_spec(tmp_path):
     assert p.returncode == 2 and "input_length = -1" in p.stderr and "Traceback" not in p.stderr
 
 
-def _free_ports(n):
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _start_node(args, env, log: Path):
-    """A node in the foreground (`--block`) in a session of its own, on ports nobody else holds."""
-    agent, grpc, metrics, runtime_env, manager, objects = _free_ports(6)
-    ports = ["--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(grpc),
-             "--metrics-export-port", str(metrics), "--runtime-env-agent-port", str(runtime_env),
-             "--node-manager-port", str(manager), "--object-manager-port", str(objects)]
-    with open(log, "wb") as out:
-        return subprocess.Popen(["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *ports,
-                                 *args], env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _stop(nodes, sig=signal.SIGTERM):
-    for p in nodes:
-        if p.poll() is None:
-            os.killpg(p.pid, sig)
-    for p in nodes:
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(10)
-
-
-def _alive_nodes(address, env) -> int:
-    probe = ("import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False); "
-             "print(sum(1 for x in ray.nodes() if x['Alive']))")
-    try:
-        p = subprocess.run([sys.executable, "-c", probe, address], env=env, capture_output=True, text=True,
-                           timeout=30)
-    except subprocess.TimeoutExpired:
-        return 0
-    out = p.stdout.strip().splitlines()
-    return int(out[-1]) if p.returncode == 0 and out and out[-1].isdigit() else 0
-
-
-def _start_cluster(env, tmp_path, attempt):
-    """Head and one worker node on fresh ports; None (with the nodes stopped) if they do not come up."""
-    (port,) = _free_ports(1)
-    address = f"127.0.0.1:{port}"
-    temp = f"/tmp/ss-{os.getpid()}-{attempt}"  # short: Ray's socket paths must stay under 108 bytes
-    head = _start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp,
-                        "--include-dashboard", "false"], env,
-                       tmp_path / f"head{attempt}.log")
-    nodes = [head]
-    deadline = time.time() + 90
-    while time.time() < deadline and head.poll() is None and _alive_nodes(address, env) < 1:
-        time.sleep(1)
-    if head.poll() is None:
-        nodes.append(_start_node(["--address", address, "--temp-dir", temp], env, tmp_path / f"worker{attempt}.log"))
-        while time.time() < deadline and all(n.poll() is None for n in nodes):
-            if _alive_nodes(address, env) >= 2:
-                return address, nodes
-            time.sleep(2)
-    _stop(nodes)
-    return None, []
-
-
 def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
     """A cluster of two `ray start` nodes with token authentication: the sweep (given the token) uses
     both; a client with another token is refused."""
@@ -359,7 +291,7 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
     env.pop("RAY_AUTH_TOKEN", None)
     address, nodes = None, []
     for attempt in range(3):  # starting a second Ray on a busy machine can fail; the logs say why
-        address, nodes = _start_cluster(env, tmp_path, attempt)
+        address, nodes = start_cluster(env, tmp_path, attempt)
         if address:
             break
     logs = "\n".join(f.read_text()[-1500:] for f in sorted(tmp_path.glob("*.log")))
@@ -371,7 +303,7 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
                            capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-2000:]
         intruder = {**env, "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # takes precedence over the file
-        assert _alive_nodes(address, intruder) == 0
+        assert alive_nodes(address, intruder) == 0
         lost = tmp_path / "lost-node"  # the same sweep again; the worker node dies in the middle
         quickstart = str(ROOT / "examples" / "quickstart.toml")
         run = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", quickstart, "--output", str(lost),
@@ -381,11 +313,11 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
         while run.poll() is None and len(list(lost.glob("best/*/*/*.parquet"))) < 4 and time.time() < deadline:
             time.sleep(0.05)
         assert run.poll() is None and len(list(lost.glob("best/*/*/*.parquet"))) < 16  # mid-run
-        _stop(nodes[1:], sig=signal.SIGKILL)
+        stop(nodes[1:], sig=signal.SIGKILL)
         out_text, err_text = run.communicate(timeout=600)
         assert run.returncode == 0, err_text[-2000:]
     finally:
-        _stop(nodes)
+        stop(nodes)
     manifest = json.loads((out / "manifest.json").read_text())["runs"][-1]
     assert len(manifest["nodes"]) == 2 and all(n > 0 for n in manifest["nodes"].values())
     embedded = tmp_path / "embedded"
