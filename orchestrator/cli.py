@@ -231,8 +231,7 @@ def cmd_sweep(a) -> int:
     if best:
         print(f"best configuration per scenario (top {min(a.top_n, len(best))} by output tok/s/device):")
         print(_table(best[: a.top_n], scenario=True))
-    infeasible = [b for b in summary.best if not b["feasible"]]  # of this run
-    for b in infeasible[:5]:
+    for b in summary.infeasible[:5]:  # of this run
         print(f"{b['scenario_id']}: {b['message']}")
     print(f"results: {summary.output}/ (points/, best/, manifest.json)")
     return 0

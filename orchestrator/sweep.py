@@ -16,6 +16,8 @@ from orchestrator.progress import Progress
 from orchestrator.runner import run_inline, run_ray
 
 log = logging.getLogger(__name__)
+#: infeasible results the summary keeps to print (all of them are in best/)
+MAX_INFEASIBLE = 20
 
 
 @dataclass
@@ -25,7 +27,7 @@ class SweepSummary:
     total: int
     skipped: int
     written: int
-    best: list[dict] = field(default_factory=list)
+    infeasible: list[dict] = field(default_factory=list)  # the first MAX_INFEASIBLE of this run (rows stay on disk)
     nodes: dict = field(default_factory=dict)
     points: int = 0
     priced: int = 0
@@ -83,7 +85,9 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
     log.info("sweep %s: %d scenarios, %d already finished, backend %s", output, len(items), summary.skipped, backend)
 
     def on_done(item, job_results):
-        summary.best += data.write(item, item.mode.assemble(item.scenario, job_results), per_request)
+        best = data.write(item, item.mode.assemble(item.scenario, job_results), per_request)
+        room = MAX_INFEASIBLE - len(summary.infeasible)  # the driver keeps no row it does not need: flat memory
+        summary.infeasible += [b for b in best if not b["feasible"]][: max(room, 0)]
         summary.written += 1
         bar.scenario_done()
         lock.beat()
