@@ -13,17 +13,15 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from latency.checks import check_int, check_number
 
 #: The RFC's mixed-step slack: prefill + decode tokens may reach floor(B * 1.15).
 DEFAULT_SLACK_RATIO = 1.15
-# The four values below are built once or twice per planned step (a plan has thousands): immutable
-# named tuples, which construct several times faster than frozen dataclasses.
 
 
-class SchedulerState(NamedTuple):
+@dataclass(frozen=True)
+class SchedulerState:
     """What a count-based policy (RFC 3.1.4) sees: only counts, never latencies.
     `decode_query_len` (not in the RFC) is 1 + MTP draft tokens: what one decode costs of the budget."""
 
@@ -34,14 +32,16 @@ class SchedulerState(NamedTuple):
     decode_query_len: int = 1
 
 
-class StepDecision(NamedTuple):
+@dataclass(frozen=True)
+class StepDecision:
     """How many pending-prefill requests advance one chunk, how many requests decode."""
 
     p_step: int
     d_step: int
 
 
-class QueueView(NamedTuple):
+@dataclass(frozen=True)
+class QueueView:
     """The loop's state as a policy sees it. `prefill` is the FIFO, front first: groups of
     `(count, done, event, kind)` (`done`: prompt tokens prefilled); `effective[kind]` is the prompt
     tokens a request of that kind computes (after its cached prefix)."""
@@ -57,7 +57,8 @@ class QueueView(NamedTuple):
         return self.effective[group[3]] - group[1]
 
 
-class StepPlan(NamedTuple):
+@dataclass(frozen=True)
+class StepPlan:
     """`takes`: (FIFO position, requests, tokens each) — at most one entry per (position, tokens);
     `decode`: requests that decode (oldest first)."""
 
