@@ -139,3 +139,8 @@ def test_the_readme_documents_every_optimize_flag_with_its_default():
             assert f.required or f"default {f.default_text()}" in readme, f.flag
     keys = " ".join(f.key for f in FIELDS if "sweep" in f.commands)
     assert f"Keys: `{keys}`" in readme, "run python bench/readme_flags.py"
+    from orchestrator.results import POINT_COLUMNS
+
+    for column in POINT_COLUMNS:  # every point column is documented
+        assert f"| `{column}` |" in readme, f"{column}: run python bench/readme_flags.py"
+    assert "`attention_dp_sizes`" in readme and "`input_length_mix`" in readme
