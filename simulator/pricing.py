@@ -41,23 +41,18 @@ def price(latency, keys: Sequence, fused: bool) -> np.ndarray:
 
 
 def step_times(plan, prices: Sequence[float]) -> np.ndarray:
-    """Duration of every planned step, from prices aligned with `plan.price_keys`."""
+    """Duration of every planned step, from prices aligned with `plan.price_keys`: a fused step is
+    its shape's price; otherwise its prefill and decode passes (each the sum of its keys, in shape
+    order) combine by the policy's `step_latency`."""
     prices = np.asarray(prices, dtype=np.float64)
     if plan.scheduler.fused:
         shape_ms = prices
     else:
-        ms = dict(zip(plan.price_keys, prices, strict=True))
-        combine = plan.scheduler.step_latency
-        shape_ms = np.array(
-            [
-                combine(
-                    sum(ms[k] for k in shape if not k.is_decode),
-                    sum(ms[k] for k in shape if k.is_decode),
-                )
-                for shape in plan.shapes
-            ],
-            dtype=np.float64,
-        )
+        (pre_shape, pre_key), (dec_shape, dec_key) = plan.entry_index
+        n = len(plan.shapes)
+        prefill = np.bincount(pre_shape, weights=prices[pre_key], minlength=n)
+        decode = np.bincount(dec_shape, weights=prices[dec_key], minlength=n)
+        shape_ms = np.asarray(plan.scheduler.step_latency(prefill, decode), dtype=np.float64)
     return shape_ms[plan.step_shape]
 
 

@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from latency.checks import check_int, check_number
 
 #: The RFC's mixed-step slack: prefill + decode tokens may reach floor(B * 1.15).
@@ -79,7 +81,8 @@ class Scheduler(ABC):
     @abstractmethod
     def plan_step(self, view: QueueView) -> StepPlan: ...
 
-    def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
+    def step_latency(self, prefill_latency, decode_latency):
+        """A step's time from its prefill and decode passes' (numbers, or arrays of them)."""
         return prefill_latency + decode_latency
 
 
@@ -157,8 +160,8 @@ class DecodeFirstWithSlack(CountScheduler):
         d_step = min(ready, budget // qlen)
         return d_step, (math.floor(budget * self.slack_ratio) - d_step * qlen) // chunk
 
-    def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
-        return max(prefill_latency, decode_latency)
+    def step_latency(self, prefill_latency, decode_latency):
+        return np.maximum(prefill_latency, decode_latency)
 
 
 @dataclass(frozen=True)

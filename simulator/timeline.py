@@ -61,6 +61,20 @@ class Plan:
         return len(self.step_shape)
 
     @cached_property
+    def entry_index(self) -> tuple:
+        """((shape, key) of every prefill entry, (shape, key) of every decode entry): positions in
+        `shapes` and `price_keys`, in shape order, for pricing the steps of an unfused policy."""
+        position = {key: i for i, key in enumerate(self.price_keys)}
+        prefill: tuple[list[int], list[int]] = ([], [])
+        decode: tuple[list[int], list[int]] = ([], [])
+        for s, shape in enumerate(self.shapes):
+            for key in shape:
+                side = decode if key.is_decode else prefill
+                side[0].append(s)
+                side[1].append(position[key])
+        return tuple((np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)) for a, b in (prefill, decode))
+
+    @cached_property
     def price_keys(self) -> tuple:
         """What must be priced: whole shapes for a fused policy, else the distinct ForwardKeys
         (in order of first use)."""
