@@ -23,6 +23,9 @@ def plain(key) -> tuple:
 SHARED_KEY_MS = 0.01
 #: seconds between asks for keys another worker is pricing
 PENDING_POLL_S = 0.02
+#: key lists whose prices are kept whole (a memoised plan's keys priced for one model are looked up
+#: again by every scenario that shares them); emptied when full
+PRICE_LISTS = 2048
 
 
 class CachedPricer:
@@ -38,6 +41,7 @@ class CachedPricer:
         self.cache = cache
         self.owner = owner or uuid.uuid4().hex
         self.local: dict[tuple, float] = {}
+        self.lists: dict[tuple[str, int], tuple[tuple, list[float]]] = {}  # (fp, id(keys)) -> (keys, prices)
         self.priced = self.local_hits = self.remote_hits = self.lookups = self.round_trips = 0
 
     def prefetch(self, requests) -> None:
@@ -46,6 +50,10 @@ class CachedPricer:
         wanted: dict[tuple, tuple] = {}  # (fp, plain key) -> (lm, key, fused)
         for lm, keys, fused in requests:
             fp = lm.fingerprint
+            if self._whole(fp, keys) is not None:
+                self.lookups += len(keys)
+                self.local_hits += len(keys)
+                continue
             for k in keys:
                 pair = (fp, plain(k))
                 self.lookups += 1
@@ -97,7 +105,18 @@ class CachedPricer:
     def lookup(self, lm, keys) -> list[float]:
         """Latencies of keys made local by `prefetch`."""
         fp = lm.fingerprint
-        return [self.local[(fp, plain(k))] for k in keys]
+        prices = self._whole(fp, keys)
+        if prices is None:
+            prices = [self.local[(fp, plain(k))] for k in keys]
+            if len(self.lists) >= PRICE_LISTS:
+                self.lists.clear()
+            self.lists[(fp, id(keys))] = (keys, prices)  # holding `keys` keeps its id from being reused
+        return prices
+
+    def _whole(self, fp: str, keys) -> list[float] | None:
+        """The prices of this very key list for this model, if looked up before."""
+        held = self.lists.get((fp, id(keys)))
+        return held[1] if held is not None and held[0] is keys else None
 
     def __call__(self, lm, keys, fused: bool):
         self.prefetch([(lm, keys, fused)])
