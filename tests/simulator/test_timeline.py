@@ -323,3 +323,27 @@ def test_a_point_mass_mix_gives_exactly_today_s_results(arrival, policy):
     assert [a.shapes[i] for i in a.step_shape] == [b.shapes[i] for i in b.step_shape]
     assert a.peak_kv_tokens == b.peak_kv_tokens and a.counts.tolist() == b.counts.tolist()
     assert simulate(w, affine, policy).as_dict() == simulate(mixed, affine, policy).as_dict()
+
+
+class _Counting(DecodeFirstWithSlack):
+    """Counts the steps the timeline plays one by one (the rest it copies in stretches)."""
+
+    played = 0
+
+    def plan_step(self, view):
+        type(self).played += 1
+        return super().plan_step(view)
+
+
+@pytest.mark.parametrize("ctx", ["mean", "mid"])
+def test_a_pure_decode_stretch_is_taken_at_once_not_step_by_step(ctx):
+    """4 requests decode 999 steps after one prefill: the loop plays one step per event (the decode
+    key's rounded context moves every 128 tokens; "mid" never moves), not one per step; and the plan
+    is the one the per-request reference plays step by step."""
+    w = Workload(100, 1000, 512, 4)
+    _Counting.played = 0
+    p = plan(w, _Counting(), decode_context=ctx)
+    assert p.num_steps == 1 + 999
+    assert _Counting.played <= (12 if ctx == "mean" else 3), _Counting.played
+    _, _, _, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
