@@ -7,7 +7,7 @@ its layouts, latency models, scheduler and limit pairs, and the checks that span
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from latency import load_device, load_model, parse_quantization
 from latency.backends import backend_names, has_backend, make_backend
@@ -51,11 +51,6 @@ class Layout:
     def moe_tp(self) -> int:
         return self.tp * self.attention_dp // self.ep
 
-    @property
-    def label(self) -> str:
-        moe = f"adp{self.attention_dp}" if self.attention_dp > 1 else ""
-        return f"tp{self.tp}{moe}pp{self.pp}" + (f"ep{self.ep}" if self.ep > 1 else "")
-
 
 def engine_default_budget(device) -> int:
     """vLLM's `max_num_batched_tokens` default: 8192, or 16384 on GPUs with >= 160 GB (B200)."""
@@ -82,10 +77,10 @@ class _ScenarioMethods:
         if self.arrival == "poisson" and not self.request_rate and not timed:
             object.__setattr__(self, "request_rate", DEFAULT_REQUEST_RATE)
 
-    @property
+    @cached_property
     def request_mix(self) -> RequestMix | None:
         """Per-request lengths when a length is a distribution or a trace is given; None: every
-        request is input_length / output_length."""
+        request is input_length / output_length. Built once per scenario (every point asks)."""
         if self.trace:
             trace = _load_trace(self.trace)
             return RequestMix(Lengths("fixed", (trace.input_length[0],)), Lengths("fixed", (trace.output_length[0],)),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,7 @@ class Lengths:
         draw = rng.normal(p[0], p[1], n) if self.kind == "normal" else p[0] * np.exp(rng.normal(0.0, p[1], n))
         return np.clip(np.rint(draw), low, high).astype(np.int64)
 
+    @lru_cache(maxsize=256)  # noqa: B019 (a few small frozen values; sampling 100,000 draws is not free)
     def mean(self) -> float:
         """The expected length (of the clipped distribution, by sampling for normal and log-normal)."""
         if self.kind == "fixed":
@@ -227,7 +229,7 @@ def _column(path, table, column) -> np.ndarray:
     integer = column != "arrival_time"
     low = 1 if column in TRACE_COLUMNS[:2] else 0
     if column == "cached_tokens":
-        values = np.where(pd_isna(values), NOT_GIVEN, values)
+        values = np.where(table[column].isna().to_numpy(), NOT_GIVEN, values)
         low = NOT_GIVEN
     for i, v in enumerate(values):
         ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v) \
@@ -239,8 +241,3 @@ def _column(path, table, column) -> np.ndarray:
                            f">= {low}")
     return values.astype(np.int64 if integer else np.float64)
 
-
-def pd_isna(values) -> np.ndarray:
-    import pandas as pd
-
-    return pd.isna(values)

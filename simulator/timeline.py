@@ -111,31 +111,20 @@ class _DecodePool:
         self.prompt_sum += count * self.prompts[kind]
         self.next_end = min(self.next_end, end)
 
-    def prompt_sum_of(self, d: int) -> int:
-        """Prompt tokens of the `d` oldest ready requests."""
+    def oldest(self, d: int) -> tuple[int, float]:
+        """(prompt tokens, tokens generated so far, first token included) of the `d` oldest ready
+        requests: the running sums when all decode, else a walk over the oldest groups."""
         if d == self.ready:
-            return self.prompt_sum
-        total, left = 0, d
-        for count, _, _, _, kind in self.groups:
-            n = min(count, left)
-            total += n * self.prompts[kind]
-            left -= n
-            if not left:
-                break
-        return total
-
-    def generated_sum(self, d: int) -> float:
-        """Tokens generated so far (first token included) by the `d` oldest ready requests."""
-        if d == self.ready:
-            return d + self.rate * self.steps_sum
-        total, left = 0.0, d
+            return self.prompt_sum, d + self.rate * self.steps_sum
+        prompts, generated, left = 0, 0.0, d
         for count, end, _, _, kind in self.groups:
             n = min(count, left)
-            total += n * (1 + self.rate * (self.steps[kind] - (end - self.ticks)))
+            prompts += n * self.prompts[kind]
+            generated += n * (1 + self.rate * (self.steps[kind] - (end - self.ticks)))
             left -= n
             if not left:
                 break
-        return total
+        return prompts, generated
 
     def kv_tokens(self) -> float:
         """KV tokens held: prompt plus generated tokens of every ready request."""
@@ -436,7 +425,8 @@ def _decode_key_context(pool: _DecodePool, d: int, qlen: int, fixed: int | None,
         return 0
     if fixed is not None:
         return fixed
-    mean = pool.prompt_sum_of(d) / d + qlen - 1 + pool.generated_sum(d) / d
+    prompts, generated = pool.oldest(d)
+    mean = prompts / d + qlen - 1 + generated / d
     return math.ceil(mean / round_to - 1e-9) * round_to
 
 

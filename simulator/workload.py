@@ -209,7 +209,7 @@ def decode_steps(output_length: int, tokens_per_step: float) -> int:
     return math.ceil((output_length - 1) / tokens_per_step - 1e-12)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: it holds an array
 class RequestKinds:
     """Requests with the same (prompt, output, cached) are one kind; the timeline groups requests by
     kind. Arrays per kind: `input`, `output`, `cached`, `effective` (prompt tokens to compute),
@@ -248,11 +248,3 @@ class RequestKinds:
             else:
                 out.append((k, 1))
         return out
-
-    def __hash__(self) -> int:
-        return hash((self.input, self.output, self.cached))
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, RequestKinds) and (self.input, self.output, self.cached, self.kind_of is None) == \
-            (other.input, other.output, other.cached, other.kind_of is None) and \
-            (self.kind_of is None or np.array_equal(self.kind_of, other.kind_of))
