@@ -344,6 +344,8 @@ def test_a_pure_decode_stretch_is_taken_at_once_not_step_by_step(ctx):
     _Counting.played = 0
     p = plan(w, _Counting(), decode_context=ctx)
     assert p.num_steps == 1 + 999
+    # mean: 1 prefill, one stretch per rounded context (101..1100 rounded up to 128: 9 values), the
+    # finishing step, and one spare; mid: the context never moves, so prefill, one stretch, finish
     assert _Counting.played <= (12 if ctx == "mean" else 3), _Counting.played
     _, _, _, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
