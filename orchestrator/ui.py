@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from functools import lru_cache
 from pathlib import Path
 
 from orchestrator.fields import FIELD_BY_NAME, InputError, fields_for
@@ -124,15 +125,15 @@ def run_optimize(texts: dict) -> dict:
 
 def explore(path: str, filters: dict) -> dict:
     """The best configuration per scenario of a results directory or URI, filtered by column values."""
-    from orchestrator.dataset import Dataset, read_table
-    from orchestrator.report import best_per_scenario
+    from orchestrator.dataset import Dataset
 
     try:
-        if not Dataset(path).files("best"):
-            return {"errors": {"results": f"{path}: no finished scenario (a results directory of servesweep sweep)"}}
+        files = tuple(sorted(Dataset(path).files("best")))
     except (OSError, ValueError) as err:
         return {"errors": {"results": f"{path}: {str(err).splitlines()[0]}"}}
-    table = best_per_scenario(read_table(path, "best"))
+    if not files:
+        return {"errors": {"results": f"{path}: no finished scenario (a results directory of servesweep sweep)"}}
+    table = _best_table(path, files)
     choices = {c: sorted(map(str, table[c].dropna().unique())) for c in ("model", "device", "input_length",
                                                                             "output_length", "tpot_limit_ms")
                if c in table.columns}
@@ -140,6 +141,15 @@ def explore(path: str, filters: dict) -> dict:
         if value and column in table.columns:
             table = table[table[column].astype(str) == str(value)]
     return {"rows": _clean(table.to_dict("records")), "choices": choices}
+
+
+@lru_cache(maxsize=8)
+def _best_table(path: str, files: tuple[str, ...]):
+    """The best row per scenario, read once per set of finished scenarios (each filter change asks)."""
+    from orchestrator.dataset import read_table
+    from orchestrator.report import best_per_scenario
+
+    return best_per_scenario(read_table(path, "best"))
 
 
 def create_app(results: str | None = None):
