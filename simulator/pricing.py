@@ -76,7 +76,7 @@ class StepPricer:
             return self._key_ms(shape)
         prefill = sum(self._key_ms(k) for k in shape if not k.is_decode)
         decode = sum(self._key_ms(k) for k in shape if k.is_decode)
-        return self.scheduler.step_latency(prefill, decode)
+        return float(self.scheduler.step_latency(prefill, decode))  # a plain float: the clock adds it every step
 
     def prices(self, plan) -> np.ndarray:
         return np.array([self.memo[k] for k in plan.price_keys], dtype=np.float64)
