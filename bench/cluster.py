@@ -5,7 +5,7 @@ scenarios, none lost or twice.
     python bench/cluster.py [--spec examples/cluster_scale.toml] [--limit 400] [--kill-after 0.4]
 
 Prints scenarios/s, the driver's peak memory, the share of latency keys served from the caches, the
-nodes that ran tasks, and the row check.
+tasks the driver ran again after the node died, the nodes that ran tasks, and the row check.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import os
 import resource
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ sys.path[0] = str(ROOT)
 from orchestrator.dataset import read_table  # noqa: E402
 from orchestrator.spec import expand, load_spec  # noqa: E402
 from orchestrator.sweep import run_sweep  # noqa: E402
-from tests.localcluster import start_cluster, stop  # noqa: E402
+from tests.localcluster import kill_node, start_cluster, stop  # noqa: E402
 
 KEY = ["scenario_id", "role", "tp", "attention_dp", "ep", "max_batched_tokens", "concurrency"]
 
@@ -61,7 +60,8 @@ def main() -> None:
               "ids = set(json.load(open(sys.argv[2]))); "
               "items = [i for i in expand(load_spec(sys.argv[1])) if i.id in ids]; "
               "s = run_sweep(items, sys.argv[4], progress=False); print(json.dumps({'seconds': s.seconds, "
-              "'points': s.points, 'priced': s.priced, 'lookups': s.lookups, 'nodes': s.nodes}))")
+              "'points': s.points, 'priced': s.priced, 'lookups': s.lookups, 'nodes': s.nodes, "
+              "'retried': s.retried}))")
     try:
         t0 = time.perf_counter()
         run = subprocess.Popen([sys.executable, "-c", driver, a.spec, str(sliced), address, str(out)], env=env,
@@ -69,7 +69,7 @@ def main() -> None:
         while run.poll() is None and len(list(out.glob("best/*/*/*.parquet"))) < a.kill_after * len(items):
             time.sleep(0.1)
         killed_at = len(list(out.glob("best/*/*/*.parquet")))
-        stop(nodes[1:], sig=signal.SIGKILL)
+        kill_node(nodes[1])
         stdout, stderr = run.communicate()
         wall = time.perf_counter() - t0
         if run.returncode:
@@ -85,9 +85,11 @@ def main() -> None:
     twice = int(got.duplicated(KEY).sum())
     equal = got.drop(columns=[c for c in got if c not in want]).equals(want[[c for c in got if c in want]])
     print(f"{len(items)} scenarios on 2 nodes, worker node SIGKILLed after {killed_at} were written")
-    print(f"{'wall s':>8} {'scen/s':>7} {'points':>7} {'keys from caches':>17} {'driver MiB':>10}  nodes (tasks)")
+    print(f"{'wall s':>8} {'scen/s':>7} {'points':>7} {'keys from caches':>17} {'driver MiB':>10} "
+          f"{'tasks retried':>13}  nodes (tasks)")
     print(f"{wall:>8.1f} {len(items) / summary['seconds']:>7.1f} {summary['points']:>7} "
-          f"{1 - summary['priced'] / max(summary['lookups'], 1):>16.1%} {peak:>10.0f}  {summary['nodes']}")
+          f"{1 - summary['priced'] / max(summary['lookups'], 1):>16.1%} {peak:>10.0f} {summary['retried']:>13}  "
+          f"{summary['nodes']}")
     print(f"rows: {lost} scenarios lost, {twice} rows twice, equal to the inline run: {equal}")
 
 

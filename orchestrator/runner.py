@@ -23,7 +23,7 @@ TARGET_TASK_MS = 50.0
 #: rough cost of one simulated step plus a fixed cost per point, for packing tasks
 MS_PER_STEP, MS_PER_POINT = 0.008, 0.3
 POISSON_IN_FLIGHT = 16
-#: times Ray re-runs a task whose worker died
+#: times the driver re-runs a task whose worker, node or result was lost (a failure in our code is not retried)
 TASK_RETRIES = 3
 #: tasks in flight per CPU, and points queued per CPU before more scenarios are admitted
 IN_FLIGHT_PER_CPU, QUEUED_PER_CPU = 2, 4
@@ -115,7 +115,7 @@ def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> di
                 progress.point(pricer.take_stats())
         for finished in done:
             on_done(*finished)
-    return {"nodes": {"inline": 1}}
+    return {"nodes": {"inline": 1}, "retried": 0}
 
 
 def _evaluate_chunk(items, cache):
@@ -135,20 +135,29 @@ def _evaluate_chunk(items, cache):
 _WORKER_PRICER: CachedPricer | None = None
 
 
+def _lost_errors() -> tuple:
+    """Ray errors that say a task's worker, node or result copy was lost, not that the task failed."""
+    from ray import exceptions as e
+
+    return (e.WorkerCrashedError, e.NodeDiedError, e.LocalRayletDiedError, e.ObjectLostError, e.OutOfMemoryError)
+
+
 def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
             max_in_flight: int | None = None) -> dict:
     """Fan the points out as Ray tasks of >= TARGET_TASK_MS estimated work, a bounded number in
-    flight; admit scenarios while the queue is short."""
+    flight; admit scenarios while the queue is short. The driver re-runs lost tasks itself (Ray's
+    own retries are invisible to it) and counts them: `retried` in the result."""
     import ray
 
     # SPREAD: a cluster's nodes share the tasks from the start (the default packs a node before using the next)
-    task = ray.remote(max_retries=TASK_RETRIES, scheduling_strategy="SPREAD")(_evaluate_chunk)
+    task = ray.remote(max_retries=0, scheduling_strategy="SPREAD")(_evaluate_chunk)
+    lost_errors = _lost_errors()
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     max_in_flight = max_in_flight or IN_FLIGHT_PER_CPU * cpus
     log.info("Ray: %d CPUs, up to %d tasks in flight", cpus, max_in_flight)
     items = iter(items)
     active, queue, in_flight, nodes = _Active(), _Queue(), {}, {}
-    exhausted = False
+    exhausted, retried = False, 0
 
     while True:
         while not exhausted and (len(queue) < QUEUED_PER_CPU * cpus or queue.ms < 2 * TARGET_TASK_MS * cpus):
@@ -166,19 +175,28 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
                 key, it, n, point_ms = queue.popleft()
                 chunk.append((key, it.scenario, it.jobs[key[1]], n))
                 ms += point_ms
-            in_flight[task.remote(chunk, cache)] = chunk
+            in_flight[task.remote(chunk, cache)] = (chunk, 0)
         if not in_flight:
             if exhausted and not queue:
                 break
             continue
         ready, _ = ray.wait(list(in_flight), num_returns=1)
         for ref in ready:
-            in_flight.pop(ref)
-            rows, stats, node = ray.get(ref)
+            chunk, attempt = in_flight.pop(ref)
+            try:
+                rows, stats, node = ray.get(ref)
+            except lost_errors as lost:
+                if attempt == TASK_RETRIES:
+                    raise RuntimeError(f"a task of {len(chunk)} points was lost {attempt + 1} times; "
+                                       f"last: {type(lost).__name__}") from lost
+                log.warning("task lost (%s); running it again", type(lost).__name__)
+                in_flight[task.remote(chunk, cache)] = (chunk, attempt + 1)
+                retried += 1
+                continue
             nodes[node] = nodes.get(node, 0) + 1
             for key, n, row in rows:
                 for finished in active.answer(key, n, row, queue):
                     on_done(*finished)
             if progress:
                 progress.point(stats, len(rows))
-    return {"nodes": nodes}
+    return {"nodes": nodes, "retried": retried}

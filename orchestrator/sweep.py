@@ -29,6 +29,7 @@ class SweepSummary:
     written: int
     infeasible: list[dict] = field(default_factory=list)  # the first MAX_INFEASIBLE of this run (rows stay on disk)
     nodes: dict = field(default_factory=dict)
+    retried: int = 0  # Ray tasks run again after their worker, node or result was lost
     points: int = 0
     priced: int = 0
     lookups: int = 0
@@ -101,7 +102,7 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
             cache = get_cache()
             info = run_ray(todo, on_done, cache, progress=bar)
             summary.cache = cache.stats()
-        summary.nodes = info["nodes"]
+        summary.nodes, summary.retried = info["nodes"], info["retried"]
     finally:
         bar.close()
         summary.points, summary.priced, summary.lookups = bar.points, bar.priced, bar.lookups
@@ -109,6 +110,7 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
         summary.seconds = time.perf_counter() - started
         data.write_manifest({"run_id": summary.run_id, "spec": spec, "backend": backend, "total": summary.total,
                              "skipped": summary.skipped, "written": summary.written, "nodes": summary.nodes,
+                             "tasks_retried": summary.retried,
                              "points": summary.points, "keys_priced": summary.priced,
                              "cache_round_trips": summary.round_trips, "seconds": summary.seconds})
     return summary

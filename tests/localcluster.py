@@ -44,6 +44,44 @@ def stop(nodes, sig=signal.SIGTERM):
             p.wait(10)
 
 
+def node_processes(node) -> list[int]:
+    """Every process of a node started by `start_node`: its session (Ray workers run in process
+    groups of their own, but stay in the node's session)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session
+        except OSError:
+            continue
+        if int(fields[3]) == node.pid:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def running(node, task: str) -> list[int]:
+    """The node's processes if one of its workers runs Ray task `task` now (Ray titles it
+    "ray::task"), else []: one scan, so a kill can follow at once."""
+    pids = node_processes(node)
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(f"ray::{task}".encode()):
+                return pids
+        except OSError:
+            continue
+    return []
+
+
+def kill_node(node, pids: list[int] | None = None) -> None:
+    """Lose a node as a machine is lost: SIGKILL every process of its session at once (killing the
+    node's process group alone would leave its workers running, and finishing their tasks)."""
+    for pid in pids or node_processes(node):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    node.wait(60)
+
+
 def alive_nodes(address, env) -> int:
     probe = ("import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False); "
              "print(sum(1 for x in ray.nodes() if x['Alive']))")
