@@ -4,7 +4,7 @@ scenario in each table, so a rerun can resume without losing or duplicating rows
     ROOT/points/model=<m>/device=<d>/<scenario_id>.parquet   one row per evaluated point
     ROOT/best/model=<m>/device=<d>/<scenario_id>.parquet     one row per limit pair, role, layout, budget
     ROOT/splits/model=<m>/device=<d>/<scenario_id>.parquet   PD instance splits (mode "pd")
-    ROOT/manifest.json                                       run id(s), spec, counts, nodes, cache stats
+    ROOT/manifest.json                                       run id(s), spec, counts, nodes, tasks retried, cache stats
 
 ROOT is a local directory or any URI pyarrow's filesystems understand (`s3://bucket/prefix`; the
 endpoint and credentials come from the standard AWS environment variables). Partition values are
