@@ -192,17 +192,6 @@ def _ordered(groups) -> bool:
     return all(a <= b for a, b in zip(ends, ends[1:], strict=False))
 
 
-def _merge(groups: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
-    """Fold neighbouring groups of one arrival event and kind at the same prefill progress into one."""
-    out: list[tuple[int, int, int, int]] = []
-    for group in groups:
-        if out and out[-1][1:] == group[1:]:
-            out[-1] = (out[-1][0] + group[0], *group[1:])
-        else:
-            out.append(group)
-    return out
-
-
 class _Arrivals:
     """Arrival events of a workload: the first requests at t=0, then replacements (closed loop) or
     timed arrivals (Poisson). Warm-up and drain are not measured: in a closed loop the first
@@ -373,8 +362,7 @@ def plan(
                 step_shape.extend([shape_id] * run)
                 step_decode.extend([d] * run)
                 pool.ticks += run
-                pool.steps_sum += run * d
-                peak = max(peak, kv_prefill + pool.kv_tokens())
+                pool.steps_sum += run * d  # the KV peak: the next step holds more (it decodes these too)
     counts, arrival, first, finish, kind = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
     return Plan(w, scheduler, phase, tuple(shapes), np.array(step_shape, dtype=np.int64), counts, first, finish,
                 float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
@@ -467,20 +455,10 @@ def _apply_takes(queue: deque, takes, scheduler, kinds, entries):
                 stay.append((n, seq, event, kind))
         if left:
             front.append((left, done, event, kind))
-    for group in reversed(_merge(front)):
-        _push_front(queue, group)
+    queue.extendleft(reversed(front))
     for group in back:
         _push_back(queue, group)
     return firsts, kv_added
-
-
-def _push_front(queue: deque, group: tuple[int, int, int, int]) -> None:
-    """Put a group at the FIFO front, folded into the first one if they are at the same progress
-    of the same arrival event (as `_merge` would)."""
-    if queue and queue[0][1:] == group[1:]:
-        queue[0] = (queue[0][0] + group[0], *group[1:])
-    else:
-        queue.appendleft(group)
 
 
 def _push_back(queue: deque, group: tuple[int, int, int, int]) -> None:

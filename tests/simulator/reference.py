@@ -38,7 +38,7 @@ def _decode_key(w, reqs, ids, decode_context, round_to=128):
     return ForwardKey(True, len(ids), w.decode_query_len, ctx)
 
 
-def reference(w: Workload, scheduler, latency, decode_context="mean", phase="both"):
+def reference(w: Workload, scheduler, latency, decode_context="mean", phase="both", context_round=128):
     """Returns (requests, makespan, peak kv, keys per step, end time of each step); each request has
     .arrival, .first, .finish (ms), in the order they were sent. Arrivals: a burst at t=0; a closed
     loop refilled at the end of each step; or Poisson send times admitted when a step starts."""
@@ -78,7 +78,7 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         for i, tok in prefill:
             entries[(tok, reqs[i].done + tok)] = entries.get((tok, reqs[i].done + tok), 0) + 1
         pkeys = [ForwardKey(False, n, q, s) for (q, s), n in entries.items()]
-        dkey = _decode_key(w, reqs, dec_ids, decode_context) if dec_ids else None
+        dkey = _decode_key(w, reqs, dec_ids, decode_context, context_round) if dec_ids else None
         keys = pkeys + ([dkey] if dkey else [])
         step_keys.append(tuple(sorted(keys)))
         if scheduler.fused:

@@ -349,3 +349,122 @@ def test_a_pure_decode_stretch_is_taken_at_once_not_step_by_step(ctx):
     assert _Counting.played <= (12 if ctx == "mean" else 3), _Counting.played
     _, _, _, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"phase": "both!"}, "phase must be one of ('both', 'prefill', 'decode'), got 'both!'"),
+    ({"decode_context": "median"}, "decode_context must be one of ('mean', 'mid'), got 'median'"),
+    ({"context_round": 0}, "context_round must be an integer >= 1, got 0"),
+    ({"context_round": 1.5}, "context_round must be an integer >= 1, got 1.5"),
+])
+def test_plan_names_the_argument_it_refuses(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        plan(Workload(10, 5, 8, 2), **kwargs)
+    assert str(err.value) == message
+
+
+def test_plan_refusals_of_the_workload_say_why():
+    with pytest.raises(ValueError) as err:
+        plan(Workload(10, 5, 8, 1, arrival="poisson", num_prompts=3, request_rate=1.0))
+    assert str(err.value) == "a Poisson workload is planned with its prices: pass step_ms"
+    with pytest.raises(ValueError) as err:
+        plan(Workload(10, 1, 8, 2), phase="decode")
+    assert str(err.value) == "a decode-only instance needs output_length >= 2 for every request (nothing to decode)"
+
+
+def test_a_context_round_of_one_is_the_exact_mean():
+    """context_round=1 is allowed and keys the decode step by the exact (ceiled) mean context."""
+    p = plan(Workload(10, 4, 16, 1), context_round=1)
+    assert [k.seq_len for i in p.step_shape for k in p.shapes[i] if k.is_decode] == [11, 12, 13]
+
+
+class _DecodeTooMany(DecodeFirstWithSlack):
+    def plan_step(self, view):
+        return StepPlan((), view.ready_decode + 1)
+
+
+def test_a_policy_asking_more_decodes_than_ready_is_named():
+    with pytest.raises(RuntimeError) as err:
+        plan(Workload(10, 4, 16, 1), _DecodeTooMany())
+    assert str(err.value) == "scheduler 'decode-first' asked 1 decodes of 0 ready"
+
+
+def test_poisson_warm_up_and_drain_are_the_first_and_last_tenth_by_hand():
+    """20 prompts: margin 2 requests; events 0-1 and 18-19 are not measured, 2-17 are (measure "steady")."""
+    from simulator import StepPricer
+
+    w = Workload(10, 3, 16, 1, arrival="poisson", num_prompts=20, request_rate=0.5)
+    p = plan(w, DecodeFirstWithSlack(), step_ms=StepPricer(one_ms, DecodeFirstWithSlack()))
+    assert p.counts.sum() == 20 and len(p.event_steady) == 20  # 2 s apart on average, 1 ms steps: one by one
+    assert p.event_steady.tolist() == [False] * 2 + [True] * 16 + [False] * 2
+
+
+@pytest.mark.parametrize("policy, budget, mtp", [(DecodeFirstWithSlack(slack_ratio=3.0), 4, 0),
+                                                 (TokenBudget(max_num_seqs=6), 5, 1)])
+def test_capped_decodes_of_a_mix_finishing_out_of_order_equal_the_reference(policy, budget, mtp):
+    """More requests ready to decode than the budget holds (only the oldest decode; the decode key's
+    context is theirs), and a mix whose later requests finish before earlier ones (the decode pool
+    leaves its ordered fast path): every step's keys, every request's times and the KV peak equal the
+    per-request reference's. Decode-first prefills beside 4 decodes thanks to its slack; token-budget
+    decodes 2 requests of 2 tokens (MTP) and prefills 1 token beside them. Contexts are keyed exactly
+    (rounded to 1 token), so the oldest requests' context must be theirs to the token."""
+    w = Workload(12, 9, budget, 6, mix=_mix("bins:3-5@1,10-14@1", "bins:2-3@1,12-20@1"), seed=2, arrival="closed",
+                 num_prompts=18, mtp_tokens=mtp, mtp_acceptance_rates=(0.5,) * mtp)
+    reqs, makespan, peak, step_keys, step_ends = reference(w, policy, affine, context_round=1)
+    p = plan(w, policy, context_round=1)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    capped = budget // w.decode_query_len
+    assert any(d == capped for d in p.step_decode)
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+
+
+def test_every_step_shape_is_named_once():
+    """The plan names each distinct step shape once (pricing is per shape)."""
+    for w in (Workload(300, 40, 64, 5), Workload(37, 23, 16, 5, arrival="closed", num_prompts=60)):
+        p = plan(w)
+        assert len(set(p.shapes)) == len(p.shapes) < p.num_steps
+
+
+class _Takes(DecodeFirstWithSlack):
+    """Makes one given take from the FIFO, whatever it holds."""
+
+    def __init__(self, take):
+        object.__setattr__(self, "take", take)
+
+    def plan_step(self, view):
+        return StepPlan((self.take,), 0)
+
+
+@pytest.mark.parametrize("take, message", [
+    ((1, 1, 4), "made an invalid take (1, 1, 4)"),      # one group in the FIFO: no position 1
+    ((-1, 1, 4), "made an invalid take (-1, 1, 4)"),
+    ((0, 0, 4), "made an invalid take (0, 0, 4)"),
+    ((0, 1, 0), "made an invalid take (0, 1, 0)"),
+    ((0, 3, 4), "over-advanced group (2, 0)"),          # 3 requests of a group of 2
+    ((0, 1, 11), "over-advanced group (2, 0)"),         # 11 tokens of a 10-token prompt
+])
+def test_a_policy_s_impossible_take_is_named(take, message):
+    with pytest.raises(RuntimeError) as err:
+        plan(Workload(10, 3, 16, 2), _Takes(take))
+    assert str(err.value) == f"scheduler 'decode-first' {message}"
+
+
+@pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget()])
+def test_an_arrival_at_a_step_boundary_inside_a_decode_stretch_joins_that_step(policy, tmp_path):
+    """1 ms steps; r1 (10 in, 30 out) at 0 decodes alone from 1 ms; r2 arrives at exactly 5 ms, the end of
+    the stretch's 4th step: the step starting at 5 ms admits it (arrivals due by a step's start join it),
+    as the per-request reference plays it."""
+    from simulator import StepPricer
+    from simulator.mix import Lengths, RequestMix, Trace
+
+    path = tmp_path / "t.csv"
+    path.write_text("input_length,output_length,arrival_time\n10,30,0\n10,2,0.005\n")
+    w = Workload(10, 30, 16, 1, arrival="poisson", request_rate=0.0, measure="all",
+                 mix=RequestMix(Lengths.parse("10"), Lengths.parse("30"), Trace.load(path)))
+    p = plan(w, policy, step_ms=StepPricer(one_ms, policy))
+    assert p.event_ms.tolist() == [0.0, 5.0]
+    shapes = [p.shapes[i] for i in p.step_shape]
+    assert [sum(not k.is_decode for k in s) for s in shapes[:7]] == [1, 0, 0, 0, 0, 1, 0]  # r2's prefill: step 5
+    assert shapes == reference(w, policy, one_ms)[3]
