@@ -88,3 +88,19 @@ def test_small_positive_latencies_and_integer_flags_are_read_as_they_are(tmp_pat
     a, b = MeasuredLatency(table()), MeasuredLatency(table(), name="h200")
     assert a.fingerprint.split("|")[1] == b.fingerprint.split("|")[1] and b.fingerprint.startswith("h200|")
     assert MeasuredLatency(t).fingerprint != a.fingerprint and np.isfinite(a.latency_ms([ForwardKey(True, 1, 1, 10)]))
+
+
+def test_each_point_is_interpolated_in_its_own_cell_of_a_curved_grid():
+    """Three values per axis and a curved, separable latency c^2 + q^2 + s^2/100: trilinear interpolation
+    of a sum is the sum of the axes' piecewise-linear interpolations, so each value is by hand, and a
+    point priced from a neighbouring cell (extrapolating its line) comes out different."""
+    rows = [{"is_decode": 1, "concurrency": c, "query_len": q, "seq_len": s, "latency_ms": c * c + q * q + s * s / 100}
+            for c, q, s in itertools.product((1, 2, 4), (1, 2, 4), (10, 20, 40))]
+    lm = MeasuredLatency(pd.DataFrame(rows), outside="clamp")
+    keys = [ForwardKey(True, 3, 3, 30),     # the upper cells: 10 + 10 + 10 (4 -> 16 at the middle, each axis)
+            ForwardKey(True, 1, 1, 15),     # the lower cells along s: 1 + 1 + (1 + 4) / 2
+            ForwardKey(True, 4, 4, 40),     # the last grid point: 16 + 16 + 16
+            ForwardKey(True, 2, 2, 20)]     # an inner grid point: 4 + 4 + 4
+    assert lm.latency_ms(keys).tolist() == pytest.approx([30.0, 4.5, 48.0, 12.0])
+    with pytest.warns(UserWarning, match=r"seq_len outside the measured grid \[10, 40\]: clamped"):
+        assert lm.latency_ms([ForwardKey(True, 1, 1, 5)])[0] == pytest.approx(1 + 1 + 1)  # clamped up to 10
