@@ -5,7 +5,7 @@ import pytest
 
 from latency import ParallelSpec, load_device, load_model, parse_quantization, shipped_devices, shipped_models
 from latency.device import DATA as DEVICE_DATA
-from latency.device import DEVICE_PATH_ENV
+from latency.device import DEVICE_PATH_ENV, DeviceSpec
 from latency.model import DATA as MODEL_DATA
 
 SHIPPED = ["Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
@@ -99,3 +99,44 @@ def test_context_length_follows_yarn_rope_scaling(tmp_path):
     config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert load_model(tmp_path).max_position_embeddings == 131072
+
+
+def _without(text: str, *prefixes: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(prefixes))
+
+
+def test_a_device_file_s_optional_keys_take_their_defaults_and_bad_prices_are_named(tmp_path):
+    """No name (the file's stem), no scale-up domain (one node), no [cost] (no price), no [defaults]
+    (bf16); an efficiency of exactly 1 is allowed; a price must be a number >= 0."""
+    text = _without((DEVICE_DATA / "H100_SXM.toml").read_text(), "name", "[defaults]", "quantization")
+    path = tmp_path / "PLAIN.toml"
+    path.write_text(text.replace("gemm = 0.78", "gemm = 1"))
+    d = DeviceSpec.from_file(path)
+    assert (d.name, d.scale_up_devices, d.usd_per_hour, d.default_quantization, d.eff_gemm) == \
+        ("PLAIN", 0, 0.0, "bf16", 1)
+    priced = tmp_path / "PRICED.toml"
+    priced.write_text(text + "\n[cost]\nusd_per_hour = 2.5\n")
+    assert DeviceSpec.from_file(priced).usd_per_hour == 2.5
+    for bad in ("-1.0", "true", '"cheap"'):
+        priced.write_text(text + f"\n[cost]\nusd_per_hour = {bad}\n")
+        with pytest.raises(ValueError, match=r"\[cost\] usd_per_hour must be a number >= 0, got "):
+            DeviceSpec.from_file(priced)
+
+
+def test_each_collective_appears_exactly_when_its_parallelism_does():
+    """tp > 1 all-reduces, pp > 1 sends activations between stages, ep > 1 (here 2) exchanges tokens
+    all-to-all and attention DP without EP gathers; a one-device layout communicates nothing."""
+    from latency import ForwardKey, build_latency_model
+
+    key = [ForwardKey(True, 8, 1, 1024)]
+
+    def comm(model, **layout):
+        ops = build_latency_model(model, "H100_SXM", **layout).breakdown(key).set_index("op")["ms"]
+        return {op for op in ("tp_comm", "ep_comm", "pp_comm") if ops.get(op, 0) > 0}
+
+    assert comm("Qwen/Qwen3-8B") == set()
+    assert comm("Qwen/Qwen3-8B", tp=2) == {"tp_comm"}
+    assert comm("Qwen/Qwen3-8B", pp=2) == {"pp_comm"}
+    assert comm("Qwen/Qwen3-30B-A3B", ep=2, attention_dp=2) == {"ep_comm"}
+    assert comm("Qwen/Qwen3-30B-A3B", attention_dp=2) == {"ep_comm"}
+    assert comm("Qwen/Qwen3-30B-A3B", tp=2, ep=2) == {"tp_comm", "ep_comm"}
