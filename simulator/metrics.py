@@ -107,8 +107,7 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
     ends, arrival, first, finish = _record_times(plan, durations)
     counts = plan.counts
     kinds = w.kinds
-    kind = plan.kind if plan.kind is not None else np.zeros(len(counts), dtype=np.int64)
-    output = np.array(kinds.output, dtype=np.float64)[kind]
+    output = np.array(kinds.output, dtype=np.float64)[plan.kind]
     ttft = first - arrival if plan.phase != "decode" else np.zeros_like(first)
     r = output - 1 if plan.phase != "prefill" else np.zeros_like(output)
     tpot = np.divide(finish - first, r, out=np.zeros_like(first), where=r > 0)
@@ -191,15 +190,14 @@ def per_request(plan, durations: np.ndarray) -> dict[str, np.ndarray]:
     TTFT, TPOT, E2E, and its lengths. Requests of one record share their times."""
     _, arrival, first, finish = _record_times(plan, durations)
     kinds = plan.workload.kinds
-    kind = plan.kind if plan.kind is not None else np.zeros(len(plan.counts), dtype=np.int64)
     order = np.lexsort((plan.first_step, plan.arrival))
     rows = np.repeat(order, plan.counts[order])
-    output = np.array(kinds.output)[kind]
+    output = np.array(kinds.output)[plan.kind]
     decode = np.maximum(output - 1, 0) if plan.phase != "prefill" else np.zeros_like(output)
     out = {
         "arrival_ms": arrival[rows], "first_token_ms": first[rows], "finish_ms": finish[rows],
-        "input_length": np.array(kinds.input)[kind][rows], "output_length": output[rows],
-        "cached_tokens": np.array(kinds.cached)[kind][rows],
+        "input_length": np.array(kinds.input)[plan.kind][rows], "output_length": output[rows],
+        "cached_tokens": np.array(kinds.cached)[plan.kind][rows],
     }
     out["ttft_ms"] = out["first_token_ms"] - out["arrival_ms"]
     out["tpot_ms"] = np.divide(out["finish_ms"] - out["first_token_ms"], decode[rows],

@@ -52,9 +52,9 @@ class Plan:
     event_step: np.ndarray
     event_steady: np.ndarray
     step_decode: np.ndarray
+    kind: np.ndarray
     event_ms: np.ndarray | None = None
     step_end_ms: np.ndarray | None = None
-    kind: np.ndarray | None = None
 
     @property
     def num_steps(self) -> int:
@@ -366,8 +366,8 @@ def plan(
     counts, arrival, first, finish, kind = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
     return Plan(w, scheduler, phase, tuple(shapes), np.array(step_shape, dtype=np.int64), counts, first, finish,
                 float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
-                np.array(step_decode, dtype=np.int64),
-                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None, kind)
+                np.array(step_decode, dtype=np.int64), kind,
+                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
 
 
 def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:

@@ -235,3 +235,35 @@ def test_token_budget_caps_running_decodes_at_max_num_seqs():
     step = TokenBudget(max_num_seqs=2).plan_step(QueueView([], 5, (10,), 64, 1))
     assert step.decode == 2 and step.takes == ()
     assert TokenBudget().plan_step(QueueView([], 5, (10,), 64, 1)).decode == 5
+
+
+@pytest.mark.parametrize("text, message", [
+    ("normal:20:-1:1:40", "normal:20:-1:1:40: the spread must be >= 0"),
+    ("lognormal:3:-0.5:1:7", "lognormal:3:-0.5:1:7: the spread must be >= 0"),
+    ("normal:20:10:1.5:40", "normal:20:10:1.5:40: lengths must be integers with 1 <= low <= high"),
+    ("lognormal:3:0.8:1:7.5", "lognormal:3:0.8:1:7.5: lengths must be integers with 1 <= low <= high"),
+    ("lognormal:0:0.8:1:7", "lognormal:0:0.8:1:7: the median must be > 0"),
+    ("uniform:5:4", "uniform:5:4: lengths must be integers with 1 <= low <= high"),
+])
+def test_each_distribution_s_parameters_are_checked_at_their_edges(text, message):
+    with pytest.raises(MixError) as err:
+        Lengths.parse(text)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("text", ["normal:20:0:1:40", "lognormal:3:0:1:7", "lognormal:0.5:0.8:1:7",
+                                  "normal:20.5:3.5:1:40", "uniform:4:4"])
+def test_the_edges_of_each_distribution_are_accepted(text):
+    assert str(Lengths.parse(text)) == text
+
+
+def test_a_prefill_instance_has_no_inter_token_latency_and_a_point_echoes_its_workload():
+    """A prefill-only instance emits one token a request: ITL is 0, not undefined; the metrics carry
+    the point's own budget, arrival, rate, devices and effective prompt back."""
+    w = Workload(100, 8, 64, 4, prefix_cache_hit_rate=0.25, arrival="poisson", num_prompts=12, request_rate=3.0)
+    from simulator.scheduler import DecodeFirstWithSlack
+
+    m = simulate(w, lambda keys: [1.0] * len(keys), DecodeFirstWithSlack(), phase="prefill", num_devices=3)
+    assert (m.itl_ms, m.itl_p50_ms, m.itl_p90_ms, m.itl_p99_ms) == (0.0, 0.0, 0.0, 0.0)
+    assert (m.max_batched_tokens, m.arrival, m.request_rate, m.num_devices, m.effective_input_length) == \
+        (64, "poisson", 3.0, 3, 75)
