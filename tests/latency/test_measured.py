@@ -104,3 +104,17 @@ def test_each_point_is_interpolated_in_its_own_cell_of_a_curved_grid():
     assert lm.latency_ms(keys).tolist() == pytest.approx([30.0, 4.5, 48.0, 12.0])
     with pytest.warns(UserWarning, match=r"seq_len outside the measured grid \[10, 40\]: clamped"):
         assert lm.latency_ms([ForwardKey(True, 1, 1, 5)])[0] == pytest.approx(1 + 1 + 1)  # clamped up to 10
+
+
+def test_the_value_outside_the_grid_is_named_and_a_unit_cell_reaches_its_top():
+    """Keys on the grid's edges are inside: the message names the one outside. The top cell of
+    concurrency {1, 3, 4} is one wide: its top point is the table's value there, not the cell's base."""
+    rows = [{"is_decode": 1, "concurrency": c, "query_len": q, "seq_len": s, "latency_ms": c * c + q + s}
+            for c, q, s in itertools.product((1, 3, 4), (1, 2), (10, 20))]
+    lm = MeasuredLatency(pd.DataFrame(rows))
+    with pytest.raises(ValueError, match=r"^concurrency=5 is outside the measured grid \[1, 4\]$"):
+        lm.latency_ms([ForwardKey(True, 4, 1, 10), ForwardKey(True, 1, 1, 10), ForwardKey(True, 5, 1, 10)])
+    with pytest.raises(ValueError, match=r"^concurrency=5 is outside the measured grid \[1, 4\]$"):
+        lm.latency_ms([ForwardKey(True, 3, 1, 10), ForwardKey(True, 5, 1, 10)])
+    assert lm.latency_ms([ForwardKey(True, 4, 1, 10), ForwardKey(True, 2, 2, 20)]).tolist() == \
+        pytest.approx([16 + 1 + 10, (1 + 9) / 2 + 2 + 20])

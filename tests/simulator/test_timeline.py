@@ -399,6 +399,17 @@ def test_poisson_warm_up_and_drain_are_the_first_and_last_tenth_by_hand():
     assert p.event_steady.tolist() == [False] * 2 + [True] * 16 + [False] * 2
 
 
+def test_a_burst_whose_decodes_exceed_the_budget_splits_groups_step_for_step():
+    """8 equal requests (prompt 4) join the decode pool two a step; 3 decodes fit a step, so a group of
+    2 is cut: its first request decodes, the other waits a step. Exact contexts, as the reference."""
+    w, policy = Workload(4, 6, 3, 8), DecodeFirstWithSlack(slack_ratio=3.0)
+    reqs, makespan, peak, step_keys, step_ends = reference(w, policy, affine, context_round=1)
+    p = plan(w, policy, context_round=1)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    assert max(p.step_decode) == 3
+
+
 @pytest.mark.parametrize("policy, budget, mtp", [(DecodeFirstWithSlack(slack_ratio=3.0), 4, 0),
                                                  (TokenBudget(max_num_seqs=6), 5, 1)])
 def test_capped_decodes_of_a_mix_finishing_out_of_order_equal_the_reference(policy, budget, mtp):
