@@ -314,3 +314,16 @@ def test_edges_of_pricing_and_memory(lm):
     assert free.memory_for(8192).reserved_gib == 0.0
     with pytest.raises(ValueError, match="reserved_memory_gb must be >= 0, got -1"):
         build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "H100_SXM", reserved_memory_gb=-1)
+
+
+def test_moe_prefill_is_bound_by_the_expert_gemms():
+    """Qwen3-30B-A3B on one device, a 16384-token prefill: 16384 x 8 token-expert pairs of 3 x 2048 x 768
+    plus the router over 16384 tokens, all 128 experts read; compute-bound, so every flop counts."""
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", quantization="bf16")
+    t, h, k, n_exp, layers = 16384, 2048, 8, 128, 48
+    expert, router = 3 * h * 768, h * n_exp
+    flops = 2 * (t * k * expert + t * router)
+    weights = n_exp * (1 - (1 - k / n_exp) ** t) * expert * 2 + router * 2
+    assert flops / PEAK > (weights + (2 * t + 2 * t * k) * h * 2) / BW  # the GEMMs bind, not the bytes
+    got = _by_op(lm, ForwardKey(False, 1, t, t))
+    assert got["moe"] == pytest.approx(layers * roof_ms(flops, weights + (2 * t + 2 * t * k) * h * 2), rel=1e-9)
