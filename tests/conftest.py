@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.localcluster import runs_task
+
 
 @pytest.fixture(autouse=os.environ.get("MUTANT_UNDER_TEST") is not None)
 def _fresh_caches():
@@ -60,13 +62,8 @@ class Faults:
     def kill_worker(self, task: str) -> None:
         """SIGKILL the first process whose title says it runs Ray task `task` (Ray names it "ray::task")."""
         def running():
-            for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-                try:
-                    if cmd.read_bytes().startswith(f"ray::{task}".encode()):
-                        return int(cmd.parent.name)
-                except OSError:
-                    continue
-            return None
+            pids = (int(p.name) for p in Path("/proc").glob("[0-9]*"))
+            return next((pid for pid in pids if runs_task(pid, task)), None)
 
         def kill(pid):
             os.kill(pid, signal.SIGKILL)

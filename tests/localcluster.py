@@ -32,10 +32,11 @@ def start_node(args, env, log: Path):
                                  *args], env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
 
 
-def stop(nodes, sig=signal.SIGTERM):
+def stop(nodes):
+    """Stop the nodes (SIGTERM to each node's process group, SIGKILL if one does not exit in 60 s)."""
     for p in nodes:
         if p.poll() is None:
-            os.killpg(p.pid, sig)
+            os.killpg(p.pid, signal.SIGTERM)
     for p in nodes:
         try:
             p.wait(60)
@@ -58,17 +59,19 @@ def node_processes(node) -> list[int]:
     return pids
 
 
+def runs_task(pid: int, task: str) -> bool:
+    """Whether process `pid` runs Ray task `task` now (Ray titles a worker "ray::task" while it runs one)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(f"ray::{task}".encode())
+    except OSError:
+        return False
+
+
 def running(node, task: str) -> list[int]:
-    """The node's processes if one of its workers runs Ray task `task` now (Ray titles it
-    "ray::task"), else []: one scan, so a kill can follow at once."""
+    """The node's processes if one of its workers runs Ray task `task` now, else []: one scan, so a
+    kill can follow at once."""
     pids = node_processes(node)
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(f"ray::{task}".encode()):
-                return pids
-        except OSError:
-            continue
-    return []
+    return pids if any(runs_task(pid, task) for pid in pids) else []
 
 
 def kill_node(node, pids: list[int] | None = None) -> None:

@@ -375,6 +375,8 @@ def test_plan_refusals_of_the_workload_say_why():
 def test_a_context_round_of_one_is_the_exact_mean():
     """context_round=1 is allowed and keys the decode step by the exact (ceiled) mean context."""
     p = plan(Workload(10, 4, 16, 1), context_round=1)
+    # 3 decode steps; each one's input is the last token generated, so it attends to the 10 prompt tokens
+    # and the 1, 2, 3 tokens generated so far: 11, 12, 13
     assert [k.seq_len for i in p.step_shape for k in p.shapes[i] if k.is_decode] == [11, 12, 13]
 
 
