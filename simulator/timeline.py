@@ -202,6 +202,7 @@ class _Arrivals:
     def __init__(self, w: Workload):
         self.w, self.total = w, w.prompts
         self.steps: list[int] = []
+        self.sizes: list[int] = []
         self.ms: list[float] = []
         self.steady: list[bool] = []
         self.sent = 0
@@ -218,6 +219,7 @@ class _Arrivals:
             margin = STEADY_MARGIN * self.total
             steady = lo >= margin and hi <= self.total - margin
         self.steps.append(step)
+        self.sizes.append(count)
         self.ms.append(ms)
         self.steady.append(steady)
         self.sent = hi
@@ -234,6 +236,39 @@ class _Arrivals:
 
     def next_time(self) -> float | None:
         return float(self.times[self.sent]) if self.times is not None and self.sent < self.total else None
+
+
+class _Cycle:
+    """Brent's cycle detection over the closed loop's states after each replacement: the loop
+    settles into a period (one request's life), and from a state seen before the same steps,
+    finishes and replacements follow, shifted in time. States are compared relative to the step
+    and the arrival event they are seen at; a cheap summary first, the whole state only when the
+    summary matches. O(1) saved states, whatever the loop's length."""
+
+    def __init__(self) -> None:
+        self.power = self.lam = 1
+        self.saved: tuple | None = None  # (summary, state, mark)
+
+    def seen(self, queue, pool, step: int, events: int, mark: tuple) -> tuple | None:
+        """The mark of the saved state if the current one equals it, else None."""
+        summary = (len(queue), len(pool.groups), pool.ready, pool.steps_sum)
+        saved = self.saved
+        if saved is not None and saved[0] == summary and saved[1] == _state(queue, pool, step, events):
+            return saved[2]
+        if self.power == self.lam:
+            self.saved = (summary, _state(queue, pool, step, events), mark)
+            self.power *= 2
+            self.lam = 0
+        self.lam += 1
+        return None
+
+
+def _state(queue, pool, step: int, events: int) -> tuple:
+    """The loop's state as the future sees it: FIFO and decode groups relative to `step` and the
+    arrival event count (the scheduler sees only this; the KV held and decode sums derive from it)."""
+    ticks = pool.ticks
+    return (tuple((n, done, events - e, k) for n, done, e, k in queue),
+            tuple((n, end - ticks, step - first, events - e, k) for n, end, first, e, k in pool.groups))
 
 
 def plan(
@@ -295,8 +330,17 @@ def plan(
     peak = 0.0
     left = arrivals.total
     clock = 0.0
+    cycle = _Cycle() if closed and len(kinds.input) == 1 else None
+    resent = False  # the last step sent replacements: a state the closed loop may repeat
     while left:
         step = len(step_shape)
+        if resent:
+            now = (step, len(arrivals.steps), len(finished), arrivals.sent, left)
+            before = cycle.seen(queue, pool, step, now[1], now)
+            if before is not None:
+                left -= _repeat_period(before, now, step_shape, step_decode, finished, arrivals, queue, pool)
+                cycle, step = None, len(step_shape)
+            resent = False
         if timed:
             if not queue and not pool.ready:  # idle: jump to the next arrival
                 clock = max(clock, arrivals.next_time())
@@ -351,6 +395,7 @@ def plan(
             new = arrivals.replacements(finished_now)
             if new:
                 send(new, step)
+                resent = cycle is not None
         if not entries and d == pool.ready and not queue and not finished_now:
             # a pure-decode stretch: the next steps repeat this one until a request finishes, the
             # decode key's context moves, or (Poisson) a request arrives; take them at once
@@ -368,6 +413,37 @@ def plan(
                 float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
                 np.array(step_decode, dtype=np.int64), kind,
                 np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
+
+
+def _repeat_period(before: tuple, now: tuple, step_shape: list, step_decode: list, finished: list,
+                   arrivals: _Arrivals, queue: deque, pool: _DecodePool) -> int:
+    """The closed loop is in the state it was in at mark `before`: copy the steps, finishes and
+    replacements since then as many whole times as the prompts left allow (every replacement of
+    a copy is sent in full), and shift the waiting and decoding groups to the end of the copies.
+    Marks are (step, events, finish records, requests sent, requests left). Returns the requests
+    finished in the copies."""
+    t0, e0, f0, s0, left0 = before
+    t, e, f, s, left = now
+    copies = (arrivals.total - s) // (s - s0)
+    if not copies:
+        return 0
+    p, de = t - t0, e - e0
+    step_shape.extend(step_shape[t0:t] * copies)
+    step_decode.extend(step_decode[t0:t] * copies)
+    period = finished[f0:f]
+    events = list(zip(arrivals.sizes[e0:e], arrivals.steps[e0:e], strict=True))
+    for j in range(1, copies + 1):
+        finished.extend((n, event + j * de, first + j * p, end + j * p, kind)
+                        for n, event, first, end, kind in period)
+        for size, sent_at in events:
+            arrivals.add(size, sent_at + j * p)
+    shift, de = copies * p, copies * de
+    queue.extend([(n, done, event + de, kind) for n, done, event, kind in
+                  [queue.popleft() for _ in range(len(queue))]])
+    for group in pool.groups:
+        group[2] += shift
+        group[3] += de
+    return copies * (left0 - left)
 
 
 def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:
