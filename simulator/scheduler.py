@@ -72,7 +72,12 @@ class Scheduler(ABC):
     """A step policy. `fused`: the step is priced as one forward pass over all its entries;
     otherwise prefill and decode are priced apart and merged by `step_latency`.
     `requeue`: an advanced, unfinished prefill group goes to the back of the FIFO (breadth-first)
-    instead of keeping its place (depth-first)."""
+    instead of keeping its place (depth-first).
+
+    The planner relies on two properties of `plan_step`: it depends on the view alone (a state seen
+    before gets the same answer, so repeated steps and closed-loop periods are copied), and with
+    nothing waiting to prefill, a policy that decodes every ready request does so for fewer ready
+    requests too (the decode tail is played at once)."""
 
     name: str = "scheduler"
     fused: bool = False

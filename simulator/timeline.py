@@ -355,6 +355,13 @@ def plan(
             )
         if not 0 <= d <= pool.ready:
             raise RuntimeError(f"scheduler {scheduler.name!r} asked {d} decodes of {pool.ready} ready")
+        if d == pool.ready and not (queue or timed) and arrivals.sent == arrivals.total:
+            # the tail: nothing waits or will arrive and every ready request decodes, to the end
+            fixed = mid_context if decode_context == "mid" else None
+            tail_peak = _decode_tail(pool, step, qlen, fixed, context_round, shape_ids, shapes, step_shape,
+                                     step_decode, finished)
+            peak = max(peak, kv_prefill + tail_peak)
+            break
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
             firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, kinds, entries)
@@ -444,6 +451,52 @@ def _repeat_period(before: tuple, now: tuple, step_shape: list, step_decode: lis
         group[2] += shift
         group[3] += de
     return copies * (left0 - left)
+
+
+def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, round_to: int, shape_ids: dict,
+                 shapes: list, step_shape: list, step_decode: list, finished: list) -> float:
+    """Play the tail at once: from `step` on every ready request decodes every step (nothing waits to
+    prefill or will arrive) until the last group finishes; the decode count falls as groups finish
+    and the key's context is computed per step exactly as `_decode_key_context` would. Appends the
+    steps, their shapes and the finish records (in the order the loop would make them); returns
+    the most KV held by a step."""
+    groups = pool.groups
+    count, end, first, event, kind = (np.array(col, dtype=np.int64) for col in zip(*groups, strict=True))
+    last = end - pool.ticks - 1  # the tail step each group finishes in
+    n = int(last.max()) + 1
+    prompt = count * np.array(pool.prompts, dtype=np.int64)[kind]
+    decoded = count * np.array(pool.steps, dtype=np.int64)[kind]
+    gone = np.zeros((3, n), dtype=np.int64)  # requests, prompt tokens, decode steps leaving after each step
+    for row, values in enumerate((count, prompt, decoded)):
+        np.add.at(gone[row], last, values)
+    before = np.zeros((3, n), dtype=np.int64)
+    np.cumsum(gone[:, :-1], axis=1, out=before[:, 1:])
+    d = pool.ready - before[0]
+    prompts = pool.prompt_sum - before[1]
+    steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d[:-1]))) - before[2]
+    if fixed is None:
+        mean = prompts / d + qlen - 1 + (d + pool.rate * steps_done) / d
+        ctx = (np.ceil(mean / round_to - 1e-9) * round_to).astype(np.int64)
+    else:
+        ctx = np.full(n, fixed, dtype=np.int64)
+    change = np.flatnonzero((d[1:] != d[:-1]) | (ctx[1:] != ctx[:-1])) + 1
+    starts = np.concatenate(([0], change))
+    ids = []
+    for dj, cj in zip(d[starts].tolist(), ctx[starts].tolist(), strict=True):
+        signature = ((), dj, cj)
+        shape_id = shape_ids.get(signature)
+        if shape_id is None:
+            shape_id = shape_ids[signature] = len(shapes)
+            shapes.append(_shape({}, dj, qlen, cj))
+        ids.append(shape_id)
+    step_shape.extend(np.repeat(ids, np.diff(np.append(starts, n))).tolist())
+    step_decode.extend(d.tolist())
+    order = np.argsort(last, kind="stable")
+    finished.extend(zip(count[order].tolist(), event[order].tolist(), first[order].tolist(),
+                        (step + last[order]).tolist(), kind[order].tolist(), strict=True))
+    groups.clear()
+    kv = prompts + d + pool.rate * (steps_done + d)
+    return float(kv.max())
 
 
 def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:

@@ -337,18 +337,66 @@ class _Counting(DecodeFirstWithSlack):
 
 @pytest.mark.parametrize("ctx", ["mean", "mid"])
 def test_a_pure_decode_stretch_is_taken_at_once_not_step_by_step(ctx):
-    """4 requests decode 999 steps after one prefill: the loop plays one step per event (the decode
-    key's rounded context moves every 128 tokens; "mid" never moves), not one per step; and the plan
-    is the one the per-request reference plays step by step."""
-    w = Workload(100, 1000, 512, 4)
+    """A closed loop of 4 slots, 8 prompts: each cohort decodes 999 steps after one prefill. While
+    replacements are still to come, the loop plays one step per event (the decode key's rounded
+    context moves every 128 tokens; "mid" never moves), not one per step; the second cohort is the
+    tail. The plan is the one the per-request reference plays step by step."""
+    w = Workload(100, 1000, 512, 4, arrival="closed", num_prompts=8)
     _Counting.played = 0
     p = plan(w, _Counting(), decode_context=ctx)
-    assert p.num_steps == 1 + 999
+    assert p.num_steps == 2 * (1 + 999)
     # mean: 1 prefill, one stretch per rounded context (101..1100 rounded up to 128: 9 values), the
-    # finishing step, and one spare; mid: the context never moves, so prefill, one stretch, finish
-    assert _Counting.played <= (12 if ctx == "mean" else 3), _Counting.played
+    # finishing step, one spare; then the second prefill and its tail; mid: prefill, one stretch,
+    # finish, prefill, tail
+    assert _Counting.played <= (14 if ctx == "mean" else 5), _Counting.played
     _, _, _, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
+
+
+@pytest.mark.parametrize("ctx", ["mean", "mid"])
+@pytest.mark.parametrize("mtp", [0, 1])
+def test_the_decode_tail_is_played_at_once(ctx, mtp):
+    """12 requests prefill one a step (B 100: one 64-token prompt beside the decodes), so they finish
+    one a step 300 steps later: once nothing waits, the loop plays the rest (every step a new decode
+    count) in one go, and it equals the per-request reference step for step, finish for finish."""
+    w = Workload(64, 300, 100, 12, mtp_tokens=mtp, mtp_acceptance_rates=(0.5,) * mtp)
+    _Counting.played = 0
+    p = plan(w, _Counting(), decode_context=ctx)
+    assert _Counting.played == 12 + 1  # the 12 prefill steps (decodes beside them) and the tail's first
+    reqs, makespan, peak, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    assert len({p.shapes[i] for i in p.step_shape[12:]}) >= 12  # the decode count falls in the tail
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    assert p.finish_step.tolist() == sorted(p.finish_step.tolist())  # records in the order requests finish
+
+
+@pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(max_num_seqs=4)])
+def test_a_closed_loop_repeats_its_period_instead_of_playing_it(policy):
+    """1,000 prompts through 5 slots: once the loop's state repeats, its period is copied to the last
+    whole period the prompts allow; the plan still equals the per-request reference step for step,
+    and the loop plays a small part of its steps."""
+    class Counting(type(policy)):
+        played = 0
+
+        def plan_step(self, view):
+            type(self).played += 1
+            return super().plan_step(view)
+
+    counting = Counting(**({"max_num_seqs": 4} if isinstance(policy, TokenBudget) else {}))
+    w = Workload(37, 23, 16, 5, arrival="closed", num_prompts=1000)
+    p = plan(w, counting)
+    assert Counting.played < p.num_steps / 10, (Counting.played, p.num_steps)
+    reqs, _, peak, step_keys, step_ends = reference(w, policy, affine)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    assert p.counts.sum() == 1000 and p.event_steady.sum() < len(p.event_steady)
+    m = simulate(w, affine, policy)
+    for name, value in expected_metrics(w, reqs, step_keys, step_ends, "both").items():
+        assert m.as_dict()[name] == pytest.approx(value), name
 
 
 @pytest.mark.parametrize("kwargs, message", [
