@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True, order=True)
-class ForwardKey:
+class ForwardKey(NamedTuple):
     """One batch entry of a forward step: `concurrency` requests, each adding `query_len`
-    new tokens to a context that holds `seq_len` tokens after the step."""
+    new tokens to a context that holds `seq_len` tokens after the step. A tuple: it hashes, orders
+    and compares as its fields (prefill entries before decode), at C speed; the planner makes one
+    per step."""
 
     is_decode: bool
     concurrency: int

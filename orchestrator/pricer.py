@@ -13,9 +13,11 @@ MINE, PENDING = "mine", "pending"
 
 
 def plain(key) -> tuple:
-    if isinstance(key, tuple):  # a fused step shape
-        return tuple(plain(k) for k in key)
-    return (key.is_decode, key.concurrency, key.query_len, key.seq_len)
+    """A key as builtin tuples, for the shared cache (a ForwardKey is a tuple of its fields; a fused
+    step shape a tuple of them): equal and hashing alike, without our class on the wire."""
+    if key and isinstance(key[0], tuple):
+        return tuple(tuple(k) for k in key)
+    return tuple(key)
 
 
 #: what asking the shared cache costs per key (9.6 ms for 1,000 keys measured here, one caller):
@@ -47,7 +49,7 @@ class CachedPricer:
     def prefetch(self, requests) -> None:
         """Make every key of `requests` [(latency model, keys, fused)] local: cheap backends price
         their misses in one call per model; expensive ones go through the shared cache."""
-        wanted: dict[tuple, tuple] = {}  # (fp, plain key) -> (lm, key, fused)
+        wanted: dict[tuple, tuple] = {}  # (fp, key) -> (lm, key, fused)
         for lm, keys, fused in requests:
             fp = lm.fingerprint
             if self._whole(fp, keys) is not None:
@@ -55,7 +57,7 @@ class CachedPricer:
                 self.local_hits += len(keys)
                 continue
             for k in keys:
-                pair = (fp, plain(k))
+                pair = (fp, k)
                 self.lookups += 1
                 if pair in self.local or pair in wanted:
                     self.local_hits += 1
@@ -70,7 +72,7 @@ class CachedPricer:
 
     def _through_cache(self, pairs, wanted) -> list:
         """One claim round: take what is known, price what we claimed, return what others are pricing."""
-        answers = self.cache.claim_many(pairs, self.owner)
+        answers = self.cache.claim_many([(fp, plain(k)) for fp, k in pairs], self.owner)
         self.round_trips += 1
         mine, pending = [], []
         for pair, v in zip(pairs, answers, strict=True):
@@ -99,7 +101,7 @@ class CachedPricer:
             self.local.update(zip(group, values, strict=True))
             self.priced += len(group)
             if share:
-                self.cache.put_many(group, values)
+                self.cache.put_many([(fp, plain(k)) for fp, k in group], values)
                 self.round_trips += 1
 
     def lookup(self, lm, keys) -> list[float]:
@@ -107,7 +109,8 @@ class CachedPricer:
         fp = lm.fingerprint
         prices = self._whole(fp, keys)
         if prices is None:
-            prices = [self.local[(fp, plain(k))] for k in keys]
+            local = self.local
+            prices = [local[(fp, k)] for k in keys]
             if len(self.lists) >= PRICE_LISTS:
                 self.lists.clear()
             self.lists[(fp, id(keys))] = (keys, prices)  # holding `keys` keeps its id from being reused

@@ -90,7 +90,7 @@ devices = st.sampled_from(["H200_SXM", "TEST_DEVICE", "ATLAS_800_A2_376T_64G", "
 def test_latency_never_falls_when_a_key_grows(model, device, dec, c, q, s, field, grow):
     lm = build_latency_model(model[0], device, tp=model[1])
     base = ForwardKey(dec, c, q, q + s)
-    bigger = {**base.__dict__}
+    bigger = base._asdict()
     bigger[field] += grow
     if field == "query_len":
         bigger["seq_len"] += grow
@@ -121,7 +121,7 @@ def test_calibration_leaves_fields_the_table_cannot_see():
 
     truth = build_latency_model("Qwen/Qwen3-8B", "H200_SXM")  # tp=1: no communication in any row
     keys = [ForwardKey(False, 1, n, n) for n in (512, 4096)] + [ForwardKey(True, b, 1, 2048) for b in (1, 64)]
-    table = pd.DataFrame([{**k.__dict__, "latency_ms": v} for k, v in zip(keys, truth.latency_ms(keys), strict=True)])
+    table = pd.DataFrame([{**k._asdict(), "latency_ms": v} for k, v in zip(keys, truth.latency_ms(keys), strict=True)])
     cal = calibrate(truth, table)
     assert "eff_communication" not in cal.params
     assert cal.model.device.eff_communication == truth.device.eff_communication

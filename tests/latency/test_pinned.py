@@ -108,7 +108,7 @@ def test_calibration_recovers_efficiencies_from_a_hand_made_table(lm):
     truth = {"eff_gemm": 0.55, "eff_attention": 0.45, "eff_memory": 0.75}
     keys = [ForwardKey(False, b, n, n) for b in (1, 4) for n in (512, 2048, 8192)] + \
            [ForwardKey(True, b, 1, c) for b in (1, 16, 64, 256) for c in (1024, 8192)]
-    table = pd.DataFrame([{**k.__dict__, "latency_ms": hand_step_ms(k, *truth.values())} for k in keys])
+    table = pd.DataFrame([{**k._asdict(), "latency_ms": hand_step_ms(k, *truth.values())} for k in keys])
     assert lm.latency_ms([keys[0]])[0] == pytest.approx(hand_step_ms(keys[0], 0.7, 0.7, 0.6), rel=1e-9)
     cal = calibrate(lm, table, fields=tuple(truth))
     assert cal.median_error_before > 0.1 and cal.median_error_after < 1e-6
@@ -126,7 +126,7 @@ def test_calibration_keeps_the_engine_and_names_what_it_cannot_fit(lm):
     from latency import build_latency_model, calibrate
 
     keys = [ForwardKey(True, b, 1, 2048) for b in (1, 8, 64)] + [ForwardKey(False, 1, 1024, 1024)]
-    table = pd.DataFrame([{**k.__dict__, "latency_ms": 2 * lm.latency_ms([k])[0]} for k in keys])
+    table = pd.DataFrame([{**k._asdict(), "latency_ms": 2 * lm.latency_ms([k])[0]} for k in keys])
     vllm = build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "TEST_DEVICE", quantization="bf16", engine="vllm")
     cal = calibrate(vllm, table, fields=("eff_memory", "kernel_overhead_us"))
     assert cal.model.engine.name == "vllm" and set(cal.params) == {"eff_memory", "kernel_overhead_us"}
