@@ -330,6 +330,7 @@ def plan(
     peak = 0.0
     left = arrivals.total
     clock = 0.0
+    view = QueueView(queue, 0, kinds.effective, B, qlen)  # the live FIFO; ready_decode set every step
     cycle = _Cycle() if closed and len(kinds.input) == 1 else None
     resent = False  # the last step sent replacements: a state the closed loop may repeat
     while left:
@@ -346,7 +347,8 @@ def plan(
                 clock = max(clock, arrivals.next_time())
             for t in arrivals.due(clock):
                 send(1, step - 1, t)
-        sp = scheduler.plan_step(QueueView(queue, pool.ready, kinds.effective, B, qlen))
+        view.ready_decode = pool.ready
+        sp = scheduler.plan_step(view)
         d = sp.decode
         if not sp.takes and d == 0:
             raise RuntimeError(
@@ -487,7 +489,7 @@ def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, rou
         shape_id = shape_ids.get(signature)
         if shape_id is None:
             shape_id = shape_ids[signature] = len(shapes)
-            shapes.append(_shape({}, dj, qlen, cj))
+            shapes.append((ForwardKey(True, dj, qlen, cj),))
         ids.append(shape_id)
     step_shape.extend(np.repeat(ids, np.diff(np.append(starts, n))).tolist())
     step_decode.extend(d.tolist())
@@ -548,10 +550,11 @@ def _decode_key_context(pool: _DecodePool, d: int, qlen: int, fixed: int | None,
 
 
 def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> StepShape:
-    keys = [ForwardKey(False, n, tok, seq) for (tok, seq), n in entries.items()]
+    """The step's keys in order: prefill entries (sorted), then the decode entry."""
+    keys = sorted(ForwardKey(False, n, tok, seq) for (tok, seq), n in entries.items())
     if d:
         keys.append(ForwardKey(True, d, qlen, ctx))
-    return tuple(sorted(keys))
+    return tuple(keys)
 
 
 def _apply_takes(queue: deque, takes, scheduler, kinds, entries):
