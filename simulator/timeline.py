@@ -333,6 +333,7 @@ def plan(
     view = QueueView(queue, 0, kinds.effective, B, qlen)  # the live FIFO; ready_decode set every step
     cycle = _Cycle() if closed and len(kinds.input) == 1 else None
     resent = False  # the last step sent replacements: a state the closed loop may repeat
+    ahead = None  # the policy's answer for this step, if a ramp asked it already
     while left:
         step = len(step_shape)
         if resent:
@@ -348,7 +349,8 @@ def plan(
             for t in arrivals.due(clock):
                 send(1, step - 1, t)
         view.ready_decode = pool.ready
-        sp = scheduler.plan_step(view)
+        sp = ahead or scheduler.plan_step(view)
+        ahead = None
         d = sp.decode
         if not sp.takes and d == 0:
             raise RuntimeError(
@@ -364,6 +366,12 @@ def plan(
                                      step_decode, finished)
             peak = max(peak, kv_prefill + tail_peak)
             break
+        if not timed and _ramps(sp, queue, pool, kinds):
+            fixed = mid_context if decode_context == "mid" else None
+            ramp_peak, ahead = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round, shape_ids,
+                              shapes, step_shape, step_decode)
+            peak = max(peak, kv_prefill + ramp_peak)
+            continue
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
             firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, kinds, entries)
@@ -499,6 +507,76 @@ def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, rou
     groups.clear()
     kv = prompts + d + pool.rate * (steps_done + d)
     return float(kv.max())
+
+
+def _ramps(sp, queue: deque, pool: _DecodePool, kinds) -> bool:
+    """A ramp step: every ready request decodes, and fresh requests of the front FIFO group (not all
+    of them) prefill their whole prompt in one chunk and start decoding; nobody finishes."""
+    if len(sp.takes) != 1 or sp.decode != pool.ready:
+        return False
+    (pos, n, tok), (count, done, _, kind) = sp.takes[0], queue[0]
+    return (pos == 0 and done == 0 and n < count and tok == kinds.effective[kind] and pool.steps[kind] > 0
+            and pool.next_end > pool.ticks + (1 if sp.decode else 0))
+
+
+def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int, qlen: int, fixed: int | None,
+          round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list) -> tuple:
+    """Play ramp steps (see `_ramps`) from `step` on, the first with the policy's answer `sp`: the
+    policy is asked for each step with the front group shrunk and the ready count grown by the last
+    step's prefills, and nothing else of the loop runs; the decode keys' contexts and the KV held are
+    computed at once, as the loop would. Stops before a step that is not a ramp step or that
+    finishes a request. Returns the most KV held by a step (besides the partly prefilled FIFO's), and
+    the policy's answer for the step after the ramp if it was asked."""
+    count, _, event, kind = queue[0]
+    tok, steps = kinds.effective[kind], pool.steps[kind]
+    prompt = kinds.input[kind]
+    ready, ticks = pool.ready, 0   # ticks: decode steps played in the ramp
+    takes, decodes = [], []
+    end = pool.next_end - pool.ticks  # ticks until the first decode group finishes
+    while True:
+        n = sp.takes[0][1]
+        takes.append(n)
+        decodes.append(ready)
+        if ready:
+            ticks += 1
+        end = min(end, ticks + steps)  # the group joining now finishes `steps` ticks on
+        count -= n
+        ready += n
+        queue[0] = (count, 0, event, kind)
+        view.ready_decode = ready
+        if end <= ticks + 1:  # the next step finishes somebody
+            sp = None
+            break
+        sp = scheduler.plan_step(view)
+        if not (len(sp.takes) == 1 and sp.decode == ready and sp.takes[0][0] == 0 and sp.takes[0][2] == tok
+                and sp.takes[0][1] < count):
+            break
+    p, d = np.array(takes, dtype=np.int64), np.array(decodes, dtype=np.int64)
+    joined = np.concatenate(([0], np.cumsum(p)[:-1]))
+    prompts = pool.prompt_sum + prompt * joined
+    steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d)[:-1]))
+    live = d > 0
+    safe = np.where(live, d, 1)
+    if fixed is None:
+        mean = prompts / safe + qlen - 1 + (safe + pool.rate * steps_done) / safe
+        ctx = np.where(live, (np.ceil(mean / round_to - 1e-9) * round_to), 0).astype(np.int64)
+    else:
+        ctx = np.where(live, fixed, 0)
+    kv = prompts + d + pool.rate * (steps_done + d) + p * (prompt + 1)
+    for j, (nj, dj, cj) in enumerate(zip(takes, decodes, ctx.tolist(), strict=True)):
+        signature = ((((tok, tok), nj),), dj, cj)
+        shape_id = shape_ids.get(signature)
+        if shape_id is None:
+            shape_id = shape_ids[signature] = len(shapes)
+            prefill = ForwardKey(False, nj, tok, tok)
+            shapes.append((prefill, ForwardKey(True, dj, qlen, cj)) if dj else (prefill,))
+        step_shape.append(shape_id)
+        if dj:
+            pool.ticks += 1
+        pool.join(nj, step + j, event, kind)
+    step_decode.extend(decodes)
+    pool.steps_sum += int(d.sum())
+    return float(kv.max()), sp
 
 
 def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:
