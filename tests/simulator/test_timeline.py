@@ -372,6 +372,31 @@ def test_the_decode_tail_is_played_at_once(ctx, mtp):
     assert p.finish_step.tolist() == sorted(p.finish_step.tolist())  # records in the order requests finish
 
 
+@pytest.mark.parametrize("w", [
+    Workload(100, 300, 300, 40),                       # 3, then 2, then 1 prompt a step as decodes grow
+    Workload(100, 5, 300, 40),                         # the first requests finish inside the ramp
+    Workload(100, 40, 120, 30, mtp_tokens=1, mtp_acceptance_rates=(0.5,)),  # decodes outgrow the budget
+    Workload(200, 60, 512, 25, prefix_cache_hit_rate=0.5),  # cached prefixes held from the first chunk
+    Workload(100, 30, 300, 6, arrival="closed", num_prompts=50),  # replacements ramp up between finishes
+    Workload(90, 20, 250, 16, arrival="closed", num_prompts=40, measure="all"),
+], ids=["fit-falls", "finish-inside", "decode-cap", "cached", "closed", "closed-all"])
+@pytest.mark.parametrize("ctx", ["mean", "mid"])
+def test_ramps_equal_the_reference_step_for_step(w, ctx):
+    """Ramps (fresh prompts of the front group prefilled whole while every ready request decodes) are
+    played in bulk; where they end (the policy takes other prompts, a request finishes, the decodes
+    outgrow the budget) the plan still equals the per-request reference, step for step."""
+    policy = DecodeFirstWithSlack()
+    _Counting.played = 0
+    p = plan(w, _Counting(), decode_context=ctx)
+    reqs, _, peak, step_keys, _ = reference(w, policy, affine, ctx)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    prefill_steps = sum(1 for keys in step_keys if any(not k.is_decode for k in keys))
+    assert _Counting.played <= prefill_steps + 2 * len(set(p.finish_step.tolist())) + 2  # asked once a step at most
+
+
 @pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(max_num_seqs=4)])
 def test_a_closed_loop_repeats_its_period_instead_of_playing_it(policy):
     """1,000 prompts through 5 slots: once the loop's state repeats, its period is copied to the last
