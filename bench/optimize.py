@@ -25,6 +25,12 @@ CASES = {
     "auto B, all tp, 8 x H200": [
         "Qwen/Qwen3-32B", "--device", "H200_SXM", "--num-devices", "8", "--input-length", "4096",
         "--output-length", "512", "--ttft-limits", "2000", "--tpot-limits", "50"],
+    "every tp and budget, 8 x H200 (burst)": [
+        "Qwen/Qwen3-32B", "--device", "H200_SXM", "--num-devices", "8", "--input-length", "4000",
+        "--output-length", "500", "--ttft-limits", "1000", "--tpot-limits", "50"],
+    "the same, closed loop": [
+        "Qwen/Qwen3-32B", "--device", "H200_SXM", "--num-devices", "8", "--input-length", "4000",
+        "--output-length", "500", "--ttft-limits", "1000", "--tpot-limits", "50", "--arrival", "closed"],
     "closed loop, token-budget, 2 x H100": [
         "Qwen/Qwen3-32B", "--device", "H100_SXM", "--num-devices", "2", "--tp-sizes", "2", "--input-length", "1024",
         "--output-length", "512", "--ttft-limits", "1000", "--tpot-limits", "50", "--scheduler", "token-budget",
