@@ -368,9 +368,9 @@ def plan(
             break
         if not timed and _ramps(sp, queue, pool, kinds):
             fixed = mid_context if decode_context == "mid" else None
-            ramp_peak, ahead = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round, shape_ids,
-                              shapes, step_shape, step_decode)
-            peak = max(peak, kv_prefill + ramp_peak)
+            # the KV peak: the step after a ramp step holds all it held and more
+            ahead = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round, shape_ids,
+                          shapes, step_shape, step_decode)
             continue
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
@@ -515,18 +515,17 @@ def _ramps(sp, queue: deque, pool: _DecodePool, kinds) -> bool:
     if len(sp.takes) != 1 or sp.decode != pool.ready:
         return False
     (pos, n, tok), (count, done, _, kind) = sp.takes[0], queue[0]
-    return (pos == 0 and done == 0 and n < count and tok == kinds.effective[kind] and pool.steps[kind] > 0
+    return (pos == 0 and done == 0 and 0 < n < count and tok == kinds.effective[kind] and pool.steps[kind] > 0
             and pool.next_end > pool.ticks + (1 if sp.decode else 0))
 
 
 def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int, qlen: int, fixed: int | None,
-          round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list) -> tuple:
+          round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list):
     """Play ramp steps (see `_ramps`) from `step` on, the first with the policy's answer `sp`: the
     policy is asked for each step with the front group shrunk and the ready count grown by the last
     step's prefills, and nothing else of the loop runs; the decode keys' contexts and the KV held are
     computed at once, as the loop would. Stops before a step that is not a ramp step or that
-    finishes a request. Returns the most KV held by a step (besides the partly prefilled FIFO's), and
-    the policy's answer for the step after the ramp if it was asked."""
+    finishes a request. Returns the policy's answer for the step after the ramp if it was asked."""
     count, _, event, kind = queue[0]
     tok, steps = kinds.effective[kind], pool.steps[kind]
     prompt = kinds.input[kind]
@@ -549,7 +548,7 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
             break
         sp = scheduler.plan_step(view)
         if not (len(sp.takes) == 1 and sp.decode == ready and sp.takes[0][0] == 0 and sp.takes[0][2] == tok
-                and sp.takes[0][1] < count):
+                and 0 < sp.takes[0][1] < count):
             break
     p, d = np.array(takes, dtype=np.int64), np.array(decodes, dtype=np.int64)
     joined = np.concatenate(([0], np.cumsum(p)[:-1]))
@@ -562,7 +561,6 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         ctx = np.where(live, (np.ceil(mean / round_to - 1e-9) * round_to), 0).astype(np.int64)
     else:
         ctx = np.where(live, fixed, 0)
-    kv = prompts + d + pool.rate * (steps_done + d) + p * (prompt + 1)
     for j, (nj, dj, cj) in enumerate(zip(takes, decodes, ctx.tolist(), strict=True)):
         signature = ((((tok, tok), nj),), dj, cj)
         shape_id = shape_ids.get(signature)
@@ -576,7 +574,7 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         pool.join(nj, step + j, event, kind)
     step_decode.extend(decodes)
     pool.steps_sum += int(d.sum())
-    return float(kv.max()), sp
+    return sp
 
 
 def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:

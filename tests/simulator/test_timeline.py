@@ -537,6 +537,28 @@ def test_a_policy_s_impossible_take_is_named(take, message):
     assert str(err.value) == f"scheduler 'decode-first' {message}"
 
 
+class _Script(TokenBudget):
+    """Answers with the given takes step after step (nobody decodes)."""
+
+    def __init__(self, *takes):
+        object.__setattr__(self, "takes", list(takes))
+
+    def plan_step(self, view):
+        return StepPlan((self.takes.pop(0),), view.ready_decode)
+
+
+@pytest.mark.parametrize("takes, message", [
+    # a ramp: whole prompts of the fresh front group, then no request at all
+    ([(0, 1, 10), (0, 1, 10), (0, 0, 10)], "made an invalid take (0, 0, 10)"),
+    # 2 of 3 requests prefill 4 tokens and keep the FIFO front; a whole prompt more is too much
+    ([(0, 2, 4), (0, 1, 10)], "over-advanced group (2, 4)"),
+])
+def test_an_impossible_take_is_named_where_a_ramp_would_start_or_go_on(takes, message):
+    with pytest.raises(RuntimeError) as err:
+        plan(Workload(10, 30, 16, 3), _Script(*takes))
+    assert str(err.value) == f"scheduler 'token-budget' {message}"
+
+
 @pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget()])
 def test_an_arrival_at_a_step_boundary_inside_a_decode_stretch_joins_that_step(policy, tmp_path):
     """1 ms steps; r1 (10 in, 30 out) at 0 decodes alone from 1 ms; r2 arrives at exactly 5 ms, the end of
