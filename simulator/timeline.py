@@ -28,7 +28,7 @@ STEADY_MARGIN = 0.1
 DECODE_CONTEXTS = ("mean", "mid")
 #: the tail is computed at once from this many decode groups on; fewer finish in fewer steps than
 #: its numpy calls cost
-TAIL_GROUPS = 16
+TAIL_GROUPS = 8
 
 
 @dataclass(frozen=True)
