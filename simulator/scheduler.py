@@ -92,6 +92,14 @@ class Scheduler(ABC):
         """A step's time from its prefill and decode passes' (numbers, or arrays of them)."""
         return prefill_latency + decode_latency
 
+    def ramp_steps(self, ready: int, takes: int, chunk: int, budget: int, decode_query_len: int) -> int:
+        """On a ramp this policy's answer decodes all `ready` requests and prefills whole `chunk`-token
+        prompts of `takes` fresh requests of the front FIFO group, which then decode too. How many
+        steps in a row, this one included, it answers alike (the same takes, every ready request
+        decoding) as `ready` grows by `takes` a step and the front group, larger than `takes`,
+        shrinks by as many. 1 unless a policy knows: the planner then asks it every step."""
+        return 1
+
 
 class CountScheduler(Scheduler):
     """The RFC's interface: decide (p_step, d_step) from counts. The p_step requests come from the
@@ -160,6 +168,16 @@ class DecodeFirstWithSlack(CountScheduler):
 
     def prefill_cap(self, ready_decode: int, chunk: int, max_batched_tokens: int, decode_query_len: int) -> float:
         return max(0, self._step(ready_decode, chunk, max_batched_tokens, decode_query_len)[1])
+
+    def ramp_steps(self, ready: int, takes: int, chunk: int, budget: int, decode_query_len: int) -> int:
+        """`_step` read backwards: with more requests waiting than `takes` = the chunks that fit, the
+        answer holds while every ready request fits the budget and `takes` chunks still fit beside
+        them (the fit only falls as the decodes grow). A subclass deciding otherwise is asked every step."""
+        if type(self).decide is not DecodeFirstWithSlack.decide or type(self)._step is not DecodeFirstWithSlack._step:
+            return 1
+        room = math.floor(budget * self.slack_ratio) - takes * chunk - ready * decode_query_len
+        fit = budget // decode_query_len - ready
+        return 1 + max(0, min(room // (takes * decode_query_len), fit // takes))
 
     def _step(self, ready: int, chunk: int, budget: int, qlen: int) -> tuple[int, int]:
         """(decodes, chunks that fit beside them): every ready request decodes up to the budget, then

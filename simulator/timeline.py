@@ -525,8 +525,9 @@ def _ramps(sp, queue: deque, pool: _DecodePool, kinds) -> bool:
 def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int, qlen: int, fixed: int | None,
           round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list):
     """Play ramp steps (see `_ramps`) from `step` on, the first with the policy's answer `sp`: the
-    policy is asked for each step with the front group shrunk and the ready count grown by the last
-    step's prefills, and nothing else of the loop runs; the decode keys' contexts and the KV held are
+    policy is asked for a step (with the front group shrunk and the ready count grown by the steps
+    before) unless it said its last answer holds (`Scheduler.ramp_steps`), and nothing else of the
+    loop runs; the decode keys' contexts and the KV held are
     computed at once, as the loop would. Stops before a step that is not a ramp step or that
     finishes a request. Returns the policy's answer for the step after the ramp if it was asked."""
     count, _, event, kind = queue[0]
@@ -535,8 +536,9 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
     ready, ticks = pool.ready, 0   # ticks: decode steps played in the ramp
     takes, decodes = [], []
     end = pool.next_end - pool.ticks  # ticks until the first decode group finishes
+    n = sp.takes[0][1]
+    holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen)  # steps this answer holds
     while True:
-        n = sp.takes[0][1]
         takes.append(n)
         decodes.append(ready)
         if ready:
@@ -544,15 +546,22 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         end = min(end, ticks + steps)  # the group joining now finishes `steps` ticks on
         count -= n
         ready += n
-        queue[0] = (count, 0, event, kind)
-        view.ready_decode = ready
+        holds -= 1
         if end <= ticks + 1:  # the next step finishes somebody
             sp = None
             break
+        if holds > 0 and n < count:
+            continue  # the policy answers the next step alike
+        queue[0] = (count, 0, event, kind)
+        view.ready_decode = ready
         sp = scheduler.plan_step(view)
         if not (len(sp.takes) == 1 and sp.decode == ready and sp.takes[0][0] == 0 and sp.takes[0][2] == tok
                 and 0 < sp.takes[0][1] < count):
             break
+        n = sp.takes[0][1]
+        holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen)
+    queue[0] = (count, 0, event, kind)
+    view.ready_decode = ready
     p, d = np.array(takes, dtype=np.int64), np.array(decodes, dtype=np.int64)
     joined = np.concatenate(([0], np.cumsum(p)[:-1]))
     prompts = pool.prompt_sum + prompt * joined

@@ -361,7 +361,9 @@ def test_the_decode_tail_is_played_at_once(ctx, mtp):
     w = Workload(64, 300, 100, 12, mtp_tokens=mtp, mtp_acceptance_rates=(0.5,) * mtp)
     _Counting.played = 0
     p = plan(w, _Counting(), decode_context=ctx)
-    assert _Counting.played == 12 + 1  # the 12 prefill steps (decodes beside them) and the tail's first
+    # the 12 prefill steps are a ramp whose first answer (a 64-token prompt beside up to 51 decodes)
+    # holds until the front group has one request left; that step is asked, then the tail's first
+    assert _Counting.played == 3
     reqs, makespan, peak, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
     assert len({p.shapes[i] for i in p.step_shape[12:]}) >= 12  # the decode count falls in the tail
@@ -394,6 +396,33 @@ def test_ramps_equal_the_reference_step_for_step(w, ctx):
     assert p.peak_kv_tokens == pytest.approx(peak)
     prefill_steps = sum(1 for keys in step_keys if any(not k.is_decode for k in keys))
     assert _Counting.played <= prefill_steps + 2 * len(set(p.finish_step.tolist())) + 2  # asked once a step at most
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(ready=st.integers(0, 300), prompt=st.integers(1, 400), budget=st.integers(1, 2000), qlen=st.integers(1, 3),
+       slack=st.sampled_from([1.0, 1.15, 1.5]))
+def test_decode_first_says_exactly_how_long_its_ramp_answer_holds(ready, prompt, budget, qlen, slack):
+    """`ramp_steps` (the planner skips asking for that many steps) equals what asking step by step
+    finds: the same takes, every ready request decoding, as the ready count grows by the takes."""
+    from collections import deque
+
+    from simulator.scheduler import QueueView
+
+    policy, count = DecodeFirstWithSlack(slack), 10**6
+    view = QueueView(deque([(count, 0, 0, 0)]), ready, (prompt,), budget, qlen)
+    sp = policy.plan_step(view)
+    if not (prompt <= budget and len(sp.takes) == 1 and sp.decode == ready):
+        return  # not a ramp step
+    n = sp.takes[0][1]
+    holds = policy.ramp_steps(ready, n, prompt, budget, qlen)
+    alike = 1
+    while alike <= holds:  # one step past the claim, to see the answer change there
+        ready, count = ready + n, count - n
+        view.ready_decode, view.prefill[0] = ready, (count, 0, 0, 0)
+        if policy.plan_step(view) != StepPlan(((0, n, prompt),), ready):
+            break
+        alike += 1
+    assert alike == holds
 
 
 @pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(max_num_seqs=4)])
