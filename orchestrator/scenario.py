@@ -234,9 +234,10 @@ class _ScenarioMethods:
         model, device or limits): scenarios of one family share plans, so a sweep runs them together."""
         return repr(tuple(getattr(self, f.name) for f in FIELDS if f.group in PLAN_GROUPS))
 
-    @property
+    @cached_property
     def usd_per_device_hour(self) -> float:
-        """The device's price per hour: --device-price, else the device file's; 0 when unknown."""
+        """The device's price per hour: --device-price, else the device file's; 0 when unknown (read
+        once per scenario: every point's row prices it)."""
         return self.device_price or load_device(self.device).usd_per_hour
 
     def limit_pairs(self) -> list[tuple[float | None, float | None]]:
