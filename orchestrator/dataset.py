@@ -97,8 +97,7 @@ class Dataset:
             return
         columns = list(dict.fromkeys(c for r in rows for c in r))
         columns = [c for c in columns if c not in PARTITIONS]
-        full = [{c: r.get(c) for c in columns} for r in rows]
-        write_parquet(full, self.path(table, item), schema=_schema(columns), filesystem=self.fs)
+        write_parquet(rows, self.path(table, item), schema=_schema(columns), filesystem=self.fs)
 
     def write_manifest(self, info: dict) -> None:
         path = f"{self.base}/manifest.json"
