@@ -65,8 +65,8 @@ class CachedPricer:
                     wanted[pair] = (lm, k, fused)
         if not wanted:
             return
-        shared = [p for p, (lm, _, _) in wanted.items() if self.cache is not None and _shared(lm)]
-        self._price([p for p in wanted if self.cache is None or not _shared(wanted[p][0])], wanted)
+        shared = [p for p, (lm, _, _) in wanted.items() if self.cache is not None and shared_backend(lm)]
+        self._price([p for p in wanted if self.cache is None or not shared_backend(wanted[p][0])], wanted)
         while shared:
             shared = self._through_cache(shared, wanted)
 
@@ -132,6 +132,6 @@ class CachedPricer:
         return stats
 
 
-def _shared(lm) -> bool:
+def shared_backend(lm) -> bool:
     """Whether pricing a key of `lm` costs more than asking the shared cache for it."""
     return getattr(lm, "cost_per_key_ms", math.inf) > SHARED_KEY_MS

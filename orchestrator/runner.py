@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from orchestrator.evaluate import evaluate_point, finish_point, plan_point, workload
 from orchestrator.jobs import Job, JobResult, SweepItem
 from orchestrator.optimize import job_search
-from orchestrator.pricer import CachedPricer
+from orchestrator.pricer import CachedPricer, shared_backend
 from orchestrator.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,10 @@ TARGET_TASK_MS = 800.0
 #: rough cost of one simulated step plus a fixed cost per point, for packing tasks
 MS_PER_STEP, MS_PER_POINT = 0.008, 0.3
 POISSON_IN_FLIGHT = 16
+#: keys a point prices itself with an expensive backend (a guess: what the caches miss). Without it a
+#: 5 ms-a-key backend packed a sweep's points into a few long tasks, and searches waited on them
+#: (96 scenarios, slow-roofline, Ray on 2 CPUs: 57 s, no faster than inline)
+PRICED_KEYS_PER_POINT = 10
 #: times the driver re-runs a task whose worker, node or result was lost (a failure in our code is not retried)
 TASK_RETRIES = 3
 #: tasks in flight per CPU, and points queued per CPU before more scenarios are admitted
@@ -36,12 +40,15 @@ OnDone = Callable[[SweepItem, list[JobResult]], None]
 
 def estimate_ms(s: Scenario, job: Job, n: int) -> float:
     """Rough work of one point: decode steps plus the steps its prompt tokens fill at B per step
-    (a Poisson point's requests in flight are unknown before it runs: POISSON_IN_FLIGHT is a guess)."""
+    (a Poisson point's requests in flight are unknown before it runs: POISSON_IN_FLIGHT is a guess),
+    plus, with a backend that costs more per key than asking the shared cache, the keys it prices."""
     w = workload(s, job.max_batched_tokens, n)
     rounds = w.prompts / (POISSON_IN_FLIGHT if w.arrival == "poisson" else w.concurrency)
     decode = w.decode_steps * rounds if job.role != "prefill" else 0
     steps = decode + w.prompts * w.effective_input_length / w.max_batched_tokens + 1
-    return MS_PER_POINT + MS_PER_STEP * steps
+    lm = s.latency_model(job.layout)
+    pricing = lm.cost_per_key_ms * PRICED_KEYS_PER_POINT if shared_backend(lm) else 0.0
+    return MS_PER_POINT + MS_PER_STEP * steps + pricing
 
 
 class _Active:

@@ -125,6 +125,23 @@ def test_cache_shards_claims_and_bound_on_real_ray(ray_session):
     assert shard_of(pairs[5], 3) == shard_of(("fp", (True, 5, 1, 128)), 3)  # the same in every process
 
 
+def test_a_task_estimates_the_pricing_of_an_expensive_backend():
+    """A point's estimated work: its steps at MS_PER_STEP (a burst of 7 prompts of 3,000 tokens at
+    B 1024: 39 decode steps, 7 x 3000 / 1024 prefill steps and one), plus, for a backend that costs
+    more per key than asking the shared cache (5 ms a key), PRICED_KEYS_PER_POINT keys; the roofline
+    adds nothing. So tasks of an expensive backend carry few points and searches do not wait on them."""
+    from orchestrator.jobs import Job
+    from orchestrator.runner import MS_PER_POINT, MS_PER_STEP, PRICED_KEYS_PER_POINT, estimate_ms
+    from orchestrator.scenario import Layout, Scenario
+
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 1, 3000, 40, (1024,))
+    job = Job("agg", Layout(1), 1024)
+    steps = 39 + 7 * 3000 / 1024 + 1
+    assert estimate_ms(s, job, 7) == pytest.approx(MS_PER_POINT + MS_PER_STEP * steps)
+    slow = s.with_(latency_backend="slow-roofline")
+    assert estimate_ms(slow, job, 7) == pytest.approx(MS_PER_POINT + MS_PER_STEP * steps + 5.0 * PRICED_KEYS_PER_POINT)
+
+
 def test_cache_actor_serves_a_fresh_worker(ray_session):
     from orchestrator.evaluate import evaluate_point
     from orchestrator.jobs import Job

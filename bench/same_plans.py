@@ -1,0 +1,104 @@
+"""Plans of this tree against another checkout's, workload for workload: speed work must not change a
+schedule. Random bursts and closed loops (mixes, phases, MTP, prefix hits, both policies, both
+decode-context rules); every step's shape, every finish record, the arrival events and the KV peak.
+
+    git worktree add /tmp/before <commit>
+    python bench/same_plans.py /tmp/before [--workloads 2000] [--seed 0]
+
+Prints how many plans were compared, how many differ (the first few named) and both trees' planning time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+HERE = str(Path(__file__).resolve().parent.parent)
+
+
+def load(root: str):
+    """The simulator package of the tree at `root` (imported afresh)."""
+    for name in [m for m in sys.modules if m.split(".")[0] in ("simulator", "latency")]:
+        del sys.modules[name]
+    sys.path.insert(0, root)
+    try:
+        import simulator.mix as mix
+        import simulator.scheduler as scheduler
+        import simulator.timeline as timeline
+        import simulator.workload as workload
+    finally:
+        sys.path.pop(0)
+    return timeline, workload, scheduler, mix
+
+
+def cases(n: int, seed: int):
+    rnd = random.Random(seed)
+    for i in range(n):
+        c = rnd.choice([1, 2, 5, 16, 64, 128])
+        arrival = rnd.choice(["burst", "closed"])
+        yield i, {
+            "input": rnd.choice([10, 37, 100, 300, 1000, 4000]), "output": rnd.choice([2, 5, 23, 100, 500]),
+            "budget": rnd.choice([16, 64, 256, 2048, 8192]), "concurrency": c, "arrival": arrival,
+            "prompts": rnd.choice([c + 1, 3 * c, 8 * c, 20 * c + 3]) if arrival == "closed" else 0,
+            "hit": rnd.choice([0.0, 0.5]), "mtp": rnd.choice([0, 1]), "measure": rnd.choice(["steady", "all"]),
+            "policy": rnd.choice(["decode-first", "token-budget", "token-budget-capped"]),
+            "context": rnd.choice(["mean", "mid"]), "phase": rnd.choice(["both", "both", "prefill", "decode"]),
+            "mix": rnd.choice([None, None, ("uniform:1:400", "uniform:2:90"),
+                               ("bins:10-30@1,300-500@2", "bins:2-5@1,50-80@1")]),
+        }
+
+
+def plan_of(tree, case: dict, seed: int):
+    timeline, workload, scheduler, mix = tree
+    capped = scheduler.TokenBudget(max_num_seqs=max(1, case["concurrency"] // 2))
+    policy = {"decode-first": scheduler.DecodeFirstWithSlack(), "token-budget": scheduler.TokenBudget(),
+              "token-budget-capped": capped}[case["policy"]]
+    lengths = case["mix"] and mix.RequestMix(mix.Lengths.parse(case["mix"][0]), mix.Lengths.parse(case["mix"][1]))
+    w = workload.Workload(case["input"], case["output"], case["budget"], case["concurrency"], case["hit"], case["mtp"],
+                          (0.6,) * case["mtp"], arrival=case["arrival"], num_prompts=case["prompts"],
+                          measure=case["measure"], mix=lengths or None, seed=seed)
+    return timeline.plan(w, policy, phase=case["phase"], decode_context=case["context"])
+
+
+def fingerprint(p) -> tuple:
+    shapes = [tuple((k.is_decode, k.concurrency, k.query_len, k.seq_len) for k in shape) for shape in p.shapes]
+    records = sorted(zip(p.counts.tolist(), p.arrival.tolist(), p.first_step.tolist(), p.finish_step.tolist(),
+                         p.kind.tolist(), strict=True))
+    return (shapes, p.step_shape.tolist(), records, p.peak_kv_tokens, p.event_step.tolist(),
+            p.event_steady.tolist(), p.step_decode.tolist())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("other", help="a checkout of another commit (git worktree add DIR COMMIT)")
+    ap.add_argument("--workloads", type=int, default=2000, help="random workloads to compare (default 2000)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    runs = list(cases(args.workloads, args.seed))
+    prints, seconds = {}, {}
+    for name, root in (("other", args.other), ("this", HERE)):
+        tree = load(root)
+        t0 = time.perf_counter()
+        prints[name] = []
+        for i, case in runs:
+            if case["phase"] == "decode" and case["output"] < 2 and not case["mix"]:
+                prints[name].append(None)  # a decode instance needs something to decode
+                continue
+            try:
+                prints[name].append(fingerprint(plan_of(tree, case, i)))
+            except ValueError as refused:  # refused alike by both trees, or it shows as a difference
+                prints[name].append(("refused", str(refused)))
+        seconds[name] = time.perf_counter() - t0
+    differ = [i for (i, case), a, b in zip(runs, prints["other"], prints["this"], strict=True) if a != b]
+    print(f"{len(runs)} workloads, {len(differ)} plans differ; planning {seconds['other']:.2f} s there, "
+          f"{seconds['this']:.2f} s here")
+    for i in differ[:5]:
+        print("  differs:", dict(runs)[i])
+    sys.exit(1 if differ else 0)
+
+
+if __name__ == "__main__":
+    main()
