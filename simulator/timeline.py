@@ -22,6 +22,8 @@ from simulator.workload import Workload
 #: The decode key's context is the decoding requests' mean context rounded up to this many tokens,
 #: so nearby steps share one key (and one cache entry).
 DECODE_CONTEXT_ROUND = 128
+#: float slack when rounding a mean context up: a mean a hair above a multiple stays on it
+CONTEXT_EPS = 1e-9
 PHASES = ("both", "prefill", "decode")
 #: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
 STEADY_MARGIN = 0.1
@@ -488,8 +490,7 @@ def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, rou
     prompts = pool.prompt_sum - before[1]
     steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d[:-1]))) - before[2]
     if fixed is None:
-        mean = prompts / d + qlen - 1 + (d + pool.rate * steps_done) / d
-        ctx = (np.ceil(mean / round_to - 1e-9) * round_to).astype(np.int64)
+        ctx = _round_context(_mean_context(prompts, d, d + pool.rate * steps_done, qlen), round_to)
     else:
         ctx = np.full(n, fixed, dtype=np.int64)
     change = np.flatnonzero((d[1:] != d[:-1]) | (ctx[1:] != ctx[:-1])) + 1
@@ -527,9 +528,9 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
     """Play ramp steps (see `_ramps`) from `step` on, the first with the policy's answer `sp`: the
     policy is asked for a step (with the front group shrunk and the ready count grown by the steps
     before) unless it said its last answer holds (`Scheduler.ramp_steps`), and nothing else of the
-    loop runs; the decode keys' contexts and the KV held are
-    computed at once, as the loop would. Stops before a step that is not a ramp step or that
-    finishes a request. Returns the policy's answer for the step after the ramp if it was asked."""
+    loop runs; the decode keys' contexts are computed at once, as the loop would. Stops before a
+    step that is not a ramp step or that finishes a request. Returns the policy's answer for the
+    step after the ramp if it was asked."""
     count, _, event, kind = queue[0]
     tok, steps = kinds.effective[kind], pool.steps[kind]
     prompt = kinds.input[kind]
@@ -569,8 +570,8 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
     live = d > 0
     safe = np.where(live, d, 1)
     if fixed is None:
-        mean = prompts / safe + qlen - 1 + (safe + pool.rate * steps_done) / safe
-        ctx = np.where(live, (np.ceil(mean / round_to - 1e-9) * round_to), 0).astype(np.int64)
+        mean = _mean_context(prompts, safe, safe + pool.rate * steps_done, qlen)
+        ctx = np.where(live, _round_context(mean, round_to), 0)
     else:
         ctx = np.where(live, fixed, 0)
     for j, (nj, dj, cj) in enumerate(zip(takes, decodes, ctx.tolist(), strict=True)):
@@ -594,18 +595,17 @@ def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, 
     finish nobody: up to the step before the first end, while the rounded mean context (computed
     exactly as `_decode_key_context` would, from the decode steps done) stays the same."""
     run = pool.next_end - pool.ticks - 1
-    prompt = pool.prompt_sum / d
     if fixed is not None or run <= 0:
         return max(run, 0)
 
     def same(j: int) -> bool:  # the j-th next step (0-based) keeps the key
-        mean = prompt + qlen - 1 + (d + pool.rate * (pool.steps_sum + j * d)) / d
-        return math.ceil(mean / round_to - 1e-9) * round_to == ctx
+        generated = d + pool.rate * (pool.steps_sum + j * d)
+        return _round_context(_mean_context(pool.prompt_sum, d, generated, qlen), round_to) == ctx
 
     if same(run - 1):
         return run  # the mean only grows: if the last step keeps the key, all do
     # the mean grows by `rate` a step: start from the closed-form crossing, then settle it exactly
-    first = prompt + qlen - 1 + (d + pool.rate * pool.steps_sum) / d
+    first = _mean_context(pool.prompt_sum, d, d + pool.rate * pool.steps_sum, qlen)
     j = max(0, min(run - 1, int((ctx - first) / pool.rate)))
     while j > 0 and not same(j - 1):
         j -= 1
@@ -633,8 +633,20 @@ def _decode_key_context(pool: _DecodePool, d: int, qlen: int, fixed: int | None,
     if fixed is not None:
         return fixed
     prompts, generated = pool.oldest(d)
-    mean = prompts / d + qlen - 1 + generated / d
-    return math.ceil(mean / round_to - 1e-9) * round_to
+    return _round_context(_mean_context(prompts, d, generated, qlen), round_to)
+
+
+def _mean_context(prompts, d, generated, qlen: int):
+    """Mean context after a step of `d` decoding requests that hold `prompts` prompt tokens and have
+    generated `generated` tokens: numbers for one step, arrays for many (the same float operations)."""
+    return prompts / d + qlen - 1 + generated / d
+
+
+def _round_context(mean, round_to: int):
+    """The decode key's seq_len: the mean context rounded up to `round_to` (a number, or an array)."""
+    if isinstance(mean, np.ndarray):
+        return (np.ceil(mean / round_to - CONTEXT_EPS) * round_to).astype(np.int64)
+    return math.ceil(mean / round_to - CONTEXT_EPS) * round_to
 
 
 def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> StepShape:
