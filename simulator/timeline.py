@@ -116,6 +116,18 @@ class _DecodePool:
         self.prompt_sum += count * self.prompts[kind]
         self.next_end = min(self.next_end, end)
 
+    def join_ramp(self, groups: list[list[int]]) -> None:
+        """Join a ramp's groups at once: one kind and event, one group a step, end ticks in order and
+        none before the groups already here of that kind (no two merge, unlike `join`)."""
+        last = self.groups[-1] if self.groups else None
+        if last is not None and groups[0][1] < last[1]:
+            self.ordered = False
+        self.groups.extend(groups)
+        count = sum(g[0] for g in groups)
+        self.ready += count
+        self.prompt_sum += count * self.prompts[groups[0][4]]
+        self.next_end = min(self.next_end, groups[0][1])
+
     def oldest(self, d: int) -> tuple[int, float]:
         """(prompt tokens, tokens generated so far, first token included) of the `d` oldest ready
         requests: the running sums when all decode, else a walk over the oldest groups."""
@@ -574,7 +586,7 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         ctx = np.where(live, _round_context(mean, round_to), 0)
     else:
         ctx = np.where(live, fixed, 0)
-    for j, (nj, dj, cj) in enumerate(zip(takes, decodes, ctx.tolist(), strict=True)):
+    for nj, dj, cj in zip(takes, decodes, ctx.tolist(), strict=True):
         signature = ((((tok, tok), nj),), dj, cj)
         shape_id = shape_ids.get(signature)
         if shape_id is None:
@@ -582,9 +594,10 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
             prefill = ForwardKey(False, nj, tok, tok)
             shapes.append((prefill, ForwardKey(True, dj, qlen, cj)) if dj else (prefill,))
         step_shape.append(shape_id)
-        if dj:
-            pool.ticks += 1
-        pool.join(nj, step + j, event, kind)
+    clock = pool.ticks + np.cumsum(live)  # the decode pool's ticks after each step, when its prefills join
+    pool.join_ramp([[nj, end, step + j, event, kind]
+                    for j, (nj, end) in enumerate(zip(takes, (clock + steps).tolist(), strict=True))])
+    pool.ticks = int(clock[-1])
     step_decode.extend(decodes)
     pool.steps_sum += int(d.sum())
     return sp
