@@ -425,6 +425,25 @@ def test_decode_first_says_exactly_how_long_its_ramp_answer_holds(ready, prompt,
     assert alike == holds
 
 
+def test_a_ramp_of_short_requests_behind_a_long_one_finishes_them_first(tmp_path):
+    """A trace: one request of 40 output tokens, then six of 3. The six ramp in one a step behind the
+    long one and end long before it; the decode pool must look past the long one for them (its groups
+    are no longer in the order they end), as the per-request reference plays it."""
+    from simulator.mix import Lengths, RequestMix, Trace
+
+    path = tmp_path / "t.csv"
+    path.write_text("input_length,output_length\n10,40\n" + "10,3\n" * 6)
+    w = Workload(10, 3, 16, 7, mix=RequestMix(Lengths.parse("10"), Lengths.parse("3"), Trace.load(path)))
+    _Counting.played = 0
+    p = plan(w, _Counting())
+    reqs, _, peak, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine)
+    assert _Counting.played < p.num_steps  # a ramp and stretches were taken
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.finish_step.max() > 3 * sorted(p.finish_step.tolist())[-2]  # the long one ends last, far behind
+
+
 @pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(max_num_seqs=4)])
 def test_a_closed_loop_repeats_its_period_instead_of_playing_it(policy):
     """1,000 prompts through 5 slots: once the loop's state repeats, its period is copied to the last
