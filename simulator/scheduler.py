@@ -175,15 +175,19 @@ class DecodeFirstWithSlack(CountScheduler):
         them (the fit only falls as the decodes grow). A subclass deciding otherwise is asked every step."""
         if type(self).decide is not DecodeFirstWithSlack.decide or type(self)._step is not DecodeFirstWithSlack._step:
             return 1
-        room = math.floor(budget * self.slack_ratio) - takes * chunk - ready * decode_query_len
-        fit = budget // decode_query_len - ready
-        return 1 + max(0, min(room // (takes * decode_query_len), fit // takes))
+        spare = self._room(ready, budget, decode_query_len) - takes * chunk  # tokens beyond the chunks taken
+        fit = budget // decode_query_len - ready  # decodes the budget holds beyond the ready ones
+        return 1 + max(0, min(spare // (takes * decode_query_len), fit // takes))
 
     def _step(self, ready: int, chunk: int, budget: int, qlen: int) -> tuple[int, int]:
         """(decodes, chunks that fit beside them): every ready request decodes up to the budget, then
         chunks fill floor(B * slack)."""
         d_step = min(ready, budget // qlen)
-        return d_step, (math.floor(budget * self.slack_ratio) - d_step * qlen) // chunk
+        return d_step, self._room(d_step, budget, qlen) // chunk
+
+    def _room(self, decodes: int, budget: int, qlen: int) -> int:
+        """Tokens left for prefill chunks in a step of `decodes` decodes: floor(B * slack) minus theirs."""
+        return math.floor(budget * self.slack_ratio) - decodes * qlen
 
     def step_latency(self, prefill_latency, decode_latency):
         return np.maximum(prefill_latency, decode_latency)

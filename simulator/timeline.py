@@ -145,7 +145,7 @@ class _DecodePool:
 
     def kv_tokens(self) -> float:
         """KV tokens held: prompt plus generated tokens of every ready request."""
-        return self.prompt_sum + self.ready + self.rate * self.steps_sum
+        return _kv_held(self.prompt_sum, self.ready, self.rate, self.steps_sum)
 
     def advance(self, d: int, step: int, finished: list) -> float:
         """Decode the `d` oldest requests one step; move finished groups to `finished`.
@@ -201,6 +201,12 @@ class _DecodePool:
         self.next_end = min(g[1] for g in kept)
         if not self.ordered:
             self.ordered = _ordered(kept)
+
+
+def _kv_held(prompts, ready, rate: float, steps_done):
+    """KV tokens of `ready` decoding requests: their prompts, first tokens and `rate` tokens per
+    decode step done (numbers for one step, arrays for many)."""
+    return prompts + ready + rate * steps_done
 
 
 def _ordered(groups) -> bool:
@@ -335,7 +341,8 @@ def plan(
 
     if not timed:
         send(min(w.concurrency, arrivals.total), -1)
-    mid_context = w.input_length + w.output_length // 2 + 1
+    # "mid": every decode key has the context of a request halfway through its output
+    fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
     shape_ids: dict[tuple, int] = {}
     shapes: list[StepShape] = []
     shape_ms: list[float] = []
@@ -379,13 +386,11 @@ def plan(
         if (d == pool.ready and not (queue or timed) and arrivals.sent == arrivals.total
                 and len(pool.groups) >= TAIL_GROUPS):
             # the tail: nothing waits or will arrive and every ready request decodes, to the end
-            fixed = mid_context if decode_context == "mid" else None
             tail_peak = _decode_tail(pool, step, qlen, fixed, context_round, shape_ids, shapes, step_shape,
                                      step_decode, finished)
             peak = max(peak, kv_prefill + tail_peak)
             break
         if not timed and _ramps(sp, queue, pool, kinds):
-            fixed = mid_context if decode_context == "mid" else None
             # the KV peak: the step after a ramp step holds all it held and more
             ahead = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round, shape_ids,
                           shapes, step_shape, step_decode)
@@ -398,7 +403,7 @@ def plan(
             kv_prefill += kv_added
         else:
             firsts = []
-        ctx = _decode_key_context(pool, d, qlen, mid_context if decode_context == "mid" else None, context_round)
+        ctx = _decode_key_context(pool, d, qlen, fixed, context_round)
         signature = (tuple(sorted(entries.items())), d, ctx)
         shape_id = shape_ids.get(signature)
         if shape_id is None:
@@ -434,7 +439,7 @@ def plan(
         if not entries and d == pool.ready and not queue and not finished_now:
             # a pure-decode stretch: the next steps repeat this one until a request finishes, the
             # decode key's context moves, or (Poisson) a request arrives; take them at once
-            run = _repeats(pool, d, ctx, qlen, mid_context if decode_context == "mid" else None, context_round)
+            run = _repeats(pool, d, ctx, qlen, fixed, context_round)
             if timed:
                 run = _before_arrival(run, clock, shape_ms[shape_id], arrivals.next_time(), step_end)
                 clock = step_end[-1]
@@ -521,18 +526,26 @@ def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, rou
     finished.extend(zip(count[order].tolist(), event[order].tolist(), first[order].tolist(),
                         (step + last[order]).tolist(), kind[order].tolist(), strict=True))
     groups.clear()
-    kv = prompts + d + pool.rate * (steps_done + d)
-    return float(kv.max())
+    return float(_kv_held(prompts, d, pool.rate, steps_done + d).max())
 
 
 def _ramps(sp, queue: deque, pool: _DecodePool, kinds) -> bool:
     """A ramp step: every ready request decodes, and fresh requests of the front FIFO group (not all
     of them) prefill their whole prompt in one chunk and start decoding; nobody finishes."""
-    if len(sp.takes) != 1 or sp.decode != pool.ready:
+    if not (queue and sp.takes):
         return False
-    (pos, n, tok), (count, done, _, kind) = sp.takes[0], queue[0]
-    return (pos == 0 and done == 0 and 0 < n < count and tok == kinds.effective[kind] and pool.steps[kind] > 0
-            and pool.next_end > pool.ticks + (1 if sp.decode else 0))
+    count, done, _, kind = queue[0]
+    return (done == 0 and pool.steps[kind] > 0 and pool.next_end > pool.ticks + (1 if sp.decode else 0)
+            and _ramp_take(sp, pool.ready, kinds.effective[kind], count) > 0)
+
+
+def _ramp_take(sp, ready: int, tok: int, count: int) -> int:
+    """The requests a ramp answer prefills: `sp` decodes all `ready` and takes `tok`-token whole
+    prompts of some but not all `count` requests of the front group; 0 if `sp` is no ramp answer."""
+    if len(sp.takes) != 1 or sp.decode != ready:
+        return 0
+    pos, n, take = sp.takes[0]
+    return n if pos == 0 and take == tok and 0 < n < count else 0
 
 
 def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int, qlen: int, fixed: int | None,
@@ -568,10 +581,9 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         queue[0] = (count, 0, event, kind)
         view.ready_decode = ready
         sp = scheduler.plan_step(view)
-        if not (len(sp.takes) == 1 and sp.decode == ready and sp.takes[0][0] == 0 and sp.takes[0][2] == tok
-                and 0 < sp.takes[0][1] < count):
+        n = _ramp_take(sp, ready, tok, count)
+        if not n:
             break
-        n = sp.takes[0][1]
         holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen)
     queue[0] = (count, 0, event, kind)
     view.ready_decode = ready
