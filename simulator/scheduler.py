@@ -92,12 +92,15 @@ class Scheduler(ABC):
         """A step's time from its prefill and decode passes' (numbers, or arrays of them)."""
         return prefill_latency + decode_latency
 
-    def ramp_steps(self, ready: int, takes: int, chunk: int, budget: int, decode_query_len: int) -> int:
-        """On a ramp this policy's answer decodes all `ready` requests and prefills whole `chunk`-token
-        prompts of `takes` fresh requests of the front FIFO group, which then decode too. How many
-        steps in a row, this one included, it answers alike (the same takes, every ready request
-        decoding) as `ready` grows by `takes` a step and the front group, larger than `takes`,
-        shrinks by as many. 1 unless a policy knows: the planner then asks it every step."""
+    def ramp_steps(self, ready: int, takes: int, chunk: int, budget: int, decode_query_len: int,
+                   joins: int) -> float:
+        """On a ramp this policy's answer decodes all `ready` requests and advances `takes` requests of
+        the front FIFO group, larger than `takes`, by a `chunk`-token chunk; `joins` of them (all, or 0
+        when the chunk is not their prompt's last) then decode too. How many steps in a row, this one
+        included, it answers alike (the same takes, every ready request decoding) as `ready` grows by
+        `joins` a step and the front group shrinks by `takes` (a requeueing policy's chunks going to the
+        back of the FIFO); `math.inf` for as long as the front group lasts. 1 unless a policy knows:
+        the planner then asks it every step."""
         return 1
 
 
@@ -169,15 +172,19 @@ class DecodeFirstWithSlack(CountScheduler):
     def prefill_cap(self, ready_decode: int, chunk: int, max_batched_tokens: int, decode_query_len: int) -> float:
         return max(0, self._step(ready_decode, chunk, max_batched_tokens, decode_query_len)[1])
 
-    def ramp_steps(self, ready: int, takes: int, chunk: int, budget: int, decode_query_len: int) -> int:
+    def ramp_steps(self, ready: int, takes: int, chunk: int, budget: int, decode_query_len: int,
+                   joins: int) -> float:
         """`_step` read backwards: with more requests waiting than `takes` = the chunks that fit, the
         answer holds while every ready request fits the budget and `takes` chunks still fit beside
-        them (the fit only falls as the decodes grow). A subclass deciding otherwise is asked every step."""
+        them (the fit only falls as the decodes grow; with none joining it never changes). A subclass
+        deciding otherwise is asked every step."""
         if type(self).decide is not DecodeFirstWithSlack.decide or type(self)._step is not DecodeFirstWithSlack._step:
             return 1
+        if not joins:
+            return math.inf
         spare = self._room(ready, budget, decode_query_len) - takes * chunk  # tokens beyond the chunks taken
         fit = budget // decode_query_len - ready  # decodes the budget holds beyond the ready ones
-        return 1 + max(0, min(spare // (takes * decode_query_len), fit // takes))
+        return 1 + max(0, min(spare // (joins * decode_query_len), fit // joins))
 
     def _step(self, ready: int, chunk: int, budget: int, qlen: int) -> tuple[int, int]:
         """(decodes, chunks that fit beside them): every ready request decodes up to the budget, then

@@ -262,36 +262,45 @@ class _Arrivals:
 
 
 class _Cycle:
-    """Brent's cycle detection over the closed loop's states after each replacement: the loop
-    settles into a period (one request's life), and from a state seen before the same steps,
-    finishes and replacements follow, shifted in time. States are compared relative to the step
-    and the arrival event they are seen at; a cheap summary first, the whole state only when the
-    summary matches. O(1) saved states, whatever the loop's length."""
+    """Brent's cycle detection over a loop's states at its events (a closed loop's replacements, a
+    burst's finishes): the loop settles into a period (one request's life), and from a state seen
+    before the same steps, finishes and replacements follow, shifted in time. States are compared
+    relative to the step and the arrival event they are seen at; a cheap summary first, the whole
+    state only when the summary matches. O(1) saved states, whatever the loop's length.
 
-    def __init__(self) -> None:
+    A burst's fresh group (its requests not started yet) shrinks every period, so its count is left
+    out of a burst's state (`free_fresh`): a policy that takes some but not all of a group takes as
+    many of any larger one (the `Scheduler` contract), and the copies stop while it still holds more
+    than a step takes."""
+
+    def __init__(self, free_fresh: bool = False) -> None:
         self.power = self.lam = 1
+        self.free_fresh = free_fresh
         self.saved: tuple | None = None  # (summary, state, mark)
 
     def seen(self, queue, pool, step: int, events: int, mark: tuple) -> tuple | None:
         """The mark of the saved state if the current one equals it, else None."""
         summary = (len(queue), len(pool.groups), pool.ready, pool.steps_sum)
         saved = self.saved
-        if saved is not None and saved[0] == summary and saved[1] == _state(queue, pool, step, events):
+        if saved is not None and saved[0] == summary and saved[1] == self._state(queue, pool, step, events):
             return saved[2]
         if self.power == self.lam:
-            self.saved = (summary, _state(queue, pool, step, events), mark)
+            self.saved = (summary, self._state(queue, pool, step, events), mark)
             self.power *= 2
             self.lam = 0
         self.lam += 1
         return None
 
-
-def _state(queue, pool, step: int, events: int) -> tuple:
-    """The loop's state as the future sees it: FIFO and decode groups relative to `step` and the
-    arrival event count (the scheduler sees only this; the KV held and decode sums derive from it)."""
-    ticks = pool.ticks
-    return (tuple((n, done, events - e, k) for n, done, e, k in queue),
-            tuple((n, end - ticks, step - first, events - e, k) for n, end, first, e, k in pool.groups))
+    def _state(self, queue, pool, step: int, events: int) -> tuple:
+        """The loop's state as the future sees it: FIFO and decode groups relative to `step` and the
+        arrival event count (the scheduler sees only this; the KV held and decode sums derive from it)."""
+        ticks = pool.ticks
+        fifo = [(n, done, events - e, k) for n, done, e, k in queue]
+        if self.free_fresh:
+            i = _fresh(queue)
+            fifo[i] = (-1, *fifo[i][1:])
+        return (tuple(fifo),
+                tuple((n, end - ticks, step - first, events - e, k) for n, end, first, e, k in pool.groups))
 
 
 def plan(
@@ -355,18 +364,21 @@ def plan(
     left = arrivals.total
     clock = 0.0
     view = QueueView(queue, 0, kinds.effective, B, qlen)  # the live FIFO; ready_decode set every step
-    cycle = _Cycle() if closed and len(kinds.input) == 1 else None
-    resent = False  # the last step sent replacements: a state the closed loop may repeat
+    burst = w.arrival == "burst"
+    cycle = _Cycle(free_fresh=burst) if (closed or burst) and len(kinds.input) == 1 else None
+    check = False  # the last step sent replacements (closed) or finished requests (burst): a state that may repeat
     ahead = None  # the policy's answer for this step, if a ramp asked it already
     while left:
         step = len(step_shape)
-        if resent:
+        if check:
             now = (step, len(arrivals.steps), len(finished), arrivals.sent, left)
             before = cycle.seen(queue, pool, step, now[1], now)
             if before is not None:
-                left -= _repeat_period(before, now, step_shape, step_decode, finished, arrivals, queue, pool)
+                copies = _period_copies(before, now, arrivals, queue, closed)
+                left -= _repeat_period(before, now, copies, step_shape, step_decode, finished, arrivals, queue,
+                                       pool)
                 cycle, step = None, len(step_shape)
-            resent = False
+            check = False
         if timed:
             if not queue and not pool.ready:  # idle: jump to the next arrival
                 clock = max(clock, arrivals.next_time())
@@ -390,10 +402,11 @@ def plan(
                                      step_decode, finished)
             peak = max(peak, kv_prefill + tail_peak)
             break
-        if not timed and _ramps(sp, queue, pool, kinds):
+        if not timed and _ramps(sp, queue, pool, kinds, scheduler.requeue):
             # the KV peak: the step after a ramp step holds all it held and more
-            ahead = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round, shape_ids,
-                          shapes, step_shape, step_decode)
+            ahead, kv_added = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round,
+                                    shape_ids, shapes, step_shape, step_decode)
+            kv_prefill += kv_added
             continue
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
@@ -435,7 +448,9 @@ def plan(
             new = arrivals.replacements(finished_now)
             if new:
                 send(new, step)
-                resent = cycle is not None
+                check = cycle is not None
+        elif burst and finished_now and cycle is not None and _fresh(queue) >= 0:
+            check = True  # requests finished while fresh ones wait: the burst may settle into a period
         if not entries and d == pool.ready and not queue and not finished_now:
             # a pure-decode stretch: the next steps repeat this one until a request finishes, the
             # decode key's context moves, or (Poisson) a request arrives; take them at once
@@ -455,16 +470,35 @@ def plan(
                 np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
 
 
-def _repeat_period(before: tuple, now: tuple, step_shape: list, step_decode: list, finished: list,
+def _fresh(queue: deque) -> int:
+    """Where a burst's fresh group (requests with nothing prefilled; one event and kind, so at most
+    one group) waits in the FIFO: the front for a requeueing policy, behind the started ones for a
+    depth-first one; -1 if none is left."""
+    for i in (0, -1):
+        if queue and not queue[i][1]:
+            return i % len(queue)
+    return -1
+
+
+def _period_copies(before: tuple, now: tuple, arrivals: _Arrivals, queue: deque, closed: bool) -> int:
+    """How many more times the period between marks `before` and `now` plays alike: a closed loop's
+    while its prompts last (every replacement of a copy sent in full); a burst's while its waiting
+    fresh group, which loses the period's finished requests each time, still holds more than the
+    period's steps take of it (then the policy answers as it did)."""
+    served = before[4] - now[4]
+    if closed:
+        return (arrivals.total - now[3]) // (now[3] - before[3])
+    return (queue[_fresh(queue)][0] - 1) // served if served > 0 else 0
+
+
+def _repeat_period(before: tuple, now: tuple, copies: int, step_shape: list, step_decode: list, finished: list,
                    arrivals: _Arrivals, queue: deque, pool: _DecodePool) -> int:
-    """The closed loop is in the state it was in at mark `before`: copy the steps, finishes and
-    replacements since then as many whole times as the prompts left allow (every replacement of
-    a copy is sent in full), and shift the waiting and decoding groups to the end of the copies.
-    Marks are (step, events, finish records, requests sent, requests left). Returns the requests
-    finished in the copies."""
-    t0, e0, f0, s0, left0 = before
-    t, e, f, s, left = now
-    copies = (arrivals.total - s) // (s - s0)
+    """The loop is in the state it was in at mark `before`: copy the steps, finishes and
+    replacements since then `copies` times, and shift the waiting and decoding groups to the end of
+    the copies (a burst's fresh group gives the requests the copies finish). Marks are (step,
+    events, finish records, requests sent, requests left). Returns the requests finished in the copies."""
+    t0, e0, f0, _, left0 = before
+    t, e, f, _, left = now
     if not copies:
         return 0
     p, de = t - t0, e - e0
@@ -477,13 +511,17 @@ def _repeat_period(before: tuple, now: tuple, step_shape: list, step_decode: lis
                         for n, event, first, end, kind in period)
         for size, sent_at in events:
             arrivals.add(size, sent_at + j * p)
-    shift, de = copies * p, copies * de
+    shift, de, served = copies * p, copies * de, copies * (left0 - left)
+    if not events:  # a burst: the fresh group gave what the copies finish
+        i = _fresh(queue)
+        n, done, event, kind = queue[i]
+        queue[i] = (n - served, done, event, kind)
     queue.extend([(n, done, event + de, kind) for n, done, event, kind in
                   [queue.popleft() for _ in range(len(queue))]])
     for group in pool.groups:
         group[2] += shift
         group[3] += de
-    return copies * (left0 - left)
+    return served
 
 
 def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, round_to: int, shape_ids: dict,
@@ -529,66 +567,76 @@ def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, rou
     return float(_kv_held(prompts, d, pool.rate, steps_done + d).max())
 
 
-def _ramps(sp, queue: deque, pool: _DecodePool, kinds) -> bool:
-    """A ramp step: every ready request decodes, and fresh requests of the front FIFO group (not all
-    of them) prefill their whole prompt in one chunk and start decoding; nobody finishes."""
+def _ramps(sp, queue: deque, pool: _DecodePool, kinds, requeue: bool) -> bool:
+    """A ramp step: every ready request decodes, and some but not all requests of the front FIFO group
+    advance one chunk: their prompt's last (they start decoding), or, with a policy that requeues
+    them, an earlier one (a round: they go to the back of the FIFO); nobody finishes."""
     if not (queue and sp.takes):
         return False
     count, done, _, kind = queue[0]
-    return (done == 0 and pool.steps[kind] > 0 and pool.next_end > pool.ticks + (1 if sp.decode else 0)
-            and _ramp_take(sp, pool.ready, kinds.effective[kind], count) > 0)
+    n, tok = _front_take(sp, pool.ready, count)
+    need = kinds.effective[kind]
+    if not (n and 0 < tok and done + tok <= need) or pool.next_end <= pool.ticks + (1 if sp.decode else 0):
+        return False  # an impossible take is the loop's to name
+    return pool.steps[kind] > 0 if done + tok == need else requeue
 
 
-def _ramp_take(sp, ready: int, tok: int, count: int) -> int:
-    """The requests a ramp answer prefills: `sp` decodes all `ready` and takes `tok`-token whole
-    prompts of some but not all `count` requests of the front group; 0 if `sp` is no ramp answer."""
+def _front_take(sp, ready: int, count: int) -> tuple[int, int]:
+    """(requests, tokens each) of a ramp answer: `sp` decodes all `ready` and advances some but not
+    all `count` requests of the front group; (0, 0) if `sp` is no ramp answer."""
     if len(sp.takes) != 1 or sp.decode != ready:
-        return 0
-    pos, n, take = sp.takes[0]
-    return n if pos == 0 and take == tok and 0 < n < count else 0
+        return 0, 0
+    pos, n, tok = sp.takes[0]
+    return (n, tok) if pos == 0 and 0 < n < count else (0, 0)
 
 
 def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int, qlen: int, fixed: int | None,
           round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list):
     """Play ramp steps (see `_ramps`) from `step` on, the first with the policy's answer `sp`: the
-    policy is asked for a step (with the front group shrunk and the ready count grown by the steps
-    before) unless it said its last answer holds (`Scheduler.ramp_steps`), and nothing else of the
-    loop runs; the decode keys' contexts are computed at once, as the loop would. Stops before a
-    step that is not a ramp step or that finishes a request. Returns the policy's answer for the
-    step after the ramp if it was asked."""
-    count, _, event, kind = queue[0]
-    tok, steps = kinds.effective[kind], pool.steps[kind]
+    policy is asked for a step (with the front group shrunk, the chunks taken requeued and the ready
+    count grown by the steps before) unless it said its last answer holds (`Scheduler.ramp_steps`),
+    and nothing else of the loop runs; the decode keys' contexts are computed at once, as the loop
+    would. Stops before a step that is not a ramp step of the same chunk or that finishes a request.
+    Returns the policy's answer for the step after the ramp if it was asked, and the prefill KV
+    tokens the ramp added (a chunk's tokens; a cached prefix with the first chunk; a finished
+    prompt's leave for the decode pool)."""
+    count, done, event, kind = queue[0]
+    n, tok = _front_take(sp, pool.ready, count)
+    seq = done + tok
+    joins = seq == kinds.effective[kind]  # the prompts complete and start decoding, else a round
+    steps = pool.steps[kind] if joins else 0
     prompt = kinds.input[kind]
     ready, ticks = pool.ready, 0   # ticks: decode steps played in the ramp
     takes, decodes = [], []
     end = pool.next_end - pool.ticks  # ticks until the first decode group finishes
-    n = sp.takes[0][1]
-    holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen)  # steps this answer holds
+    moved = 0  # requests of a round not yet requeued
+    holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen, n if joins else 0)
     while True:
         takes.append(n)
         decodes.append(ready)
         if ready:
             ticks += 1
-        end = min(end, ticks + steps)  # the group joining now finishes `steps` ticks on
+        if joins:
+            end = min(end, ticks + steps)  # the group joining now finishes `steps` ticks on
+            ready += n
+        else:
+            moved += n
         count -= n
-        ready += n
         holds -= 1
         if end <= ticks + 1:  # the next step finishes somebody
             sp = None
             break
         if holds > 0 and n < count:
             continue  # the policy answers the next step alike
-        queue[0] = (count, 0, event, kind)
-        view.ready_decode = ready
+        moved = _ramp_sync(queue, view, count, done, event, kind, moved, seq, ready)
         sp = scheduler.plan_step(view)
-        n = _ramp_take(sp, ready, tok, count)
-        if not n:
+        n, took = _front_take(sp, ready, count)
+        if not n or took != tok:
             break
-        holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen)
-    queue[0] = (count, 0, event, kind)
-    view.ready_decode = ready
+        holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen, n if joins else 0)
+    _ramp_sync(queue, view, count, done, event, kind, moved, seq, ready)
     p, d = np.array(takes, dtype=np.int64), np.array(decodes, dtype=np.int64)
-    joined = np.concatenate(([0], np.cumsum(p)[:-1]))
+    joined = np.concatenate(([0], np.cumsum(p)[:-1])) if joins else np.zeros(len(p), dtype=np.int64)
     prompts = pool.prompt_sum + prompt * joined
     steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d)[:-1]))
     live = d > 0
@@ -599,20 +647,34 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
     else:
         ctx = np.where(live, fixed, 0)
     for nj, dj, cj in zip(takes, decodes, ctx.tolist(), strict=True):
-        signature = ((((tok, tok), nj),), dj, cj)
+        signature = ((((tok, seq), nj),), dj, cj)
         shape_id = shape_ids.get(signature)
         if shape_id is None:
             shape_id = shape_ids[signature] = len(shapes)
-            prefill = ForwardKey(False, nj, tok, tok)
+            prefill = ForwardKey(False, nj, tok, seq)
             shapes.append((prefill, ForwardKey(True, dj, qlen, cj)) if dj else (prefill,))
         step_shape.append(shape_id)
     clock = pool.ticks + np.cumsum(live)  # the decode pool's ticks after each step, when its prefills join
-    pool.join_ramp([[nj, end, step + j, event, kind]
-                    for j, (nj, end) in enumerate(zip(takes, (clock + steps).tolist(), strict=True))])
+    if joins:
+        pool.join_ramp([[nj, end, step + j, event, kind]
+                        for j, (nj, end) in enumerate(zip(takes, (clock + steps).tolist(), strict=True))])
     pool.ticks = int(clock[-1])
     step_decode.extend(decodes)
     pool.steps_sum += int(d.sum())
-    return sp
+    taken = int(p.sum())  # as `_apply_takes` and the loop count them
+    added = taken * (tok + (0 if done else kinds.cached[kind]))
+    return sp, added - (taken * prompt if joins else 0)
+
+
+def _ramp_sync(queue: deque, view, count: int, done: int, event: int, kind: int, moved: int, seq: int,
+               ready: int) -> int:
+    """Bring the FIFO and the policy's view up to a ramp's step: the front group's count, a round's
+    `moved` chunks requeued (merged as `_push_back` would). Returns the chunks left to requeue (0)."""
+    queue[0] = (count, done, event, kind)
+    if moved:
+        _push_back(queue, (moved, seq, event, kind))
+    view.ready_decode = ready
+    return 0
 
 
 def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:

@@ -399,29 +399,71 @@ def test_ramps_equal_the_reference_step_for_step(w, ctx):
 
 @settings(max_examples=examples(400), deadline=None)
 @given(ready=st.integers(0, 300), prompt=st.integers(1, 400), budget=st.integers(1, 2000), qlen=st.integers(1, 3),
-       slack=st.sampled_from([1.0, 1.15, 1.5]))
-def test_decode_first_says_exactly_how_long_its_ramp_answer_holds(ready, prompt, budget, qlen, slack):
+       slack=st.sampled_from([1.0, 1.15, 1.5]), done=st.integers(0, 300))
+def test_decode_first_says_exactly_how_long_its_ramp_answer_holds(ready, prompt, budget, qlen, slack, done):
     """`ramp_steps` (the planner skips asking for that many steps) equals what asking step by step
-    finds: the same takes, every ready request decoding, as the ready count grows by the takes."""
+    finds: the same takes, every ready request decoding, as the front group shrinks and either the
+    ready count grows by the takes (their prompts' last chunk) or the chunks go to the back of the
+    FIFO (a round: the answer then holds for as long as the group lasts; checked for 40 steps)."""
     from collections import deque
 
     from simulator.scheduler import QueueView
 
-    policy, count = DecodeFirstWithSlack(slack), 10**6
-    view = QueueView(deque([(count, 0, 0, 0)]), ready, (prompt,), budget, qlen)
+    policy, count, done = DecodeFirstWithSlack(slack), 10**6, min(done, prompt - 1)
+    view = QueueView(deque([(count, done, 0, 0)]), ready, (prompt,), budget, qlen)
     sp = policy.plan_step(view)
-    if not (prompt <= budget and len(sp.takes) == 1 and sp.decode == ready):
+    chunk = min(budget, prompt - done)
+    if not (len(sp.takes) == 1 and sp.decode == ready):
         return  # not a ramp step
-    n = sp.takes[0][1]
-    holds = policy.ramp_steps(ready, n, prompt, budget, qlen)
-    alike = 1
-    while alike <= holds:  # one step past the claim, to see the answer change there
-        ready, count = ready + n, count - n
-        view.ready_decode, view.prefill[0] = ready, (count, 0, 0, 0)
-        if policy.plan_step(view) != StepPlan(((0, n, prompt),), ready):
+    n, joins = sp.takes[0][1], sp.takes[0][2] == prompt - done
+    holds = policy.ramp_steps(ready, n, chunk, budget, qlen, n if joins else 0)
+    alike, back = 1, 0
+    while alike <= (holds if joins else 40):  # one step past the claim, to see the answer change there
+        count -= n
+        if joins:
+            ready += n
+        else:
+            back += n
+        view.ready_decode = ready
+        view.prefill = deque([(count, done, 0, 0)] + ([(back, done + chunk, 0, 0)] if back else []))
+        if policy.plan_step(view) != StepPlan(((0, n, chunk),), ready):
             break
         alike += 1
-    assert alike == holds
+    assert alike == holds if joins else holds == math.inf and alike == 41
+
+
+@pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget()], ids=["decode-first", "token-budget"])
+@pytest.mark.parametrize("w, phase, depth_first", [
+    (Workload(10, 20, 16, 300), "both", 0.3),    # one prompt a step beside the decodes; finishes pace it
+    (Workload(100, 8, 150, 400), "both", None),  # short outputs (token-budget: a partial chunk every step)
+    (Workload(64, 16, 100, 500, prefix_cache_hit_rate=0.5), "both", 0.6),
+    (Workload(10, 20, 25, 300), "prefill", 0.1),  # a prefill instance: two whole prompts a step, all alike
+    (Workload(100, 30, 40, 12), "both", None),   # rounds: 40-token chunks of 100-token prompts, requeued
+    (Workload(300, 20, 64, 24), "both", None),   # rounds beside decodes, then each prompt's last chunk
+], ids=["pace", "short", "cached", "prefill", "rounds", "rounds-decoding"])
+def test_a_burst_s_steady_stretch_and_rounds_are_copied_not_played(w, phase, depth_first, policy):
+    """A burst much larger than what runs at once settles, like a closed loop, into a period: steps
+    that finish some requests and prefill as many fresh ones; that period is copied while the fresh
+    ones last. A requeueing policy's chunks go round the FIFO in rounds of alike steps, played in
+    bulk. The plan still equals the per-request reference, step for step; the policy is asked for
+    under a quarter of the steps (decode-first; before these jumps: 54-100 %), or the share given
+    (token-budget, whose chunks are depth-first and asked step by step; before: 94-100 %)."""
+    class Counting(type(policy)):
+        played = 0
+
+        def plan_step(self, view):
+            type(self).played += 1
+            return super().plan_step(view)
+
+    p = plan(w, Counting(), phase=phase)
+    reqs, _, peak, step_keys, _ = reference(w, policy, affine, phase=phase)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    share = 0.25 if policy.requeue else depth_first
+    if share is not None:
+        assert Counting.played < share * p.num_steps, (Counting.played, p.num_steps)
 
 
 def test_a_ramp_of_short_requests_behind_a_long_one_finishes_them_first(tmp_path):
