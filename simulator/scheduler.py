@@ -76,10 +76,12 @@ class Scheduler(ABC):
     `requeue`: an advanced, unfinished prefill group goes to the back of the FIFO (breadth-first)
     instead of keeping its place (depth-first).
 
-    The planner relies on two properties of `plan_step`: it depends on the view alone (a state seen
-    before gets the same answer, so repeated steps and closed-loop periods are copied), and with
+    The planner relies on three properties of `plan_step`: it depends on the view alone (a state seen
+    before gets the same answer, so repeated steps and closed-loop periods are copied); with
     nothing waiting to prefill, a policy that decodes every ready request does so for fewer ready
-    requests too (the decode tail is played at once)."""
+    requests too (the decode tail is played at once); and an answer that takes some but not all
+    requests of a FIFO group is the same with more requests in that group (a burst's period is
+    copied while its fresh group shrinks)."""
 
     name: str = "scheduler"
     fused: bool = False

@@ -666,3 +666,26 @@ def test_an_arrival_at_a_step_boundary_inside_a_decode_stretch_joins_that_step(p
     shapes = [p.shapes[i] for i in p.step_shape]
     assert [sum(not k.is_decode for k in s) for s in shapes[:7]] == [1, 0, 0, 0, 0, 1, 0]  # r2's prefill: step 5
     assert shapes == reference(w, policy, one_ms)[3]
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(groups=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)), min_size=1, max_size=4),
+       ready=st.integers(0, 60), budget=st.integers(1, 300), extra=st.integers(1, 1000),
+       policy=st.sampled_from([DecodeFirstWithSlack(), DecodeFirstWithSlack(1.5), TokenBudget(),
+                               TokenBudget(max_num_seqs=20), TokenBudget(long_prefill_token_threshold=16)]))
+def test_an_answer_taking_part_of_a_group_is_the_same_for_a_larger_group(groups, ready, budget, extra, policy):
+    """The contract a burst's copied period relies on (`Scheduler`): where a policy takes some but not
+    all requests of a FIFO group, it answers the same with `extra` more requests in that group."""
+    from simulator.scheduler import QueueView
+
+    prompt = 37
+    fifo = [(count, done * 10, 0, 0) for count, done in groups]  # dones 0, 10, 20, 30 of a 37-token prompt
+    sp = policy.plan_step(QueueView(list(fifo), ready, (prompt,), budget, 1))
+    taken: dict[int, int] = {}
+    for pos, n, _ in sp.takes:
+        taken[pos] = taken.get(pos, 0) + n
+    for pos, n in taken.items():
+        if n < fifo[pos][0]:
+            bigger = list(fifo)
+            bigger[pos] = (fifo[pos][0] + extra, *fifo[pos][1:])
+            assert policy.plan_step(QueueView(bigger, ready, (prompt,), budget, 1)) == sp
