@@ -42,7 +42,7 @@ class CachedPricer:
 
         self.cache = cache
         self.owner = owner or uuid.uuid4().hex
-        self.local: dict[tuple, float] = {}
+        self.local: dict[str, dict] = {}  # fingerprint -> {key: ms}
         self.lists: dict[tuple[str, int], tuple[tuple, list[float]]] = {}  # (fp, id(keys)) -> (keys, prices)
         self.priced = self.local_hits = self.remote_hits = self.lookups = self.round_trips = 0
 
@@ -52,14 +52,16 @@ class CachedPricer:
         wanted: dict[tuple, tuple] = {}  # (fp, key) -> (lm, key, fused)
         for lm, keys, fused in requests:
             fp = lm.fingerprint
+            self.lookups += len(keys)
             if self._whole(fp, keys) is not None:
-                self.lookups += len(keys)
                 self.local_hits += len(keys)
                 continue
-            for k in keys:
+            known = self.local.setdefault(fp, {})
+            missing = [k for k in keys if k not in known]
+            self.local_hits += len(keys) - len(missing)
+            for k in missing:
                 pair = (fp, k)
-                self.lookups += 1
-                if pair in self.local or pair in wanted:
+                if pair in wanted:
                     self.local_hits += 1
                 else:
                     wanted[pair] = (lm, k, fused)
@@ -81,7 +83,7 @@ class CachedPricer:
             elif v == PENDING:
                 pending.append(pair)
             else:
-                self.local[pair] = v
+                self.local[pair[0]][pair[1]] = v
                 self.remote_hits += 1
         self._price(mine, wanted, share=True)
         if pending:
@@ -98,7 +100,7 @@ class CachedPricer:
         for (_, fused), group in groups.items():
             lm = wanted[group[0]][0]
             values = price(lm, [wanted[p][1] for p in group], fused).tolist()
-            self.local.update(zip(group, values, strict=True))
+            self.local[group[0][0]].update(zip([k for _, k in group], values, strict=True))
             self.priced += len(group)
             if share:
                 self.cache.put_many([(fp, plain(k)) for fp, k in group], values)
@@ -109,8 +111,7 @@ class CachedPricer:
         fp = lm.fingerprint
         prices = self._whole(fp, keys)
         if prices is None:
-            local = self.local
-            prices = [local[(fp, k)] for k in keys]
+            prices = list(map(self.local[fp].__getitem__, keys))
             if len(self.lists) >= PRICE_LISTS:
                 self.lists.clear()
             self.lists[(fp, id(keys))] = (keys, prices)  # holding `keys` keeps its id from being reused

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -66,9 +65,9 @@ def weighted_percentiles(values: np.ndarray, counts: np.ndarray, ps=PERCENTILES)
     """Nearest-rank percentiles of a sample where values[i] occurs counts[i] times: the
     ceil(p * n / 100)-th smallest value."""
     order = np.argsort(values, kind="stable")
-    v, c = values[order], np.cumsum(counts[order])
-    total = int(c[-1])
-    return [float(v[np.searchsorted(c, max(1, math.ceil(p * total / 100)), side="left")]) for p in ps]
+    c = np.cumsum(counts[order])
+    ranks = np.maximum(1, np.ceil(np.array(ps, dtype=np.float64) * int(c[-1]) / 100))
+    return values[order[np.searchsorted(c, ranks, side="left")]].tolist()
 
 
 def _mean(values: np.ndarray, counts: np.ndarray) -> float:
