@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import time
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
@@ -50,7 +51,9 @@ def filesystem(root: str | Path):
     return pafs.LocalFileSystem(), str(Path(text).resolve())
 
 
-def _schema(columns):
+@lru_cache(maxsize=64)
+def _schema(columns: tuple[str, ...]):
+    """The Arrow schema of a table with these columns (a sweep's scenarios share a few column sets)."""
     import pyarrow as pa
 
     return pa.schema([(c, column_type(c)) for c in columns])
@@ -95,8 +98,7 @@ class Dataset:
     def _write(self, table: str, item: SweepItem, rows: list[dict]) -> None:
         if not rows:
             return
-        columns = list(dict.fromkeys(c for r in rows for c in r))
-        columns = [c for c in columns if c not in PARTITIONS]
+        columns = tuple(c for c in dict.fromkeys(c for r in rows for c in r) if c not in PARTITIONS)
         write_parquet(rows, self.path(table, item), schema=_schema(columns), filesystem=self.fs)
 
     def write_manifest(self, info: dict) -> None:
