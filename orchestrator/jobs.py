@@ -4,6 +4,7 @@ its result, an assembled answer, and a sweep item. No Ray here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from orchestrator.scenario import Layout, Scenario
 
@@ -41,3 +42,8 @@ class SweepItem:
     scenario: Scenario
     mode: object  # orchestrator.modes.Mode
     jobs: tuple[Job, ...]
+
+    @cached_property
+    def family(self) -> str:
+        """The scenario's plan family, worked out once (the driver groups points that share a plan)."""
+        return self.scenario.plan_family()

@@ -93,21 +93,39 @@ class _Active:
 
 
 class _Queue(deque):
-    """Points waiting for a task, with their estimated work in ms kept as a running total.
-    `popleft` also returns the point's estimate, computed once when it was queued."""
+    """Points waiting for a task, with their estimated work in ms kept as a running total (each
+    point's estimate computed once, when it is queued)."""
 
     ms = 0.0
 
     def extend(self, entries) -> None:
         for key, item, n in entries:
-            ms = estimate_ms(item.scenario, item.jobs[key[1]], n)
-            self.append((key, item, n, ms))
+            job = item.jobs[key[1]]
+            ms = estimate_ms(item.scenario, job, n)
+            self.append((key, item, n, ms, (item.family, job.max_batched_tokens, job.role, n)))
             self.ms += ms
 
-    def popleft(self):
-        entry = super().popleft()
-        self.ms -= entry[3]
-        return entry
+    def take(self, target_ms: float) -> list:
+        """The points of one task, >= `target_ms` of work unless the queue runs out: the oldest point
+        with every queued point that shares its plan, then the next oldest... Points of one plan in
+        one task are planned once; split over tasks, two workers may both plan it."""
+        by_plan: dict[tuple, list] = {}
+        for entry in self:
+            by_plan.setdefault(entry[4], []).append(entry)
+        chunk, ms, taken = [], 0.0, set()
+        for plan_key, entries in by_plan.items():
+            if ms >= target_ms:
+                break
+            chunk += entries
+            ms += sum(e[3] for e in entries)
+            taken.add(plan_key)
+        rest = [e for e in self if e[4] not in taken]
+        self.clear()
+        self.ms = 0.0
+        for e in rest:
+            self.append(e)
+            self.ms += e[3]
+        return chunk
 
 
 def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> dict:
@@ -180,11 +198,7 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
         while queue and len(in_flight) < max_in_flight:
             if in_flight and not exhausted and queue.ms < TARGET_TASK_MS:
                 break  # let work accumulate: a task should carry >= TARGET_TASK_MS
-            chunk, ms = [], 0.0
-            while queue and ms < TARGET_TASK_MS:
-                key, it, n, point_ms = queue.popleft()
-                chunk.append((key, it.scenario, it.jobs[key[1]], n))
-                ms += point_ms
+            chunk = [(key, it.scenario, it.jobs[key[1]], n) for key, it, n, _, _ in queue.take(TARGET_TASK_MS)]
             in_flight[task.remote(chunk, cache)] = (chunk, 0)
         if not in_flight:
             if exhausted and not queue:

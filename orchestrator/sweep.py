@@ -77,7 +77,7 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
         raise FileExistsError(f"{output} already holds {len(finished)} finished scenarios; "
                               "pass --resume to continue it, or choose another --output")
     # scenarios of one plan family share their plans: run them together so the per-process plan memo hits
-    todo = sorted((it for it in items if it.id not in finished), key=lambda it: it.scenario.plan_family())
+    todo = sorted((it for it in items if it.id not in finished), key=lambda it: it.family)
     summary = SweepSummary(str(output), uuid.uuid4().hex[:12], len(items), len(items) - len(todo), 0)
     bar = Progress(len(items), enabled=progress)
     bar.bar.update(summary.skipped)

@@ -463,3 +463,22 @@ def test_cache_command_shows_and_clears_the_shards(ray_session, capsys):
     if "RAY_ADDRESS" not in os.environ:
         assert main(["cache", "stats"]) == 2  # no cluster named: one line, exit 2
         assert "--address" in capsys.readouterr().err
+
+
+def test_a_task_takes_the_oldest_point_with_every_queued_point_that_shares_its_plan():
+    """Points of one plan (same workload family, budget, role, concurrency) queued by different
+    scenarios go to one task, so one worker plans the schedule; oldest first otherwise, and a task
+    stops once it holds its share of work."""
+    from orchestrator.runner import _Queue
+
+    items = expand(SPEC)
+    a = items[0]
+    other = next(it for it in items if it.family != a.family)  # another input or output length
+    same = next(it for it in items if it.family == a.family and it is not a)  # other devices or limits
+    q = _Queue()
+    q.extend([((a.id, 0), a, 4), ((other.id, 0), other, 4), ((a.id, 0), a, 8), ((same.id, 0), same, 4)])
+    first = q.take(target_ms=0.001)  # one plan's worth: a's n=4 and same's n=4 (one plan), not other's
+    assert [(it.id, n) for _, it, n, _, _ in first] == [(a.id, 4), (same.id, 4)]
+    assert [(it.id, n) for _, it, n, _, _ in q] == [(other.id, 4), (a.id, 8)]  # the rest, in order
+    assert q.ms == pytest.approx(sum(e[3] for e in q))
+    assert len(q.take(target_ms=1e9)) == 2 and not q and q.ms == 0.0
