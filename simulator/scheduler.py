@@ -105,6 +105,15 @@ class Scheduler(ABC):
         the planner then asks it every step."""
         return 1
 
+    def stretch_steps(self, ready: int, takes: int, chunk: int, remaining: int, budget: int,
+                      decode_query_len: int) -> float:
+        """In a chunk stretch this policy's answer decodes all `ready` requests and advances the whole
+        front FIFO group (`takes` requests, each with `remaining` prompt tokens to go) by a `chunk`
+        that is not their last, and the group keeps its place. How many steps in a row, this one
+        included, it answers alike as the group's prompts advance (nothing else changes). 1 unless a
+        policy knows: the planner then asks it every step."""
+        return 1
+
 
 class CountScheduler(Scheduler):
     """The RFC's interface: decide (p_step, d_step) from counts. The p_step requests come from the
@@ -188,6 +197,14 @@ class DecodeFirstWithSlack(CountScheduler):
         fit = budget // decode_query_len - ready  # decodes the budget holds beyond the ready ones
         return 1 + max(0, min(spare // (joins * decode_query_len), fit // joins))
 
+    def stretch_steps(self, ready: int, takes: int, chunk: int, remaining: int, budget: int,
+                      decode_query_len: int) -> float:
+        """The chunk is the whole budget while more than it remains, and the fit beside the same
+        decodes does not change: alike up to the last chunk."""
+        if type(self).decide is not DecodeFirstWithSlack.decide or type(self)._step is not DecodeFirstWithSlack._step:
+            return 1
+        return max(1, (remaining - 1) // chunk)
+
     def _step(self, ready: int, chunk: int, budget: int, qlen: int) -> tuple[int, int]:
         """(decodes, chunks that fit beside them): every ready request decodes up to the budget, then
         chunks fill floor(B * slack)."""
@@ -254,6 +271,14 @@ class TokenBudget(Scheduler):
             if done == 0:
                 slots -= taken
         return StepPlan(tuple(takes), decode)
+
+    def stretch_steps(self, ready: int, takes: int, chunk: int, remaining: int, budget: int,
+                      decode_query_len: int) -> float:
+        """With the decodes and the requests behind unchanged, the started request's chunk is what its
+        need leaves of the budget until its need fits: alike up to the last chunk."""
+        if type(self).plan_step is not TokenBudget.plan_step:
+            return 1
+        return max(1, (remaining - 1) // chunk)
 
 
 SCHEDULERS: dict[str, type[Scheduler]] = {

@@ -408,6 +408,12 @@ def plan(
                                     shape_ids, shapes, step_shape, step_decode)
             kv_prefill += kv_added
             continue
+        stretch = 0 if timed else _stretch_steps(sp, scheduler, queue, pool, kinds, B, qlen)
+        if stretch:
+            # the KV peak, as on a ramp: every step of a stretch holds more than the one before
+            kv_prefill += _stretch(stretch, sp, queue, pool, kinds, qlen, fixed, context_round, shape_ids, shapes,
+                                   step_shape, step_decode)
+            continue
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
             firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, kinds, entries)
@@ -664,6 +670,56 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
     taken = int(p.sum())  # as `_apply_takes` and the loop count them
     added = taken * (tok + (0 if done else kinds.cached[kind]))
     return sp, added - (taken * prompt if joins else 0)
+
+
+def _stretch_steps(sp, scheduler, queue: deque, pool: _DecodePool, kinds, budget: int, qlen: int) -> int:
+    """The steps of a chunk stretch starting with the policy's answer `sp` (0 if it starts none): every
+    ready request decodes and the whole front group advances one chunk, not its prompt's last, keeping
+    its place (a depth-first policy, or the only group), for as many steps as the policy says its
+    answer holds (`Scheduler.stretch_steps`) and nobody finishes. One step is left to the loop."""
+    if not (queue and len(sp.takes) == 1 and sp.decode == pool.ready):
+        return 0
+    pos, n, tok = sp.takes[0]
+    count, done, _, kind = queue[0]
+    remaining = kinds.effective[kind] - done
+    if not (pos == 0 and n == count and 0 < tok < remaining and (not scheduler.requeue or len(queue) == 1)):
+        return 0
+    k = min(scheduler.stretch_steps(pool.ready, n, tok, remaining, budget, qlen), (remaining - 1) // tok)
+    if pool.ready:
+        k = min(k, pool.next_end - pool.ticks - 1)
+    return int(k) if k >= 2 else 0
+
+
+def _stretch(k: int, sp, queue: deque, pool: _DecodePool, kinds, qlen: int, fixed: int | None, round_to: int,
+             shape_ids: dict, shapes: list, step_shape: list, step_decode: list) -> int:
+    """Play the `k` steps of a chunk stretch (see `_stretch_steps`), the first with the policy's answer
+    `sp`; the decode keys' contexts as the loop would compute them. Returns the prefill KV tokens the
+    chunks added (a cached prefix with the first)."""
+    count, done, event, kind = queue[0]
+    _, n, tok = sp.takes[0]
+    ready, prompts, steps_done = pool.ready, pool.prompt_sum, pool.steps_sum
+    for j in range(1, k + 1):
+        seq = done + tok * j
+        if not ready:
+            cj = 0
+        elif fixed is None:
+            generated = ready + pool.rate * (steps_done + ready * (j - 1))
+            cj = _round_context(_mean_context(prompts, ready, generated, qlen), round_to)
+        else:
+            cj = fixed
+        signature = ((((tok, seq), n),), ready, cj)
+        shape_id = shape_ids.get(signature)
+        if shape_id is None:
+            shape_id = shape_ids[signature] = len(shapes)
+            prefill = ForwardKey(False, n, tok, seq)
+            shapes.append((prefill, ForwardKey(True, ready, qlen, cj)) if ready else (prefill,))
+        step_shape.append(shape_id)
+    step_decode.extend([ready] * k)
+    queue[0] = (count, done + tok * k, event, kind)
+    if ready:
+        pool.ticks += k
+        pool.steps_sum += k * ready
+    return n * tok * k + (0 if done else n * kinds.cached[kind])
 
 
 def _ramp_sync(queue: deque, view, count: int, done: int, event: int, kind: int, moved: int, seq: int,

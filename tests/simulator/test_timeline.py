@@ -689,3 +689,54 @@ def test_an_answer_taking_part_of_a_group_is_the_same_for_a_larger_group(groups,
             bigger = list(fifo)
             bigger[pos] = (fifo[pos][0] + extra, *fifo[pos][1:])
             assert policy.plan_step(QueueView(bigger, ready, (prompt,), budget, 1)) == sp
+
+
+@pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(), TokenBudget(long_prefill_token_threshold=24),
+                                    TokenBudget(max_num_seqs=2)],
+                         ids=["decode-first", "token-budget", "threshold", "max-seqs"])
+@pytest.mark.parametrize("w", [
+    Workload(1000, 40, 64, 3),                          # depth-first: one prompt's chunks after another
+    Workload(1000, 40, 64, 1),                          # one request: any policy keeps its place
+    Workload(700, 300, 100, 4, prefix_cache_hit_rate=0.5),  # decodes beside the chunks; cached prefixes
+    Workload(500, 30, 48, 2, mtp_tokens=1, mtp_acceptance_rates=(0.5,)),
+], ids=["three", "one", "decoding-cached", "mtp"])
+def test_chunk_stretches_equal_the_reference_step_for_step(w, policy):
+    """Chunk stretches (the front group advances chunk after chunk of its prompt beside the same
+    decodes) are played in bulk where the policy says how long its answer holds; the plan still
+    equals the per-request reference step for step, with its KV peak."""
+    p = plan(w, policy)
+    reqs, _, peak, step_keys, _ = reference(w, policy, affine)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(ready=st.integers(0, 40), prompt=st.integers(2, 3000), done=st.integers(0, 2999), budget=st.integers(1, 600),
+       count=st.integers(1, 3), behind=st.integers(0, 5), qlen=st.integers(1, 2),
+       policy=st.sampled_from([DecodeFirstWithSlack(), DecodeFirstWithSlack(1.5), TokenBudget(),
+                               TokenBudget(long_prefill_token_threshold=50), TokenBudget(max_num_seqs=30)]))
+def test_a_policy_says_exactly_how_long_its_stretch_answer_holds(ready, prompt, done, budget, count, behind, qlen,
+                                                                  policy):
+    """`stretch_steps` equals what asking step by step finds, up to the last chunk: the same answer
+    as the front group's prompts advance, every ready request decoding (`behind` fresh requests wait
+    behind it; a requeueing policy's stretch needs the group alone)."""
+    from simulator.scheduler import QueueView
+
+    done = min(done, prompt - 1)
+    fifo = [(count, done, 0, 0)] + ([(behind, 0, 0, 0)] if behind and not policy.requeue else [])
+    view = QueueView(fifo, ready, (prompt,), budget, qlen)
+    sp = policy.plan_step(view)
+    if not (len(sp.takes) == 1 and sp.decode == ready and sp.takes[0][:2] == (0, count)
+            and sp.takes[0][2] < prompt - done):
+        return  # not a stretch answer
+    tok = sp.takes[0][2]
+    holds = policy.stretch_steps(ready, count, tok, prompt - done, budget, qlen)
+    alike = 1
+    while done + tok * (alike + 1) < prompt:  # the next step's chunk is not the last either
+        fifo[0] = (count, done + tok * alike, 0, 0)
+        if policy.plan_step(QueueView(fifo, ready, (prompt,), budget, qlen)) != sp:
+            break
+        alike += 1
+    assert holds == alike
