@@ -4,12 +4,15 @@ simulated and checked for memory and the limits."""
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from dataclasses import replace
 from functools import lru_cache
 
 from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
-from simulator import StepPricer, Workload, plan, price, replay, step_times
+from simulator import StepPricer, Workload, plan, price, step_times
+from simulator.metrics import goodput, measure
 
 PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
 #: the Poisson capacity search walks a geometric grid of rates: point n offers
@@ -21,6 +24,10 @@ STEP_PRICERS = 64
 #: context rule, never on the model, device or layout, so the layouts of a search share them
 PLANS = 512
 _plan = lru_cache(maxsize=PLANS)(plan)
+#: measured points kept per process: scenarios that differ only in their limits (a sweep's limit grid)
+#: evaluate many of the same points (42 % of a cluster-scale sweep's), and only goodput depends on limits
+MEASURED = 1024
+_measured: OrderedDict = OrderedDict()  # (scenario without limits, job, workload) -> (metrics, judged, limits)
 
 
 def grid_rate(n: int) -> float:
@@ -61,10 +68,24 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
 
 
 def finish_point(s: Scenario, job: Job, lm, planned, prices) -> dict:
-    """Phase two: replay the plan with its prices; the row of the point."""
+    """Phase two: replay the plan with its prices; the row of the point. A point measured before for
+    a scenario that differs only in its limits is judged again against these limits (its goodput),
+    not replayed."""
     pairs = s.limit_pairs()
     limits = pairs[0] if len(pairs) == 1 else (None, None)
-    m = replay(planned, step_times(planned, prices), job.layout.rank_devices, s.slo_percentile or None, limits)
+    key = (s.without_limits, job, planned.workload)
+    seen = _measured.get(key)
+    if seen is None:
+        m, judged = measure(planned, step_times(planned, prices), job.layout.rank_devices, s.slo_percentile or None,
+                            limits)
+        if len(_measured) >= MEASURED:
+            _measured.popitem(last=False)
+        _measured[key] = (m, judged, limits)
+    else:
+        _measured.move_to_end(key)
+        m, judged, judged_at = seen
+        if judged_at != limits:
+            m = replace(m, goodput=goodput(judged, limits))
     row = point_row(s, job.layout, job.role, m, lm.memory_for(planned.workload.max_batched_tokens))
     if len(pairs) > 1:
         row["goodput"] = math.nan  # several limit pairs: goodput has no single meaning

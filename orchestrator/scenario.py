@@ -244,6 +244,12 @@ class _ScenarioMethods:
         """Every (TTFT limit, TPOT limit) combination; None where no limit is given."""
         return [(t, p) for t in (self.ttft_limits or (None,)) for p in (self.tpot_limits or (None,))]
 
+    @cached_property
+    def without_limits(self) -> Scenario:
+        """This scenario with no TTFT or TPOT limit: what a point's simulation depends on (scenarios of a
+        sweep's limit grid share their points)."""
+        return self.with_(ttft_limits=(), tpot_limits=())
+
     def with_(self, **changes):
         return replace(self, **changes)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -98,10 +99,39 @@ def _throughput(window, finish: np.ndarray, counts: np.ndarray, tokens: np.ndarr
     return 1000.0 * float(counts.sum()) / makespan, 1000.0 * float((counts * tokens).sum()) / makespan
 
 
+class Judged(NamedTuple):
+    """The measured requests' TTFT and TPOT (ms) with how many requests each stands for, and the
+    request throughput: what goodput judges against a limit pair."""
+
+    ttft: np.ndarray
+    tpot: np.ndarray
+    counts: np.ndarray
+    phase: str
+    request_throughput: float
+
+
+def goodput(judged: Judged, limits: tuple[float | None, float | None]) -> float:
+    """Request throughput times the share of measured requests within both limits (a prefill
+    instance is judged on TTFT alone, a decode instance on TPOT alone)."""
+    ok = np.ones(len(judged.counts), dtype=bool)
+    if limits[0] is not None and judged.phase != "decode":
+        ok &= judged.ttft <= limits[0]
+    if limits[1] is not None and judged.phase != "prefill":
+        ok &= judged.tpot <= limits[1]
+    c = judged.counts
+    return judged.request_throughput * float(c[ok].sum()) / float(c.sum())
+
+
 def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: float | None = None,
            limits: tuple[float | None, float | None] = (None, None)) -> Metrics:
     """Times from step durations (a timed plan keeps its own clock): a group's first token / finish
     is the end of its step; its arrival the end of the step it came after, or its send time."""
+    return measure(plan, durations, num_devices, slo_percentile, limits)[0]
+
+
+def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: float | None = None,
+            limits: tuple[float | None, float | None] = (None, None)) -> tuple[Metrics, Judged]:
+    """`replay`, and what its goodput was judged on (so another limit pair needs only `goodput`)."""
     w = plan.workload
     ends, arrival, first, finish = _record_times(plan, durations)
     counts = plan.counts
@@ -126,11 +156,7 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
     il_p = weighted_percentiles(itl, itl_w) if itl_w.sum() else [0.0] * len(PERCENTILES)
     ttft_slo = tt_p[-1] if slo else _mean(tt, c)
     tpot_slo = tp_p[-1] if slo else _mean(tp, c)
-    ok = np.ones(len(c), dtype=bool)
-    if limits[0] is not None and plan.phase != "decode":
-        ok &= tt <= limits[0]
-    if limits[1] is not None and plan.phase != "prefill":
-        ok &= tp <= limits[1]
+    judged = Judged(tt, tp, c, plan.phase, req_tput)
     return Metrics(
         concurrency=w.concurrency,
         ttft_ms=_mean(tt, c), tpot_ms=_mean(tp, c),
@@ -144,7 +170,7 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
         request_throughput=req_tput,
         output_throughput=out_tput,
         output_throughput_per_device=out_tput / num_devices,
-        goodput=req_tput * float(c[ok].sum()) / float(c.sum()),
+        goodput=goodput(judged, limits),
         num_devices=num_devices,
         num_steps=plan.num_steps,
         prefill_num_chunks=w.prefill_num_chunks,
@@ -153,7 +179,7 @@ def replay(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: fl
         peak_kv_tokens=plan.peak_kv_tokens,
         arrival=w.arrival, num_prompts=w.prompts, request_rate=w.request_rate,
         measured_requests=int(c.sum()), steady=bool(steady.any()),
-    )
+    ), judged
 
 
 def _record_times(plan, durations: np.ndarray):

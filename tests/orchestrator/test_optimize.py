@@ -183,3 +183,26 @@ def test_a_search_in_two_processes_answers_exactly_as_in_one():
     for a, b in ((one.points, two.points), (one.best, two.best)):
         assert pd.DataFrame(a).equals(pd.DataFrame(b)) and len(a) > 0  # NaN (goodput, cost) equal to NaN
     assert one.infeasible == two.infeasible
+
+
+def test_a_point_of_scenarios_differing_only_in_limits_is_replayed_once_and_judged_per_limits(monkeypatch):
+    """A sweep's limit grid repeats points: the second scenario reuses the first one's measured point
+    and judges its requests against its own limits (goodput); every other column is the same, and
+    goodput equals a fresh replay's with those limits."""
+    import orchestrator.evaluate as ev
+    from simulator import plan, price, replay, step_times
+
+    calls = []
+    measure = ev.measure
+    monkeypatch.setattr(ev, "measure", lambda *a, **k: calls.append(1) or measure(*a, **k))
+    monkeypatch.setattr(ev, "_measured", type(ev._measured)())
+    loose = Scenario("Qwen/Qwen3-8B", "H200_SXM", 1, 2048, 256, (2048,), ttft_limits=(5000.0,), tpot_limits=(60.0,))
+    tight = loose.with_(tpot_limits=(9.0,))
+    job = Job("agg", Layout(1), 2048)
+    a, b = evaluate_point(loose, job, 48), evaluate_point(tight, job, 48)
+    assert len(calls) == 1
+    assert {k for k in a if a[k] != b[k] and a[k] == a[k]} == {"goodput"}  # NaN (no device price) aside
+    w = ev.workload(tight, 2048, 48)
+    lm, p = tight.latency_model(job.layout), plan(w, tight.make_scheduler())
+    fresh = replay(p, step_times(p, price(lm, p.price_keys, p.scheduler.fused)), 1, None, (5000.0, 9.0))
+    assert b["goodput"] == fresh.goodput < a["goodput"]
