@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from orchestrator.evaluate import evaluate_point, finish_point, plan_point, workload
 from orchestrator.jobs import Job, JobResult, SweepItem
 from orchestrator.optimize import job_search
 from orchestrator.pricer import CachedPricer, shared_backend
 from orchestrator.scenario import Scenario
+from simulator.workload import sent_prompts
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +44,24 @@ def estimate_ms(s: Scenario, job: Job, n: int) -> float:
     """Rough work of one point: decode steps plus the steps its prompt tokens fill at B per step
     (a Poisson point's requests in flight are unknown before it runs: POISSON_IN_FLIGHT is a guess),
     plus, with a backend that costs more per key than asking the shared cache, the keys it prices."""
-    w = workload(s, job.max_batched_tokens, n)
-    rounds = w.prompts / (POISSON_IN_FLIGHT if w.arrival == "poisson" else w.concurrency)
-    decode = w.decode_steps * rounds if job.role != "prefill" else 0
-    steps = decode + w.prompts * w.effective_input_length / w.max_batched_tokens + 1
+    arrival, num_prompts, trace, decode, prefill_steps, pricing = _point_work(s, job)
+    poisson = arrival == "poisson"
+    prompts = sent_prompts(arrival, 1 if poisson else n, num_prompts, trace)
+    rounds = prompts / (POISSON_IN_FLIGHT if poisson else n)
+    return MS_PER_POINT + MS_PER_STEP * (decode * rounds + prompts * prefill_steps + 1) + pricing
+
+
+@lru_cache(maxsize=4096)
+def _point_work(s: Scenario, job: Job) -> tuple:
+    """What a job's point estimates share, whatever its load (the driver estimates every point it
+    queues): arrival, num_prompts, a trace's requests, decode steps a request, prefill steps a
+    prompt, pricing ms."""
+    w = workload(s, job.max_batched_tokens, 1)
+    trace = w.mix.trace if w.mix is not None else None
     lm = s.latency_model(job.layout)
-    pricing = lm.cost_per_key_ms * PRICED_KEYS_PER_POINT if shared_backend(lm) else 0.0
-    return MS_PER_POINT + MS_PER_STEP * steps + pricing
+    return (w.arrival, w.num_prompts, None if trace is None else len(trace),
+            w.decode_steps if job.role != "prefill" else 0, w.effective_input_length / w.max_batched_tokens,
+            lm.cost_per_key_ms * PRICED_KEYS_PER_POINT if shared_backend(lm) else 0.0)
 
 
 class _Active:

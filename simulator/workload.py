@@ -104,13 +104,8 @@ class Workload:
     @property
     def prompts(self) -> int:
         """Requests sent in all (num_prompts resolved; a trace sends its requests)."""
-        if self.num_prompts:
-            return self.num_prompts
-        if self.mix is not None and self.mix.trace is not None and self.arrival != "burst":
-            return len(self.mix.trace)
-        if self.arrival == "poisson":
-            return POISSON_PROMPTS
-        return self.concurrency if self.arrival == "burst" else PROMPTS_PER_CONCURRENCY * self.concurrency
+        trace = self.mix.trace if self.mix is not None else None
+        return sent_prompts(self.arrival, self.concurrency, self.num_prompts, None if trace is None else len(trace))
 
     def arrival_times_ms(self):
         """Poisson: the seeded send time of every request (the first at 0), in ms. A timed trace
@@ -200,6 +195,18 @@ def chunk_plan(effective_input_length: int, max_batched_tokens: int) -> list[Pre
         done += q
         chunks.append(PrefillChunk(len(chunks), q, done))
     return chunks
+
+
+def sent_prompts(arrival: str, concurrency: int, num_prompts: int, trace_requests: int | None) -> int:
+    """Requests a workload sends in all: `num_prompts` if given, else a trace's requests (closed or
+    Poisson), else concurrency (burst), POISSON_PROMPTS or PROMPTS_PER_CONCURRENCY x concurrency."""
+    if num_prompts:
+        return num_prompts
+    if trace_requests is not None and arrival != "burst":
+        return trace_requests
+    if arrival == "poisson":
+        return POISSON_PROMPTS
+    return concurrency if arrival == "burst" else PROMPTS_PER_CONCURRENCY * concurrency
 
 
 def decode_steps(output_length: int, tokens_per_step: float) -> int:
