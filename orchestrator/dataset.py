@@ -98,7 +98,10 @@ class Dataset:
     def _write(self, table: str, item: SweepItem, rows: list[dict]) -> None:
         if not rows:
             return
-        columns = tuple(c for c in dict.fromkeys(c for r in rows for c in r) if c not in PARTITIONS)
+        seen: dict = {}
+        for r in rows:  # every column in the order it first appears (a dict update per row runs in C)
+            seen.update(r)
+        columns = tuple(c for c in seen if c not in PARTITIONS)
         write_parquet(rows, self.path(table, item), schema=_schema(columns), filesystem=self.fs)
 
     def write_manifest(self, info: dict) -> None:
