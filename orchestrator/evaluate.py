@@ -27,7 +27,7 @@ _plan = lru_cache(maxsize=PLANS)(plan)
 #: measured points kept per process: scenarios that differ only in their limits (a sweep's limit grid)
 #: evaluate many of the same points (42 % of a cluster-scale sweep's), and only goodput depends on limits
 MEASURED = 1024
-_measured: OrderedDict = OrderedDict()  # (scenario without limits, job, workload) -> (metrics, judged, limits)
+_measured: OrderedDict = OrderedDict()  # point_key -> (metrics, judged, the limits judged against)
 
 
 def grid_rate(n: int) -> float:
@@ -67,27 +67,51 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     return lm, _plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context)
 
 
-def finish_point(s: Scenario, job: Job, lm, planned, prices) -> dict:
-    """Phase two: replay the plan with its prices; the row of the point. A point measured before for
-    a scenario that differs only in its limits is judged again against these limits (its goodput),
-    not replayed."""
-    pairs = s.limit_pairs()
-    limits = pairs[0] if len(pairs) == 1 else (None, None)
-    key = (s.without_limits, job, planned.workload)
+def point_key(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple:
+    """What a point's simulation depends on: the scenario without its limits, the job and the load."""
+    return s.without_limits, job, n, rate
+
+
+def finish_point(s: Scenario, job: Job, lm, planned, prices, n: int, rate: float | None = None) -> dict:
+    """Phase two: replay the plan with its prices; the row of the point (remembered, see `known_point`)."""
+    limits = _limits(s)
+    m, judged = measure(planned, step_times(planned, prices), job.layout.rank_devices, s.slo_percentile or None,
+                        limits)
+    if len(_measured) >= MEASURED:
+        _measured.popitem(last=False)
+    _measured[point_key(s, job, n, rate)] = (m, judged, limits)
+    return _row(s, job, m)
+
+
+def measured_before(key: tuple) -> bool:
+    """Whether the point of this `point_key` was measured in this process (and is still remembered)."""
+    return key in _measured
+
+
+def known_point(s: Scenario, job: Job, n: int, rate: float | None = None) -> dict | None:
+    """The row of a point measured in this process before, for this scenario or one that differs only
+    in its limits (judged again against these limits: its goodput); None if it was not."""
+    key = point_key(s, job, n, rate)
     seen = _measured.get(key)
     if seen is None:
-        m, judged = measure(planned, step_times(planned, prices), job.layout.rank_devices, s.slo_percentile or None,
-                            limits)
-        if len(_measured) >= MEASURED:
-            _measured.popitem(last=False)
-        _measured[key] = (m, judged, limits)
-    else:
-        _measured.move_to_end(key)
-        m, judged, judged_at = seen
-        if judged_at != limits:
-            m = replace(m, goodput=goodput(judged, limits))
-    row = point_row(s, job.layout, job.role, m, lm.memory_for(planned.workload.max_batched_tokens))
-    if len(pairs) > 1:
+        return None
+    _measured.move_to_end(key)
+    m, judged, judged_at = seen
+    limits = _limits(s)
+    if judged_at != limits:
+        m = replace(m, goodput=goodput(judged, limits))
+    return _row(s, job, m)
+
+
+def _limits(s: Scenario) -> tuple:
+    """The limit pair goodput is judged against: the scenario's only one (none if it has several)."""
+    pairs = s.limit_pairs()
+    return pairs[0] if len(pairs) == 1 else (None, None)
+
+
+def _row(s: Scenario, job: Job, m) -> dict:
+    row = point_row(s, job.layout, job.role, m, s.latency_model(job.layout).memory_for(m.max_batched_tokens))
+    if len(s.limit_pairs()) > 1:
         row["goodput"] = math.nan  # several limit pairs: goodput has no single meaning
     return row
 
@@ -95,9 +119,12 @@ def finish_point(s: Scenario, job: Job, lm, planned, prices) -> dict:
 def evaluate_point(s: Scenario, job: Job, n: int, pricer=direct_pricer, rate: float | None = None) -> dict:
     """Simulate one instance of `job` at search point `n` (or `rate`); throughputs in the row are for
     all dp instances. `pricer(lm, keys, fused)` prices the plan's distinct keys (a cache may stand
-    in front)."""
+    in front). A point measured before (`known_point`) is not simulated again."""
+    row = known_point(s, job, n, rate)
+    if row is not None:
+        return row
     lm, planned = plan_point(s, job, n, rate)
-    return finish_point(s, job, lm, planned, pricer(lm, planned.price_keys, planned.scheduler.fused))
+    return finish_point(s, job, lm, planned, pricer(lm, planned.price_keys, planned.scheduler.fused), n, rate)
 
 
 def point_tables(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple[dict, dict]:

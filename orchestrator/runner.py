@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 
-from orchestrator.evaluate import evaluate_point, finish_point, plan_point, workload
+from orchestrator.evaluate import evaluate_point, finish_point, measured_before, plan_point, point_key, workload
 from orchestrator.jobs import Job, JobResult, SweepItem
 from orchestrator.optimize import job_search
 from orchestrator.pricer import CachedPricer, shared_backend
@@ -166,10 +166,21 @@ def _evaluate_chunk(items, cache):
     global _WORKER_PRICER
     if _WORKER_PRICER is None or _WORKER_PRICER.cache != cache:
         _WORKER_PRICER = CachedPricer(cache)
-    planned = [plan_point(s, job, n) for _, s, job, n in items]
-    _WORKER_PRICER.prefetch([(lm, p.price_keys, p.scheduler.fused) for lm, p in planned])
-    rows = [(key, n, finish_point(s, job, lm, p, _WORKER_PRICER.lookup(lm, p.price_keys)))
-            for (key, s, job, n), (lm, p) in zip(items, planned, strict=True)]
+    fresh: dict[tuple, int] = {}  # a point not measured in this process -> its first item
+    for i, (_, s, job, n) in enumerate(items):
+        k = point_key(s, job, n)
+        if k not in fresh and not measured_before(k):
+            fresh[k] = i
+    planned = {i: plan_point(*items[i][1:]) for i in fresh.values()}
+    _WORKER_PRICER.prefetch([(lm, p.price_keys, p.scheduler.fused) for lm, p in planned.values()])
+    rows = []
+    for i, (key, s, job, n) in enumerate(items):
+        if i in planned:
+            lm, p = planned[i]
+            row = finish_point(s, job, lm, p, _WORKER_PRICER.lookup(lm, p.price_keys), n)
+        else:  # measured here before, or by an item above (of another limit pair)
+            row = evaluate_point(s, job, n, _WORKER_PRICER)
+        rows.append((key, n, row))
     return rows, _WORKER_PRICER.take_stats(), ray.get_runtime_context().get_node_id()
 
 

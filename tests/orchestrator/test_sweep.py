@@ -103,7 +103,9 @@ def test_an_expensive_backend_prices_every_key_once_per_cluster(ray_session, tmp
 def test_cache_shards_claims_and_bound_on_real_ray(ray_session):
     from orchestrator.cache import MINE, PENDING, LatencyCache, ShardedCache, shard_of
 
-    shards = ShardedCache([LatencyCache.remote(max_entries=4, claim_timeout_s=0.2) for _ in range(3)])
+    # claims pass on after 1 s: long enough that a loaded machine's pause between two calls does not
+    # pass them on early (0.2 s did, once), short enough to wait out below
+    shards = ShardedCache([LatencyCache.remote(max_entries=4, claim_timeout_s=1.0) for _ in range(3)])
     pairs = [("fp", (True, n, 1, 128)) for n in range(30)]
     assert shards.claim_many(pairs[:2], "a") == [MINE, MINE]
     assert shards.claim_many(pairs[:2], "b") == [PENDING, PENDING]  # a is pricing them
@@ -112,7 +114,7 @@ def test_cache_shards_claims_and_bound_on_real_ray(ray_session):
     assert shards.claim_many(pairs[2:3], "a") == [MINE]
     import time
 
-    time.sleep(0.3)  # a never answers: its claim passes on
+    time.sleep(1.1)  # a never answers: its claim passes on
     assert shards.claim_many(pairs[2:3], "b") == [MINE]
     shards.put_many(pairs, [float(i) for i in range(30)])
     stats = shards.stats()
@@ -143,7 +145,7 @@ def test_a_task_estimates_the_pricing_of_an_expensive_backend():
 
 
 def test_cache_actor_serves_a_fresh_worker(ray_session):
-    from orchestrator.evaluate import evaluate_point
+    from orchestrator.evaluate import _measured, evaluate_point
     from orchestrator.jobs import Job
     from orchestrator.scenario import Layout, Scenario
 
@@ -153,7 +155,8 @@ def test_cache_actor_serves_a_fresh_worker(ray_session):
     row_a = evaluate_point(s, Job("agg", Layout(1), 1024), 7, a)
     assert a.priced > 0
     cache.stats()  # the fire-and-forget put_many has landed before this returns
-    b = CachedPricer(cache)  # a new worker: empty local dict
+    b = CachedPricer(cache)  # a new worker: empty local dict, no point measured in it
+    _measured.clear()
     row_b = evaluate_point(s, Job("agg", Layout(1), 1024), 7, b)
     assert b.priced == 0 and b.remote_hits == b.lookups > 0
     assert row_a == row_b
