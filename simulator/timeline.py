@@ -402,18 +402,19 @@ def plan(
                                      step_decode, finished)
             peak = max(peak, kv_prefill + tail_peak)
             break
-        if not timed and _ramps(sp, queue, pool, kinds, scheduler.requeue):
-            # the KV peak: the step after a ramp step holds all it held and more
-            ahead, kv_added = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round,
-                                    shape_ids, shapes, step_shape, step_decode)
-            kv_prefill += kv_added
-            continue
-        stretch = 0 if timed else _stretch_steps(sp, scheduler, queue, pool, kinds, B, qlen)
-        if stretch:
-            # the KV peak, as on a ramp: every step of a stretch holds more than the one before
-            kv_prefill += _stretch(stretch, sp, queue, pool, kinds, qlen, fixed, context_round, shape_ids, shapes,
-                                   step_shape, step_decode)
-            continue
+        if not timed and len(sp.takes) == 1 and d == pool.ready:  # what ramps and stretches have in common
+            if _ramps(sp, queue, pool, kinds, scheduler.requeue):
+                # the KV peak: the step after a ramp step holds all it held and more
+                ahead, kv_added = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round,
+                                        shape_ids, shapes, step_shape, step_decode)
+                kv_prefill += kv_added
+                continue
+            stretch = _stretch_steps(sp, scheduler, queue, pool, kinds, B, qlen)
+            if stretch:
+                # the KV peak, as on a ramp: every step of a stretch holds more than the one before
+                kv_prefill += _stretch(stretch, sp, queue, pool, kinds, qlen, fixed, context_round, shape_ids,
+                                       shapes, step_shape, step_decode)
+                continue
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
             firsts, kv_added = _apply_takes(queue, sp.takes, scheduler, kinds, entries)
