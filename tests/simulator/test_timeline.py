@@ -740,3 +740,15 @@ def test_a_policy_says_exactly_how_long_its_stretch_answer_holds(ready, prompt, 
             break
         alike += 1
     assert holds == alike
+
+
+def test_a_stretch_stops_before_a_last_chunk_whatever_the_policy_claims():
+    """The planner never plays a prompt's last chunk in a stretch (it completes the prompt: another
+    step's shape), even for a policy that claims its answer holds for ever."""
+    class Overclaiming(TokenBudget):
+        def stretch_steps(self, *args):
+            return math.inf
+
+    w = Workload(1000, 40, 64, 3)
+    p = plan(w, Overclaiming())
+    assert [p.shapes[i] for i in p.step_shape] == reference(w, TokenBudget(), affine)[3]
