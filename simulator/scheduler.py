@@ -79,9 +79,9 @@ class Scheduler(ABC):
     The planner relies on three properties of `plan_step`: it depends on the view alone (a state seen
     before gets the same answer, so repeated steps and closed-loop periods are copied); with
     nothing waiting to prefill, a policy that decodes every ready request does so for fewer ready
-    requests too (the decode tail is played at once); and an answer that takes some but not all
-    requests of a FIFO group is the same with more requests in that group (a burst's period is
-    copied while its fresh group shrinks)."""
+    requests too (the decode tail is played at once); and an answer that takes n requests of a FIFO
+    group, not all, is the same for any size of that group above n (a burst's period is copied while
+    its fresh group shrinks)."""
 
     name: str = "scheduler"
     fused: bool = False

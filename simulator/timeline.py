@@ -269,8 +269,8 @@ class _Cycle:
     state only when the summary matches. O(1) saved states, whatever the loop's length.
 
     A burst's fresh group (its requests not started yet) shrinks every period, so its count is left
-    out of a burst's state (`free_fresh`): a policy that takes some but not all of a group takes as
-    many of any larger one (the `Scheduler` contract), and the copies stop while it still holds more
+    out of a burst's state (`free_fresh`): a policy that takes n of a group, not all, takes as many of
+    it at any size above n (the `Scheduler` contract), and the copies stop while it still holds more
     than a step takes."""
 
     def __init__(self, free_fresh: bool = False) -> None:

@@ -674,8 +674,9 @@ def test_an_arrival_at_a_step_boundary_inside_a_decode_stretch_joins_that_step(p
        policy=st.sampled_from([DecodeFirstWithSlack(), DecodeFirstWithSlack(1.5), TokenBudget(),
                                TokenBudget(max_num_seqs=20), TokenBudget(long_prefill_token_threshold=16)]))
 def test_an_answer_taking_part_of_a_group_is_the_same_for_a_larger_group(groups, ready, budget, extra, policy):
-    """The contract a burst's copied period relies on (`Scheduler`): where a policy takes some but not
-    all requests of a FIFO group, it answers the same with `extra` more requests in that group."""
+    """The contract a burst's copied period relies on (`Scheduler`): where a policy takes n requests
+    of a FIFO group, not all, it answers the same with `extra` more requests in that group, and with
+    as few as n + 1."""
     from simulator.scheduler import QueueView
 
     prompt = 37
@@ -686,9 +687,10 @@ def test_an_answer_taking_part_of_a_group_is_the_same_for_a_larger_group(groups,
         taken[pos] = taken.get(pos, 0) + n
     for pos, n in taken.items():
         if n < fifo[pos][0]:
-            bigger = list(fifo)
-            bigger[pos] = (fifo[pos][0] + extra, *fifo[pos][1:])
-            assert policy.plan_step(QueueView(bigger, ready, (prompt,), budget, 1)) == sp
+            for size in (fifo[pos][0] + extra, n + 1):
+                other = list(fifo)
+                other[pos] = (size, *fifo[pos][1:])
+                assert policy.plan_step(QueueView(other, ready, (prompt,), budget, 1)) == sp
 
 
 @pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget(), TokenBudget(long_prefill_token_threshold=24),
