@@ -653,14 +653,8 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         ctx = np.where(live, _round_context(mean, round_to), 0)
     else:
         ctx = np.where(live, fixed, 0)
-    for nj, dj, cj in zip(takes, decodes, ctx.tolist(), strict=True):
-        signature = ((((tok, seq), nj),), dj, cj)
-        shape_id = shape_ids.get(signature)
-        if shape_id is None:
-            shape_id = shape_ids[signature] = len(shapes)
-            prefill = ForwardKey(False, nj, tok, seq)
-            shapes.append((prefill, ForwardKey(True, dj, qlen, cj)) if dj else (prefill,))
-        step_shape.append(shape_id)
+    step_shape.extend(_chunk_shape(shape_ids, shapes, nj, tok, seq, dj, qlen, cj)
+                      for nj, dj, cj in zip(takes, decodes, ctx.tolist(), strict=True))
     clock = pool.ticks + np.cumsum(live)  # the decode pool's ticks after each step, when its prefills join
     if joins:
         pool.join_ramp([[nj, end, step + j, event, kind]
@@ -708,19 +702,25 @@ def _stretch(k: int, sp, queue: deque, pool: _DecodePool, kinds, qlen: int, fixe
             cj = _round_context(_mean_context(prompts, ready, generated, qlen), round_to)
         else:
             cj = fixed
-        signature = ((((tok, seq), n),), ready, cj)
-        shape_id = shape_ids.get(signature)
-        if shape_id is None:
-            shape_id = shape_ids[signature] = len(shapes)
-            prefill = ForwardKey(False, n, tok, seq)
-            shapes.append((prefill, ForwardKey(True, ready, qlen, cj)) if ready else (prefill,))
-        step_shape.append(shape_id)
+        step_shape.append(_chunk_shape(shape_ids, shapes, n, tok, seq, ready, qlen, cj))
     step_decode.extend([ready] * k)
     queue[0] = (count, done + tok * k, event, kind)
     if ready:
         pool.ticks += k
         pool.steps_sum += k * ready
     return n * tok * k + (0 if done else n * kinds.cached[kind])
+
+
+def _chunk_shape(shape_ids: dict, shapes: list, n: int, tok: int, seq: int, d: int, qlen: int, ctx: int) -> int:
+    """The id of a step's shape where `n` requests prefill one `tok`-token chunk (to `seq` tokens) beside
+    `d` decodes of context `ctx`, made if new (the signature the loop gives the same step)."""
+    signature = ((((tok, seq), n),), d, ctx)
+    shape_id = shape_ids.get(signature)
+    if shape_id is None:
+        shape_id = shape_ids[signature] = len(shapes)
+        prefill = ForwardKey(False, n, tok, seq)
+        shapes.append((prefill, ForwardKey(True, d, qlen, ctx)) if d else (prefill,))
+    return shape_id
 
 
 def _ramp_sync(queue: deque, view, count: int, done: int, event: int, kind: int, moved: int, seq: int,
