@@ -4,6 +4,7 @@ simulated and checked for memory and the limits."""
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import replace
 from functools import lru_cache
@@ -28,6 +29,7 @@ _plan = lru_cache(maxsize=PLANS)(plan)
 #: evaluate many of the same points (42 % of a cluster-scale sweep's), and only goodput depends on limits
 MEASURED = 1024
 _measured: OrderedDict = OrderedDict()  # point_key -> (metrics, judged, the limits judged against)
+_measured_lock = threading.Lock()  # the web page serves requests in threads
 
 
 def grid_rate(n: int) -> float:
@@ -77,9 +79,10 @@ def finish_point(s: Scenario, job: Job, lm, planned, prices, n: int, rate: float
     limits = _limits(s)
     m, judged = measure(planned, step_times(planned, prices), job.layout.rank_devices, s.slo_percentile or None,
                         limits)
-    if len(_measured) >= MEASURED:
-        _measured.popitem(last=False)
-    _measured[point_key(s, job, n, rate)] = (m, judged, limits)
+    with _measured_lock:
+        if len(_measured) >= MEASURED:
+            _measured.popitem(last=False)
+        _measured[point_key(s, job, n, rate)] = (m, judged, limits)
     return _row(s, job, m)
 
 
@@ -92,10 +95,11 @@ def known_point(s: Scenario, job: Job, n: int, rate: float | None = None) -> dic
     """The row of a point measured in this process before, for this scenario or one that differs only
     in its limits (judged again against these limits: its goodput); None if it was not."""
     key = point_key(s, job, n, rate)
-    seen = _measured.get(key)
-    if seen is None:
-        return None
-    _measured.move_to_end(key)
+    with _measured_lock:
+        seen = _measured.get(key)
+        if seen is None:
+            return None
+        _measured.move_to_end(key)
     m, judged, judged_at = seen
     limits = _limits(s)
     if judged_at != limits:
