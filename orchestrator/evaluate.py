@@ -74,7 +74,7 @@ def point_key(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple
     return s.without_limits, job, n, rate
 
 
-def finish_point(s: Scenario, job: Job, lm, planned, prices, n: int, rate: float | None = None) -> dict:
+def finish_point(s: Scenario, job: Job, planned, prices, n: int, rate: float | None = None) -> dict:
     """Phase two: replay the plan with its prices; the row of the point (remembered, see `known_point`)."""
     limits = _limits(s)
     m, judged = measure(planned, step_times(planned, prices), job.layout.rank_devices, s.slo_percentile or None,
@@ -128,7 +128,7 @@ def evaluate_point(s: Scenario, job: Job, n: int, pricer=direct_pricer, rate: fl
     if row is not None:
         return row
     lm, planned = plan_point(s, job, n, rate)
-    return finish_point(s, job, lm, planned, pricer(lm, planned.price_keys, planned.scheduler.fused), n, rate)
+    return finish_point(s, job, planned, pricer(lm, planned.price_keys, planned.scheduler.fused), n, rate)
 
 
 def point_tables(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple[dict, dict]:

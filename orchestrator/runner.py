@@ -177,7 +177,7 @@ def _evaluate_chunk(items, cache):
     for i, (key, s, job, n) in enumerate(items):
         if i in planned:
             lm, p = planned[i]
-            row = finish_point(s, job, lm, p, _WORKER_PRICER.lookup(lm, p.price_keys), n)
+            row = finish_point(s, job, p, _WORKER_PRICER.lookup(lm, p.price_keys), n)
         else:  # measured here before, or by an item above (of another limit pair)
             row = evaluate_point(s, job, n, _WORKER_PRICER)
         rows.append((key, n, row))

@@ -115,6 +115,11 @@ class Scheduler(ABC):
         return 1
 
 
+def chunks_before_last(remaining: int, chunk: int) -> int:
+    """Chunks of `chunk` tokens that prompts with `remaining` tokens to go take before their last one."""
+    return (remaining - 1) // chunk
+
+
 class CountScheduler(Scheduler):
     """The RFC's interface: decide (p_step, d_step) from counts. The p_step requests come from the
     run of groups at the FIFO front that wait for the same chunk."""
@@ -189,7 +194,7 @@ class DecodeFirstWithSlack(CountScheduler):
         answer holds while every ready request fits the budget and `takes` chunks still fit beside
         them (the fit only falls as the decodes grow; with none joining it never changes). A subclass
         deciding otherwise is asked every step."""
-        if type(self).decide is not DecodeFirstWithSlack.decide or type(self)._step is not DecodeFirstWithSlack._step:
+        if not self._decides_as_written():
             return 1
         if not joins:
             return math.inf
@@ -201,9 +206,13 @@ class DecodeFirstWithSlack(CountScheduler):
                       decode_query_len: int) -> float:
         """The chunk is the whole budget while more than it remains, and the fit beside the same
         decodes does not change: alike up to the last chunk."""
-        if type(self).decide is not DecodeFirstWithSlack.decide or type(self)._step is not DecodeFirstWithSlack._step:
+        if not self._decides_as_written():
             return 1
-        return max(1, (remaining - 1) // chunk)
+        return max(1, chunks_before_last(remaining, chunk))
+
+    def _decides_as_written(self) -> bool:
+        """Whether `decide` is this class's own: a subclass deciding otherwise is asked every step."""
+        return type(self).decide is DecodeFirstWithSlack.decide and type(self)._step is DecodeFirstWithSlack._step
 
     def _step(self, ready: int, chunk: int, budget: int, qlen: int) -> tuple[int, int]:
         """(decodes, chunks that fit beside them): every ready request decodes up to the budget, then
@@ -278,7 +287,7 @@ class TokenBudget(Scheduler):
         need leaves of the budget until its need fits: alike up to the last chunk."""
         if type(self).plan_step is not TokenBudget.plan_step:
             return 1
-        return max(1, (remaining - 1) // chunk)
+        return max(1, chunks_before_last(remaining, chunk))
 
 
 SCHEDULERS: dict[str, type[Scheduler]] = {

@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from latency.keys import ForwardKey, StepShape
-from simulator.scheduler import DecodeFirstWithSlack, QueueView, Scheduler
+from simulator.scheduler import DecodeFirstWithSlack, QueueView, Scheduler, chunks_before_last
 from simulator.workload import Workload
 
 #: The decode key's context is the decoding requests' mean context rounded up to this many tokens,
@@ -635,7 +635,8 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
             break
         if holds > 0 and n < count:
             continue  # the policy answers the next step alike
-        moved = _ramp_sync(queue, view, count, done, event, kind, moved, seq, ready)
+        _ramp_sync(queue, view, count, done, event, kind, moved, seq, ready)
+        moved = 0
         sp = scheduler.plan_step(view)
         n, took = _front_take(sp, ready, count)
         if not n or took != tok:
@@ -668,18 +669,19 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
 
 
 def _stretch_steps(sp, scheduler, queue: deque, pool: _DecodePool, kinds, budget: int, qlen: int) -> int:
-    """The steps of a chunk stretch starting with the policy's answer `sp` (0 if it starts none): every
-    ready request decodes and the whole front group advances one chunk, not its prompt's last, keeping
-    its place (a depth-first policy, or the only group), for as many steps as the policy says its
-    answer holds (`Scheduler.stretch_steps`) and nobody finishes. One step is left to the loop."""
-    if not (queue and len(sp.takes) == 1 and sp.decode == pool.ready):
+    """The steps of a chunk stretch starting with the policy's answer `sp`, a single take with every
+    ready request decoding (0 if it starts none): the whole front group advances one chunk, not its
+    prompt's last, keeping its place (a depth-first policy, or the only group), for as many steps as
+    the policy says its answer holds (`Scheduler.stretch_steps`) and nobody finishes. One step is
+    left to the loop."""
+    if not queue:
         return 0
     pos, n, tok = sp.takes[0]
     count, done, _, kind = queue[0]
     remaining = kinds.effective[kind] - done
     if not (pos == 0 and n == count and 0 < tok < remaining and (not scheduler.requeue or len(queue) == 1)):
         return 0
-    k = min(scheduler.stretch_steps(pool.ready, n, tok, remaining, budget, qlen), (remaining - 1) // tok)
+    k = min(scheduler.stretch_steps(pool.ready, n, tok, remaining, budget, qlen), chunks_before_last(remaining, tok))
     if pool.ready:
         k = min(k, pool.next_end - pool.ticks - 1)
     return int(k) if k >= 2 else 0
@@ -724,14 +726,13 @@ def _chunk_shape(shape_ids: dict, shapes: list, n: int, tok: int, seq: int, d: i
 
 
 def _ramp_sync(queue: deque, view, count: int, done: int, event: int, kind: int, moved: int, seq: int,
-               ready: int) -> int:
+               ready: int) -> None:
     """Bring the FIFO and the policy's view up to a ramp's step: the front group's count, a round's
-    `moved` chunks requeued (merged as `_push_back` would). Returns the chunks left to requeue (0)."""
+    `moved` chunks requeued (merged as `_push_back` would)."""
     queue[0] = (count, done, event, kind)
     if moved:
         _push_back(queue, (moved, seq, event, kind))
     view.ready_decode = ready
-    return 0
 
 
 def _repeats(pool: _DecodePool, d: int, ctx: int, qlen: int, fixed: int | None, round_to: int) -> int:

@@ -325,6 +325,21 @@ def test_a_point_mass_mix_gives_exactly_today_s_results(arrival, policy):
     assert simulate(w, affine, policy).as_dict() == simulate(mixed, affine, policy).as_dict()
 
 
+def _counting(policy):
+    """A policy like `policy` (same class and options) that counts the steps it is asked for, in
+    `type(it).played`: what the planner plays one by one instead of in bulk."""
+    from dataclasses import fields
+
+    class Counting(type(policy)):
+        played = 0
+
+        def plan_step(self, view):
+            type(self).played += 1
+            return super().plan_step(view)
+
+    return Counting(**{f.name: getattr(policy, f.name) for f in fields(policy) if f.init})
+
+
 class _Counting(DecodeFirstWithSlack):
     """Counts the steps the timeline plays one by one (the rest it copies in stretches)."""
 
@@ -433,37 +448,33 @@ def test_decode_first_says_exactly_how_long_its_ramp_answer_holds(ready, prompt,
 
 
 @pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget()], ids=["decode-first", "token-budget"])
-@pytest.mark.parametrize("w, phase, depth_first", [
-    (Workload(10, 20, 16, 300), "both", 0.3),    # one prompt a step beside the decodes; finishes pace it
-    (Workload(100, 8, 150, 400), "both", None),  # short outputs (token-budget: a partial chunk every step)
-    (Workload(64, 16, 100, 500, prefix_cache_hit_rate=0.5), "both", 0.6),
-    (Workload(10, 20, 25, 300), "prefill", 0.1),  # a prefill instance: two whole prompts a step, all alike
-    (Workload(100, 30, 40, 12), "both", None),   # rounds: 40-token chunks of 100-token prompts, requeued
-    (Workload(300, 20, 64, 24), "both", None),   # rounds beside decodes, then each prompt's last chunk
+# the share of steps the policy may be asked for: halfway between the share the planner asked before
+# these jumps (ad16983) and the share it asks now, measured (decode-first, token-budget; None where the
+# planner gains nothing: token-budget's depth-first chunks are asked step by step)
+@pytest.mark.parametrize("w, phase, shares", [
+    (Workload(10, 20, 16, 300), "both", (0.54, 0.63)),     # 0.96 -> 0.11, 0.97 -> 0.29: finishes pace it
+    (Workload(100, 8, 150, 400), "both", (0.51, None)),    # 0.99 -> 0.03, 1.0 -> 1.0: a partial chunk a step
+    (Workload(64, 16, 100, 500, prefix_cache_hit_rate=0.5), "both", (0.47, 0.75)),  # 0.90 -> 0.05, 0.94 -> 0.57
+    (Workload(10, 20, 25, 300), "prefill", (0.51, 0.52)),  # 1.0 -> 0.02, 1.0 -> 0.03: two prompts a step, alike
+    (Workload(100, 30, 40, 12), "both", (0.34, None)),     # 0.54 -> 0.13, 0.56 -> 0.56: rounds of 40-token chunks
+    (Workload(300, 20, 64, 24), "both", (0.49, None)),     # 0.87 -> 0.11, 0.92 -> 0.92: rounds beside decodes
 ], ids=["pace", "short", "cached", "prefill", "rounds", "rounds-decoding"])
-def test_a_burst_s_steady_stretch_and_rounds_are_copied_not_played(w, phase, depth_first, policy):
+def test_a_burst_s_steady_stretch_and_rounds_are_copied_not_played(w, phase, shares, policy):
     """A burst much larger than what runs at once settles, like a closed loop, into a period: steps
     that finish some requests and prefill as many fresh ones; that period is copied while the fresh
     ones last. A requeueing policy's chunks go round the FIFO in rounds of alike steps, played in
-    bulk. The plan still equals the per-request reference, step for step; the policy is asked for
-    under a quarter of the steps (decode-first; before these jumps: 54-100 %), or the share given
-    (token-budget, whose chunks are depth-first and asked step by step; before: 94-100 %)."""
-    class Counting(type(policy)):
-        played = 0
-
-        def plan_step(self, view):
-            type(self).played += 1
-            return super().plan_step(view)
-
-    p = plan(w, Counting(), phase=phase)
+    bulk. The plan still equals the per-request reference, step for step, and the policy is asked
+    for fewer steps than before these jumps (`shares`)."""
+    counting = _counting(policy)
+    p = plan(w, counting, phase=phase)
     reqs, _, peak, step_keys, _ = reference(w, policy, affine, phase=phase)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
     ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
     assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
     assert p.peak_kv_tokens == pytest.approx(peak)
-    share = 0.25 if policy.requeue else depth_first
+    share = shares[0] if policy.requeue else shares[1]
     if share is not None:
-        assert Counting.played < share * p.num_steps, (Counting.played, p.num_steps)
+        assert type(counting).played < share * p.num_steps, (type(counting).played, p.num_steps)
 
 
 def test_a_ramp_of_short_requests_behind_a_long_one_finishes_them_first(tmp_path):
@@ -492,17 +503,10 @@ def test_a_closed_loop_repeats_its_period_instead_of_playing_it(policy):
     """1,000 prompts through 5 slots: once the loop's state repeats, its period is copied to the last
     whole period the prompts allow; the plan still equals the per-request reference step for step,
     and the loop plays a small part of its steps."""
-    class Counting(type(policy)):
-        played = 0
-
-        def plan_step(self, view):
-            type(self).played += 1
-            return super().plan_step(view)
-
-    counting = Counting(**({"max_num_seqs": 4} if isinstance(policy, TokenBudget) else {}))
+    counting = _counting(policy)
     w = Workload(37, 23, 16, 5, arrival="closed", num_prompts=1000)
     p = plan(w, counting)
-    assert Counting.played < p.num_steps / 10, (Counting.played, p.num_steps)
+    assert type(counting).played < p.num_steps / 10, (type(counting).played, p.num_steps)
     reqs, _, peak, step_keys, step_ends = reference(w, policy, affine)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
     ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
