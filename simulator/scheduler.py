@@ -114,6 +114,15 @@ class Scheduler(ABC):
         policy knows: the planner then asks it every step."""
         return 1
 
+    def round_repeats(self, ready: int, count: int, chunk: int, remaining: int, budget: int,
+                      decode_query_len: int) -> float:
+        """This requeueing policy just played a round: every request of the lone FIFO group (`count`
+        requests, each now with `remaining` prompt tokens to go) advanced by one `chunk`, not its last,
+        beside the same `ready` decodes, and the group is whole again. How many more rounds it plays
+        step for step alike as the prompts advance. 0 unless a policy knows: the planner then plays
+        every round."""
+        return 0
+
 
 def chunks_before_last(remaining: int, chunk: int) -> int:
     """Chunks of `chunk` tokens that prompts with `remaining` tokens to go take before their last one."""
@@ -209,6 +218,14 @@ class DecodeFirstWithSlack(CountScheduler):
         if not self._decides_as_written():
             return 1
         return max(1, chunks_before_last(remaining, chunk))
+
+    def round_repeats(self, ready: int, count: int, chunk: int, remaining: int, budget: int,
+                      decode_query_len: int) -> float:
+        """A round's view differs from the last one's only in how far the prompts are, and the chunk
+        is the whole budget until the last: the rounds are alike up to the one taking it."""
+        if not self._decides_as_written():
+            return 0
+        return chunks_before_last(remaining, chunk)
 
     def _decides_as_written(self) -> bool:
         """Whether `decide` is this class's own: a subclass deciding otherwise is asked every step."""

@@ -368,8 +368,18 @@ def plan(
     cycle = _Cycle(free_fresh=burst) if (closed or burst) and len(kinds.input) == 1 else None
     check = False  # the last step sent replacements (closed) or finished requests (burst): a state that may repeat
     ahead = None  # the policy's answer for this step, if a ramp asked it already
+    rounds = scheduler.requeue and not timed
+    round_mark = None  # (step, lone FIFO group, ready, finish records) where a round may have begun
     while left:
         step = len(step_shape)
+        if rounds and len(queue) == 1 and ahead is None:
+            copies = _round_copies(round_mark, scheduler, queue[0], pool, step, len(finished), shapes,
+                                   step_shape, step_decode, kinds, B, qlen)
+            if copies:
+                kv_prefill += _repeat_round(round_mark, copies, queue, pool, qlen, fixed, context_round, shape_ids,
+                                            shapes, step_shape, step_decode)
+                step = len(step_shape)
+            round_mark = (step, queue[0], pool.ready, len(finished))
         if check:
             now = (step, len(arrivals.steps), len(finished), arrivals.sent, left)
             before = cycle.seen(queue, pool, step, now[1], now)
@@ -529,6 +539,71 @@ def _repeat_period(before: tuple, now: tuple, copies: int, step_shape: list, ste
         group[2] += shift
         group[3] += de
     return served
+
+
+def _round_copies(mark: tuple | None, scheduler, group: tuple, pool: _DecodePool, step: int, finishes: int,
+                  shapes: list, step_shape: list, step_decode: list, kinds, budget: int, qlen: int) -> int:
+    """How many more times the round since `mark` plays alike (0 if the steps since are no round):
+    the lone FIFO group is whole again, every request one chunk (not its last) further, beside the
+    same decodes, nobody finished; as many more as the policy says (`Scheduler.round_repeats`), up to
+    the round before the last chunk and before a decode group finishes."""
+    if mark is None:
+        return 0
+    t0, (count, done0, event, kind), ready, finishes0 = mark
+    count_now, done, event_now, kind_now = group
+    chunk, length = done - done0, step - t0
+    if not (length and chunk > 0 and (count_now, event_now, kind_now) == (count, event, kind)
+            and pool.ready == ready and finishes == finishes0):
+        return 0
+    remaining = kinds.effective[kind] - done
+    copies = min(scheduler.round_repeats(ready, count, chunk, remaining, budget, qlen),
+                 chunks_before_last(remaining, chunk))
+    if ready:
+        copies = min(copies, (pool.next_end - pool.ticks - 1) // length)
+    if copies < 1 or any(d != ready for d in step_decode[t0:step]):
+        return 0
+    for shape_id in set(step_shape[t0:step]):  # every chunk since took a request of the group to `done`
+        for key in shapes[shape_id]:
+            if not key.is_decode and (key.query_len, key.seq_len) != (chunk, done):
+                return 0
+    return int(copies)
+
+
+def _repeat_round(mark: tuple, copies: int, queue: deque, pool: _DecodePool, qlen: int, fixed: int | None,
+                  round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list) -> int:
+    """Play the round since `mark` `copies` more times (see `_round_copies`): the same takes, each
+    copy's chunks one chunk further into the prompts, the decode keys' contexts as the loop would
+    compute them. Returns the prefill KV tokens the copies added."""
+    t0, (count, done0, event, kind), ready, _ = mark
+    chunk = queue[0][1] - done0
+    length = len(step_shape) - t0
+    round_shapes = np.array(step_shape[t0:], dtype=np.int64)
+    total = copies * length
+    if not ready:
+        ctx = np.zeros(total, dtype=np.int64)
+    elif fixed is None:
+        steps_done = pool.steps_sum + ready * np.arange(total)
+        ctx = _round_context(_mean_context(pool.prompt_sum, ready, ready + pool.rate * steps_done, qlen), round_to)
+    else:
+        ctx = np.full(total, fixed, dtype=np.int64)
+    # a step's shape follows from (copy, the round's shape it repeats, decode context): make each once,
+    # in order of first use as the loop would
+    copy = np.repeat(np.arange(1, copies + 1), length)
+    codes = np.stack((copy, np.tile(round_shapes, copies), ctx), axis=1)
+    unique, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+    ids = np.empty(len(unique), dtype=np.int64)
+    for u in np.argsort(first, kind="stable").tolist():
+        j, shape_id, cj = unique[u].tolist()
+        entries = tuple(((key.query_len, key.seq_len + j * chunk), key.concurrency)
+                        for key in shapes[shape_id] if not key.is_decode)
+        ids[u] = _entries_shape(shape_ids, shapes, entries, ready, qlen, cj)
+    step_shape.extend(ids[inverse.ravel()].tolist())
+    step_decode.extend([ready] * total)
+    queue[0] = (count, queue[0][1] + copies * chunk, event, kind)
+    if ready:
+        pool.ticks += total
+        pool.steps_sum += total * ready
+    return copies * count * chunk
 
 
 def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, round_to: int, shape_ids: dict,
@@ -722,6 +797,18 @@ def _chunk_shape(shape_ids: dict, shapes: list, n: int, tok: int, seq: int, d: i
         shape_id = shape_ids[signature] = len(shapes)
         prefill = ForwardKey(False, n, tok, seq)
         shapes.append((prefill, ForwardKey(True, d, qlen, ctx)) if d else (prefill,))
+    return shape_id
+
+
+def _entries_shape(shape_ids: dict, shapes: list, entries: tuple, d: int, qlen: int, ctx: int) -> int:
+    """The id of a step's shape with prefill `entries` (((tokens, seq), requests), sorted) beside `d`
+    decodes of context `ctx`, made if new (the signature the loop gives the same step)."""
+    signature = (entries, d, ctx)
+    shape_id = shape_ids.get(signature)
+    if shape_id is None:
+        shape_id = shape_ids[signature] = len(shapes)
+        keys = [ForwardKey(False, n, tok, seq) for (tok, seq), n in entries]
+        shapes.append(tuple(keys + [ForwardKey(True, d, qlen, ctx)] if d else keys))
     return shape_id
 
 

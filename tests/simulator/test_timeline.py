@@ -758,3 +758,113 @@ def test_a_stretch_stops_before_a_last_chunk_whatever_the_policy_claims():
     w = Workload(1000, 40, 64, 3)
     p = plan(w, Overclaiming())
     assert [p.shapes[i] for i in p.step_shape] == reference(w, TokenBudget(), affine)[3]
+
+
+@pytest.mark.parametrize("ctx, round_to", [("mean", 128), ("mean", 1), ("mid", 128)])
+# the share of steps the policy may be asked for: halfway between the share before rounds were copied
+# (95858cd) and now, both measured
+@pytest.mark.parametrize("w, share", [
+    (Workload(1000, 8, 64, 6), 0.24),                                    # 0.38 -> 0.11: 15 rounds, none decoding
+    (Workload(143, 54, 15, 3, arrival="closed", num_prompts=27), 0.27),  # 0.35 -> 0.20: rounds beside a decode
+    (Workload(186, 27, 8, 9, arrival="closed", num_prompts=13), 0.23),   # 0.35 -> 0.11
+], ids=["idle", "decoding", "decoding-short-budget"])
+def test_a_requeueing_policy_s_rounds_are_copied_not_played(w, share, ctx, round_to):
+    """Once a round (every request of the lone FIFO group one chunk further) has been played, the
+    rounds the policy says are alike are copied with their chunks further into the prompts and the
+    decode contexts moved on (a context round of 1 shows every step's); the plan still equals the
+    per-request reference step for step."""
+    policy = DecodeFirstWithSlack()
+    counting = _counting(policy)
+    p = plan(w, counting, decode_context=ctx, context_round=round_to)
+    reqs, _, peak, step_keys, _ = reference(w, policy, affine, ctx, context_round=round_to)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    if round_to > 1:  # (with exact contexts every decode step is a new key, so the stretches beside are short)
+        assert type(counting).played < share * p.num_steps, (type(counting).played, p.num_steps)
+
+
+def _round(policy, count: int, done: int, ready: int, prompt: int, budget: int, qlen: int):
+    """A requeueing policy's answers over one round of a lone FIFO group of `count` requests `done`
+    tokens into their `prompt`, beside `ready` decodes: (chunk, answers), or None if that is no round
+    (a take elsewhere than the front, a decode left out, a last chunk, or chunks of two sizes)."""
+    from collections import deque
+
+    from simulator.scheduler import QueueView
+
+    answers, front, back, chunk = [], count, 0, None
+    while front:
+        fifo = deque([(front, done, 0, 0)] + ([(back, done + chunk, 0, 0)] if back else []))
+        sp = policy.plan_step(QueueView(fifo, ready, (prompt,), budget, qlen))
+        if sp.decode != ready or len(sp.takes) != 1 or sp.takes[0][0] != 0:
+            return None
+        _, n, tok = sp.takes[0]
+        chunk = tok if chunk is None else chunk
+        if tok != chunk or tok >= prompt - done:
+            return None
+        answers.append(sp)
+        front, back = front - n, back + n
+    return chunk, answers
+
+
+class _DecidesOtherwise(DecodeFirstWithSlack):
+    """Decode-first with its own decision rule: its claims do not carry over."""
+
+    def decide(self, state):
+        return super().decide(state)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(ready=st.integers(0, 12), prompt=st.integers(2, 400), done=st.integers(0, 199), budget=st.integers(1, 120),
+       count=st.integers(1, 5), qlen=st.integers(1, 2),
+       policy=st.sampled_from([DecodeFirstWithSlack(), DecodeFirstWithSlack(1.5), DecodeFirstWithSlack(3.0),
+                               _DecidesOtherwise()]))
+def test_a_policy_says_exactly_how_many_more_rounds_are_alike(ready, prompt, done, budget, count, qlen, policy):
+    """`round_repeats` equals what playing round after round finds: the same answers, step for step,
+    as the prompts advance a chunk a round, up to the round that takes the last chunk; 0 for a
+    policy that decides otherwise than the class that claims it."""
+    done = min(done, prompt - 1)
+    first = _round(policy, count, done, ready, prompt, budget, qlen)
+    if first is None:
+        return  # not a round
+    chunk, answers = first
+    remaining = prompt - done - chunk
+    claim = policy.round_repeats(ready, count, chunk, remaining, budget, qlen)
+    alike = 0
+    while remaining - chunk * alike > chunk:  # the next round's chunk is not the last
+        if _round(policy, count, prompt - remaining + chunk * alike, ready, prompt, budget, qlen) != first:
+            break
+        alike += 1
+    assert claim == (0 if isinstance(policy, _DecidesOtherwise) else alike)
+
+
+def test_rounds_stop_before_a_last_chunk_whatever_the_policy_claims():
+    """The planner never copies a round that takes the prompts' last chunk (it completes them: they
+    start decoding), even for a policy that claims its rounds are alike for ever."""
+    class Overclaiming(DecodeFirstWithSlack):
+        def round_repeats(self, *args):
+            return math.inf
+
+    for w in (Workload(1000, 8, 64, 6), Workload(143, 54, 15, 3, arrival="closed", num_prompts=27)):
+        p = plan(w, Overclaiming())
+        assert [p.shapes[i] for i in p.step_shape] == reference(w, DecodeFirstWithSlack(), affine)[3]
+
+
+def test_a_round_that_leaves_decodes_out_is_played_whatever_the_policy_claims():
+    """A round in which some ready requests did not decode delayed them: copying it would decode them
+    all. The planner plays such rounds, so a policy claiming they repeat gets the plan it gets unclaimed."""
+    class OneDecode(DecodeFirstWithSlack):
+        def decide(self, state):
+            return StepDecision(min(state.pending_prefill, 2), min(state.ready_decode, 1))
+
+    class Claiming(OneDecode):
+        def round_repeats(self, ready, count, chunk, remaining, budget, qlen):
+            return math.inf
+
+    def played(p):
+        finishes = sorted(zip(p.counts.tolist(), p.first_step.tolist(), p.finish_step.tolist(), strict=True))
+        return [p.shapes[i] for i in p.step_shape], finishes, p.peak_kv_tokens
+
+    w = Workload(143, 54, 15, 3, arrival="closed", num_prompts=27)
+    assert played(plan(w, Claiming())) == played(plan(w, OneDecode()))
