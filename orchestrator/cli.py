@@ -568,6 +568,9 @@ def cache_command(action: str) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from orchestrator.evaluate import collect_rarely
+
+    collect_rarely()
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     try:

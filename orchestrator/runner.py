@@ -11,7 +11,15 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 
-from orchestrator.evaluate import evaluate_point, finish_point, measured_before, plan_point, point_key, workload
+from orchestrator.evaluate import (
+    collect_rarely,
+    evaluate_point,
+    finish_point,
+    measured_before,
+    plan_point,
+    point_key,
+    workload,
+)
 from orchestrator.jobs import Job, JobResult, SweepItem
 from orchestrator.optimize import job_search
 from orchestrator.pricer import CachedPricer, shared_backend
@@ -143,6 +151,7 @@ class _Queue(deque):
 
 def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> dict:
     """Every point evaluated in this process, with a local latency cache."""
+    collect_rarely()
     pricer = CachedPricer(None)
     active, queue = _Active(), deque()
     for item in items:
@@ -164,6 +173,7 @@ def _evaluate_chunk(items, cache):
     import ray
 
     global _WORKER_PRICER
+    collect_rarely()
     if _WORKER_PRICER is None or _WORKER_PRICER.cache != cache:
         _WORKER_PRICER = CachedPricer(cache)
     fresh: dict[tuple, int] = {}  # a point not measured in this process -> its first item

@@ -485,3 +485,19 @@ def test_a_task_takes_the_oldest_point_with_every_queued_point_that_shares_its_p
     assert [(it.id, n) for _, it, n, _, _ in q] == [(other.id, 4), (a.id, 8)]  # the rest, in order
     assert q.ms == pytest.approx(sum(e[3] for e in q))
     assert len(q.take(target_ms=1e9)) == 2 and not q and q.ms == 0.0
+
+
+def test_an_evaluating_process_collects_garbage_rarely(tmp_path):
+    """A process that evaluates points sets the collector's thresholds (GC_THRESHOLDS): at Python's
+    defaults the full collections the planner's small containers trigger walk every memoised object."""
+    import gc
+
+    from orchestrator.evaluate import GC_THRESHOLDS
+
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        run_sweep(expand(SPEC)[:1], tmp_path, backend="inline", progress=False)
+        assert gc.get_threshold() == GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
