@@ -12,6 +12,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 
 import numpy as np
 
@@ -729,8 +730,7 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         ctx = np.where(live, _round_context(mean, round_to), 0)
     else:
         ctx = np.where(live, fixed, 0)
-    step_shape.extend(_chunk_shape(shape_ids, shapes, nj, tok, seq, dj, qlen, cj)
-                      for nj, dj, cj in zip(takes, decodes, ctx.tolist(), strict=True))
+    step_shape.extend(_chunk_shapes(shape_ids, shapes, tok, qlen, takes, repeat(seq), decodes, ctx.tolist()))
     clock = pool.ticks + np.cumsum(live)  # the decode pool's ticks after each step, when its prefills join
     if joins:
         pool.join_ramp([[nj, end, step + j, event, kind]
@@ -756,7 +756,10 @@ def _stretch_steps(sp, scheduler, queue: deque, pool: _DecodePool, kinds, budget
     remaining = kinds.effective[kind] - done
     if not (pos == 0 and n == count and 0 < tok < remaining and (not scheduler.requeue or len(queue) == 1)):
         return 0
-    k = min(scheduler.stretch_steps(pool.ready, n, tok, remaining, budget, qlen), chunks_before_last(remaining, tok))
+    k = chunks_before_last(remaining, tok)
+    if k < 2:
+        return 0
+    k = min(scheduler.stretch_steps(pool.ready, n, tok, remaining, budget, qlen), k)
     if pool.ready:
         k = min(k, pool.next_end - pool.ticks - 1)
     return int(k) if k >= 2 else 0
@@ -769,17 +772,16 @@ def _stretch(k: int, sp, queue: deque, pool: _DecodePool, kinds, qlen: int, fixe
     chunks added (a cached prefix with the first)."""
     count, done, event, kind = queue[0]
     _, n, tok = sp.takes[0]
-    ready, prompts, steps_done = pool.ready, pool.prompt_sum, pool.steps_sum
-    for j in range(1, k + 1):
-        seq = done + tok * j
-        if not ready:
-            cj = 0
-        elif fixed is None:
-            generated = ready + pool.rate * (steps_done + ready * (j - 1))
-            cj = _round_context(_mean_context(prompts, ready, generated, qlen), round_to)
-        else:
-            cj = fixed
-        step_shape.append(_chunk_shape(shape_ids, shapes, n, tok, seq, ready, qlen, cj))
+    ready = pool.ready
+    if not ready:
+        ctx = [0] * k
+    elif fixed is None:
+        generated = ready + pool.rate * (pool.steps_sum + ready * np.arange(k))
+        ctx = _round_context(_mean_context(pool.prompt_sum, ready, generated, qlen), round_to).tolist()
+    else:
+        ctx = [fixed] * k
+    seqs = range(done + tok, done + tok * k + 1, tok)
+    step_shape.extend(_chunk_shapes(shape_ids, shapes, tok, qlen, repeat(n), seqs, repeat(ready), ctx))
     step_decode.extend([ready] * k)
     queue[0] = (count, done + tok * k, event, kind)
     if ready:
@@ -788,16 +790,20 @@ def _stretch(k: int, sp, queue: deque, pool: _DecodePool, kinds, qlen: int, fixe
     return n * tok * k + (0 if done else n * kinds.cached[kind])
 
 
-def _chunk_shape(shape_ids: dict, shapes: list, n: int, tok: int, seq: int, d: int, qlen: int, ctx: int) -> int:
-    """The id of a step's shape where `n` requests prefill one `tok`-token chunk (to `seq` tokens) beside
-    `d` decodes of context `ctx`, made if new (the signature the loop gives the same step)."""
-    signature = ((((tok, seq), n),), d, ctx)
-    shape_id = shape_ids.get(signature)
-    if shape_id is None:
-        shape_id = shape_ids[signature] = len(shapes)
-        prefill = ForwardKey(False, n, tok, seq)
-        shapes.append((prefill, ForwardKey(True, d, qlen, ctx)) if d else (prefill,))
-    return shape_id
+def _chunk_shapes(shape_ids: dict, shapes: list, tok: int, qlen: int, counts, seqs, decodes, contexts) -> list[int]:
+    """The ids of steps' shapes where, in step i, `counts[i]` requests prefill one `tok`-token chunk (to
+    `seqs[i]` tokens) beside `decodes[i]` decodes of context `contexts[i]`; each made if new (the
+    signature the loop gives the same step). A stretch or ramp makes one a step: written for speed."""
+    key, get, ids = ForwardKey._make, shape_ids.get, []
+    for n, seq, d, ctx in zip(counts, seqs, decodes, contexts, strict=False):  # some are endless repeats
+        signature = ((((tok, seq), n),), d, ctx)
+        shape_id = get(signature)
+        if shape_id is None:
+            shape_id = shape_ids[signature] = len(shapes)
+            prefill = key((False, n, tok, seq))
+            shapes.append((prefill, key((True, d, qlen, ctx))) if d else (prefill,))
+        ids.append(shape_id)
+    return ids
 
 
 def _entries_shape(shape_ids: dict, shapes: list, entries: tuple, d: int, qlen: int, ctx: int) -> int:
@@ -883,9 +889,12 @@ def _round_context(mean, round_to: int):
 
 def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> StepShape:
     """The step's keys in order: prefill entries (sorted), then the decode entry."""
-    keys = sorted(ForwardKey(False, n, tok, seq) for (tok, seq), n in entries.items())
+    key = ForwardKey._make
+    keys = [key((False, n, tok, seq)) for (tok, seq), n in entries.items()]
+    if len(keys) > 1:
+        keys.sort()
     if d:
-        keys.append(ForwardKey(True, d, qlen, ctx))
+        keys.append(key((True, d, qlen, ctx)))
     return tuple(keys)
 
 
@@ -894,19 +903,25 @@ def _apply_takes(queue: deque, takes, scheduler, kinds, entries):
     the last one taken are touched, so a step costs its takes, not the queue's length); return the
     (requests, arrival event, kind) whose prompt is now complete, and the KV tokens the step added."""
     by_pos: dict[int, list[tuple[int, int]]] = {}
+    size = len(queue)
     for pos, n, tok in takes:
-        if not 0 <= pos < len(queue) or n < 1 or tok < 1:
+        if not 0 <= pos < size or n < 1 or tok < 1:
             raise RuntimeError(f"scheduler {scheduler.name!r} made an invalid take {(pos, n, tok)}")
-        by_pos.setdefault(pos, []).append((n, tok))
-    head = [queue.popleft() for _ in range(max(by_pos) + 1)]
+        if pos in by_pos:
+            by_pos[pos].append((n, tok))
+        else:
+            by_pos[pos] = [(n, tok)]
+    popleft = queue.popleft
+    head = [popleft() for _ in range(max(by_pos) + 1)]
     front: list[tuple[int, int, int, int]] = []
     back: list[tuple[int, int, int, int]] = []
     firsts: list[tuple[int, int, int]] = []
     kv_added = 0
     stay = back if scheduler.requeue else front
+    none = ()
     for pos, (count, done, event, kind) in enumerate(head):
         left, need = count, kinds.effective[kind]
-        for n, tok in by_pos.get(pos, ()):
+        for n, tok in by_pos.get(pos, none):
             seq = done + tok
             left -= n
             if seq > need or left < 0:
