@@ -267,7 +267,10 @@ class _Cycle:
     burst's finishes): the loop settles into a period (one request's life), and from a state seen
     before the same steps, finishes and replacements follow, shifted in time. States are compared
     relative to the step and the arrival event they are seen at; a cheap summary first, the whole
-    state only when the summary matches. O(1) saved states, whatever the loop's length.
+    state only when the summary matches. O(1) saved states, whatever the loop's length: the last
+    two Brent saved (a state saved in a transient is replaced by one that may be in the period,
+    and the one before stays comparable for a window longer, so a period is found about half a
+    window sooner).
 
     A burst's fresh group (its requests not started yet) shrinks every period, so its count is left
     out of a burst's state (`free_fresh`): a policy that takes n of a group, not all, takes as many of
@@ -277,16 +280,19 @@ class _Cycle:
     def __init__(self, free_fresh: bool = False) -> None:
         self.power = self.lam = 1
         self.free_fresh = free_fresh
-        self.saved: tuple | None = None  # (summary, state, mark)
+        self.saved: list[tuple] = []  # (summary, state, mark): the last two saved, the newest first
 
     def seen(self, queue, pool, step: int, events: int, mark: tuple) -> tuple | None:
-        """The mark of the saved state if the current one equals it, else None."""
+        """The mark of a saved state the current one equals (the newest such), else None."""
         summary = (len(queue), len(pool.groups), pool.ready, pool.steps_sum)
-        saved = self.saved
-        if saved is not None and saved[0] == summary and saved[1] == self._state(queue, pool, step, events):
-            return saved[2]
+        state = None
+        for saved in self.saved:
+            if saved[0] == summary:
+                state = state or self._state(queue, pool, step, events)
+                if saved[1] == state:
+                    return saved[2]
         if self.power == self.lam:
-            self.saved = (summary, self._state(queue, pool, step, events), mark)
+            self.saved = [(summary, state or self._state(queue, pool, step, events), mark), *self.saved[:1]]
             self.power *= 2
             self.lam = 0
         self.lam += 1

@@ -868,3 +868,26 @@ def test_a_round_that_leaves_decodes_out_is_played_whatever_the_policy_claims():
 
     w = Workload(143, 54, 15, 3, arrival="closed", num_prompts=27)
     assert played(plan(w, Claiming())) == played(plan(w, OneDecode()))
+
+
+@pytest.mark.parametrize("policy", [DecodeFirstWithSlack(), TokenBudget()], ids=["decode-first", "token-budget"])
+# the share of steps the policy may be asked for: halfway between one saved state (6e2e216) and the
+# last two (now), both measured (decode-first, token-budget; None where the two are equal)
+@pytest.mark.parametrize("w, shares", [
+    (Workload(64, 16, 128, 400), (0.127, 0.795)),  # 0.152 -> 0.102, 0.946 -> 0.644
+    (Workload(64, 16, 100, 500), (None, 0.483)),   # 0.010 -> 0.010, 0.579 -> 0.386
+    (Workload(10, 20, 16, 300), (0.082, None)),    # 0.111 -> 0.053, 0.290 -> 0.290
+], ids=["both", "token-budget", "decode-first"])
+def test_a_period_is_found_by_the_state_saved_before_the_last(w, shares, policy):
+    """The cycle detection compares each event's state with the last two it saved: a state saved in a
+    burst's transient no longer hides the period until the next save. Plans equal the reference."""
+    counting = _counting(policy)
+    p = plan(w, counting)
+    reqs, _, peak, step_keys, _ = reference(w, policy, affine)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    share = shares[0] if policy.requeue else shares[1]
+    if share is not None:
+        assert type(counting).played < share * p.num_steps, (type(counting).played, p.num_steps)
