@@ -164,13 +164,16 @@ class RooflineModel:
                     rows.append({"key": key, "op": op, "ms": ms, "share": ms / total, "bound": bound})
         return pd.DataFrame(rows)
 
-    def _roof(self, flops, bytes_, peak, eff_c, kernels_ms):
+    def _roof(self, flops, bytes_, peak, eff_c, kernels_ms, detail: bool):
+        """(ms, what bounds it: compute, memory or kernel overhead; None unless `detail`, as naming
+        it costs more than the roof itself)."""
         compute = flops / (peak * eff_c) * 1e3
         memory = bytes_ / (self.device.hbm_bytes_per_s * self.device.eff_memory) * 1e3
-        ms = np.maximum(compute, memory) + kernels_ms
+        roof = np.maximum(compute, memory)
+        if not detail:
+            return roof + kernels_ms, None
         bound = np.where(compute >= memory, "compute", "memory")
-        bound = np.where(kernels_ms > np.maximum(compute, memory), "overhead", bound)
-        return ms, bound
+        return roof + kernels_ms, np.where(kernels_ms > roof, "overhead", bound)
 
     def _price(self, step, dec, conc, q, s, n_steps, detail=False):
         """Per-step milliseconds of every op; `step[i]` is the step of entry i."""
@@ -187,31 +190,32 @@ class RooflineModel:
                    in_out=2 * h):
             flops = 2 * t * params
             bytes_ = params * w_bytes + t * in_out * ACT_BYTES
-            ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, n_kernels * kov)
+            ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, n_kernels * kov, detail)
             return ms * layers, bound
 
         ops["qkv_proj"] = linear(self.qkv_params, L, KERNELS["qkv_proj"])
         ops["o_proj"] = linear(self.o_params, L, KERNELS["o_proj"])
-        ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, bf16)
-        absent = (np.zeros(n_steps), np.full(n_steps, "-"))
+        ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, bf16, detail)
+        absent = (np.zeros(n_steps), np.full(n_steps, "-") if detail else None)
         ops["mlp"] = linear(self.mlp_params, self.dense_layers, KERNELS["mlp"]) if self.dense_layers else absent
-        ops["moe"] = self._moe(tokens, lin_peak) if self.moe_layers else absent
+        ops["moe"] = self._moe(tokens, lin_peak, detail) if self.moe_layers else absent
         inter = (self.dense_layers * m.intermediate_size / p.tp
                  + self.moe_layers * m.experts_per_token * m.moe_intermediate_size / p.tp) / L
         ew_bytes = tokens * (HIDDEN_PASSES * h + MLP_ACT_PASSES * inter) * ACT_BYTES
-        ew, ew_bound = self._roof(0.0, ew_bytes, bf16, 1.0, KERNELS["elementwise"] * kov)
+        ew, ew_bound = self._roof(0.0, ew_bytes, bf16, 1.0, KERNELS["elementwise"] * kov, detail)
         ops["elementwise"] = (ew * L, ew_bound)
         ops["lm_head"] = linear(self.lm_head_params, 1, 1, w_bytes=2, peak=bf16, t=sampled,
                                 in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
-        ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens)
+        ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
         overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens)
-        ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64), np.full(n_steps, "overhead"))
+        ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64),
+                           np.full(n_steps, "overhead") if detail else None)
         total = sum(ms for ms, _ in ops.values())
         if detail:
             return {**ops, "total": total}
         return {"total": total}
 
-    def _attention(self, step, dec, conc, q, s, n_steps, peak):
+    def _attention(self, step, dec, conc, q, s, n_steps, peak, detail: bool):
         d, m = self.device, self.model
         kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
         pairs = q * (s - q) + q * (q + 1) / 2  # causal (query, key) pairs per request
@@ -222,11 +226,11 @@ class RooflineModel:
             flops = flops + np.where(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
         bytes_ = conc * (s * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
         kernel = KERNELS["attention"] * d.kernel_overhead_us + np.where(dec, 0.0, d.prefill_attention_overhead_us)
-        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3)
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail)
         per_step = np.bincount(step, weights=ms, minlength=n_steps) * m.num_layers
-        return per_step, _step_bound(step, bound, n_steps)
+        return per_step, _step_bound(step, bound, n_steps) if detail else None
 
-    def _moe(self, tokens, peak):
+    def _moe(self, tokens, peak, detail: bool):
         """`tokens` are one attention rank's; every rank runs a step of the same size in lockstep, so
         the layer routes attention_dp x tokens over all tp x attention_dp devices of the stage."""
         d, m, p = self.device, self.model, self.parallel
@@ -239,7 +243,7 @@ class RooflineModel:
         per_device = routed * k / p.moe_devices * self.imbalance  # token-expert pairs on the busiest device
         flops = 2 * (per_device * m.expert_params + tokens * (self.shared_params + self.router_params))
         bytes_ = w_bytes + (2 * tokens + 2 * per_device) * m.hidden_size * ACT_BYTES
-        ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, KERNELS["moe"] * d.kernel_overhead_us * 1e-3)
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail)
         return ms * self.moe_layers, bound
 
     def _link(self, group: int) -> tuple[float, float]:
@@ -249,7 +253,7 @@ class RooflineModel:
             return d.intra_node_bandwidth_gbps * 1e9 * d.eff_communication, d.intra_node_latency_us * 1e-6
         return d.inter_node_bandwidth_gbps * 1e9 * d.eff_communication, d.inter_node_latency_us * 1e-6
 
-    def _comm(self, tokens):
+    def _comm(self, tokens, detail: bool):
         m, p = self.model, self.parallel
         msg = tokens * m.hidden_size * ACT_BYTES
         zero = np.zeros_like(tokens)
@@ -267,7 +271,7 @@ class RooflineModel:
         if p.pp > 1:
             bw, lat = self._link(p.tp * p.pp)
             pp_ms = (p.pp - 1) * (msg / bw + lat) * 1e3
-        label = np.full(len(tokens), "communication")
+        label = np.full(len(tokens), "communication") if detail else None
         return (tp_ms, label), (ep_ms, label), (pp_ms, label)
 
     # ----- memory (latency.memory) -------------------------------------------------------------
