@@ -123,6 +123,17 @@ class Scheduler(ABC):
         every round."""
         return 0
 
+    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
+               leaving: Sequence[int]) -> list[tuple[int, int, int, int]] | None:
+        """A token stream: the FIFO holds at most one started request (`front` prompt tokens to go; 0:
+        none) and behind it `fresh` requests of `need` prompt tokens each, of one kind; every prompt
+        completed starts decoding after its step, and `leaving[j]` decoding requests finish after step
+        j. This policy's answers for the next steps (at most `len(leaving)`) while every ready request,
+        one at least, decodes and something is left to prefill, each as (decodes, the started request's tokens,
+        fresh prompts taken whole, tokens of a fresh prompt started); the first is this step's.
+        None unless a policy knows: the planner then asks it every step."""
+        return None
+
 
 def chunks_before_last(remaining: int, chunk: int) -> int:
     """Chunks of `chunk` tokens that prompts with `remaining` tokens to go take before their last one."""
@@ -297,6 +308,34 @@ class TokenBudget(Scheduler):
             if done == 0:
                 slots -= taken
         return StepPlan(tuple(takes), decode)
+
+    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
+               leaving: Sequence[int]) -> list[tuple[int, int, int, int]] | None:
+        """`plan_step` on a token stream, without a view: what the decodes leave of the budget goes to
+        the started request, then to whole fresh prompts, then to a part of the next one (which is
+        then the started request). Without a cap on running requests or prefill chunks only."""
+        if (type(self).plan_step is not TokenBudget.plan_step or self.max_num_seqs is not None
+                or self.long_prefill_token_threshold):
+            return None
+        answers = []
+        for left in leaving:
+            spare = budget - ready * decode_query_len
+            if not ready or spare <= 0 or not (front or fresh):
+                break
+            took = min(front, spare)
+            front -= took
+            spare -= took
+            whole = min(fresh, spare // need)
+            joins = whole + (1 if took and not front else 0)
+            spare -= whole * need
+            fresh -= whole
+            part = spare if fresh and spare else 0
+            if part:
+                fresh -= 1
+                front = need - part
+            answers.append((ready, took, whole, part))
+            ready += joins - left
+        return answers
 
     def stretch_steps(self, ready: int, takes: int, chunk: int, remaining: int, budget: int,
                       decode_query_len: int) -> float:

@@ -376,6 +376,8 @@ def plan(
     check = False  # the last step sent replacements (closed) or finished requests (burst): a state that may repeat
     ahead = None  # the policy's answer for this step, if a ramp asked it already
     rounds = scheduler.requeue and not timed
+    # a burst of one kind whose policy plays token streams without being asked (`Scheduler.stream`)
+    streams = burst and len(kinds.input) == 1 and steps[0] > 0 and scheduler.stream(1, 0, 0, 1, 1, 1, ()) is not None
     round_mark = None  # (step, lone FIFO group, ready, finish records) where a round may have begun
     while left:
         step = len(step_shape)
@@ -419,6 +421,15 @@ def plan(
                                      step_decode, finished)
             peak = max(peak, kv_prefill + tail_peak)
             break
+        if streams and d == pool.ready and pool.ready and sp.takes:
+            streamed = _stream(sp, scheduler, queue, pool, kinds, step, B, qlen, fixed, context_round, shape_ids,
+                               shapes, step_shape, step_decode, finished, kv_prefill)
+            if streamed is not None:
+                kv_prefill, stream_peak, finished_now = streamed
+                peak = max(peak, stream_peak)
+                left -= finished_now
+                check = bool(finished_now) and cycle is not None and _fresh(queue) >= 0
+                continue
         if not timed and len(sp.takes) == 1 and d == pool.ready:  # what ramps and stretches have in common
             if _ramps(sp, queue, pool, kinds, scheduler.requeue):
                 # the KV peak: the step after a ramp step holds all it held and more
@@ -546,6 +557,104 @@ def _repeat_period(before: tuple, now: tuple, copies: int, step_shape: list, ste
         group[2] += shift
         group[3] += de
     return served
+
+
+def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, budget: int, qlen: int,
+            fixed: int | None, round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list,
+            finished: list, kv_prefill: float):
+    """Play a token stream from `step` on in bulk, if the FIFO holds one (at most one started request,
+    then fresh ones, of one event and kind) and the policy says its answers (`Scheduler.stream`), the
+    first being `sp`: for up to a request's decode steps, so nobody who starts decoding in it
+    finishes in it; requests that finish meanwhile leave as the loop would let them. Returns (the
+    prefill KV tokens after it, the most KV a step held, requests finished), or None."""
+    start = _stream_start(queue, pool)
+    if start is None:
+        return None
+    done, fresh, event, kind = start
+    need, prompt, steps = kinds.effective[kind], kinds.input[kind], pool.steps[kind]
+    front = need - done if done else 0  # the started request's prompt tokens to go
+    ticks = pool.ticks
+    leaving = [0] * steps  # requests finishing after each step, while every ready request decodes
+    for count, end, *_ in pool.groups:
+        if end > ticks + steps:
+            break
+        leaving[end - ticks - 1] += count
+    answers = scheduler.stream(pool.ready, front, fresh, need, budget, qlen, leaving)
+    if not answers or _stream_takes(answers[0], front, need) != (sp.takes, sp.decode):
+        return None
+    cached = kinds.cached[kind]
+    ready, peak, left = pool.ready, 0.0, 0
+    finishing = pool.groups
+    for j, (d, took, whole, part) in enumerate(answers):
+        if d != ready:
+            raise RuntimeError(f"scheduler {scheduler.name!r} streamed {d} decodes of {ready} ready")
+        entries = {}
+        if took:
+            entries[(took, need - front + took)] = 1
+        if whole:
+            entries[(need, need)] = whole
+        if part:
+            entries[(part, part)] = 1
+        ctx = _decode_key_context(pool, d, qlen, fixed, round_to)
+        signature = (tuple(sorted(entries.items())), d, ctx)
+        shape_id = shape_ids.get(signature)
+        if shape_id is None:
+            shape_id = shape_ids[signature] = len(shapes)
+            shapes.append(_shape(entries, d, qlen, ctx))
+        step_shape.append(shape_id)
+        step_decode.append(d)
+        starts = whole + (1 if part else 0)
+        joins = whole + (1 if took and took == front else 0)
+        kv_prefill += took + whole * need + part + starts * cached - joins * prompt
+        pool.ticks += 1
+        pool.steps_sum += d
+        kv_decode = pool.kv_tokens()
+        while finishing and finishing[0][1] == pool.ticks:
+            group = finishing.popleft()
+            pool._leave(group, step + j, finished)
+            left += group[0]
+        peak = max(peak, kv_prefill + kv_decode + joins * (prompt + 1))
+        if joins:
+            pool.join(joins, step + j, event, kind)
+        ready = pool.ready
+        front = need - part if part else front - took
+        fresh -= starts
+    pool.next_end = pool.groups[0][1] if pool.groups else math.inf
+    queue.clear()
+    if front:
+        queue.append((1, need - front, event, kind))
+    if fresh:
+        queue.append((fresh, 0, event, kind))
+    return kv_prefill, peak, left
+
+
+def _stream_takes(answer: tuple, front: int, need: int) -> tuple:
+    """The (takes, decodes) of the `StepPlan` a stream's answer stands for: the started request's chunk
+    (it is at the FIFO front if `front`), then the fresh group's whole prompts and started one."""
+    d, took, whole, part = answer
+    takes = [(0, 1, took)] if took else []
+    behind = 1 if front else 0
+    if whole:
+        takes.append((behind, whole, need))
+    if part:
+        takes.append((behind, 1, part))
+    return tuple(takes), d
+
+
+def _stream_start(queue: deque, pool: _DecodePool):
+    """(prompt tokens the started request has prefilled (0: none started), fresh requests, their event,
+    kind) if the FIFO and decode pool hold a token stream, else None."""
+    if not pool.ordered or not 1 <= len(queue) <= 2:
+        return None
+    count, done, event, kind = queue[-1]
+    if done:
+        return None
+    if len(queue) == 1:
+        return 0, count, event, kind
+    started = queue[0]
+    if started[0] != 1 or not started[1] or started[2:] != (event, kind):
+        return None
+    return started[1], count, event, kind
 
 
 def _round_copies(mark: tuple | None, scheduler, group: tuple, pool: _DecodePool, step: int, finishes: int,

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.scheduler import (
     DecodeFirstWithSlack,
@@ -8,6 +10,7 @@ from simulator.scheduler import (
     TokenBudget,
     make_scheduler,
 )
+from tests.conftest import examples
 
 
 def test_decode_first_rfc_example():
@@ -57,3 +60,52 @@ def test_token_budget_counts_a_request_one_token_into_its_prompt_as_running():
     assert TokenBudget(max_num_seqs=2).plan_step(view).takes == ((0, 1, 1), (1, 1, 2))
     # a decode costs 1 + MTP tokens of the budget: 7 // 2 = 3 decodes fit, not 3.5
     assert TokenBudget().plan_step(QueueView([], 9, (2,), 7, 2)).decode == 3
+
+
+def _stream_by_plan_step(policy, ready, front, fresh, need, budget, qlen, leaving):
+    """What `plan_step` answers, step after step, on a token stream (see `Scheduler.stream`), as
+    (decodes, started request's tokens, fresh prompts whole, tokens of a fresh prompt started)."""
+    answers = []
+    for left in leaving:
+        fifo = ([(1, need - front, 0, 0)] if front else []) + ([(fresh, 0, 0, 0)] if fresh else [])
+        if not ready or not fifo:
+            break
+        sp = policy.plan_step(QueueView(fifo, ready, (need,), budget, qlen))
+        if sp.decode != ready or not sp.takes:
+            break
+        took = whole = part = 0
+        for pos, n, tok in sp.takes:
+            if front and pos == 0:
+                took = tok
+            elif tok == need:
+                whole += n
+            else:
+                assert n == 1
+                part = tok
+        answers.append((ready, took, whole, part))
+        joins = whole + (1 if took and took == front else 0)
+        front -= took
+        fresh -= whole
+        if part:
+            fresh, front = fresh - 1, need - part
+        ready += joins - left
+    return answers
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(ready=st.integers(0, 30), front=st.integers(0, 299), fresh=st.integers(0, 20), need=st.integers(1, 300),
+       budget=st.integers(1, 600), qlen=st.integers(1, 2), leaving=st.lists(st.integers(0, 3), max_size=30),
+       policy=st.sampled_from([TokenBudget(), TokenBudget(max_num_seqs=8),
+                               TokenBudget(long_prefill_token_threshold=40)]))
+def test_token_budget_s_stream_is_its_plan_step(ready, front, fresh, need, budget, qlen, leaving, policy):
+    """`stream` answers, step for step, what `plan_step` answers on the same token stream, and stops
+    where it would stop being one (a decode left out, nothing to prefill, nobody decoding); a policy
+    with a cap on running requests or chunks does not claim to know."""
+    front = min(front, need - 1)
+    leaving = [min(left, ready) for left in leaving]  # no more can finish than decode (checked again below)
+    claimed = policy.stream(ready, front, fresh, need, budget, qlen, leaving)
+    if policy.max_num_seqs is not None or policy.long_prefill_token_threshold:
+        assert claimed is None
+        return
+    played = _stream_by_plan_step(policy, ready, front, fresh, need, budget, qlen, leaving)
+    assert claimed == played

@@ -891,3 +891,60 @@ def test_a_period_is_found_by_the_state_saved_before_the_last(w, shares, policy)
     share = shares[0] if policy.requeue else shares[1]
     if share is not None:
         assert type(counting).played < share * p.num_steps, (type(counting).played, p.num_steps)
+
+
+def _asked(policy) -> list[int]:
+    """Count the steps `policy` is asked for, in the returned one-item list, without changing its class
+    (a policy's claims hold for its class's own decision rule only)."""
+    calls = [0]
+    decide = type(policy).plan_step
+
+    def plan_step(view):
+        calls[0] += 1
+        return decide(policy, view)
+
+    object.__setattr__(policy, "plan_step", plan_step)  # frozen dataclass: an instance attribute
+    return calls
+
+
+# the share of steps the policy may be asked for: halfway between before token streams (ba9b62b) and
+# now, both measured
+@pytest.mark.parametrize("w, share", [
+    (Workload(80, 12, 40, 60), 0.58),                              # 0.986 -> 0.177: a prompt is two budgets
+    (Workload(30, 10, 100, 80), 0.47),                             # 0.795 -> 0.154: whole prompts and a part
+    (Workload(80, 12, 40, 60, prefix_cache_hit_rate=0.5), 0.49),   # 0.885 -> 0.103
+    (Workload(50, 9, 48, 40, mtp_tokens=1, mtp_acceptance_rates=(0.5,)), 0.65),  # 1.0 -> 0.298
+], ids=["long", "short", "cached", "mtp"])
+def test_token_streams_equal_the_reference_step_for_step(w, share):
+    """A burst's token stream (a started prompt, then fresh ones, the budget the decodes leave taken in
+    FIFO order) is played in bulk from token-budget's own answers (`Scheduler.stream`), finishes
+    included; the plan still equals the per-request reference step for step, with its KV peak."""
+    policy = TokenBudget()
+    asked = _asked(policy)
+    p = plan(w, policy)
+    reqs, _, peak, step_keys, _ = reference(w, TokenBudget(), affine)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, True)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+    assert asked[0] < share * p.num_steps, (asked[0], p.num_steps)
+
+
+def test_a_stream_answer_other_than_the_policy_s_step_is_not_played():
+    """The planner plays a stream only if its first answer is the one the policy gave for this step, and
+    names a policy whose stream leaves a ready request out."""
+    class Misstreaming(TokenBudget):
+        def stream(self, ready, *args):
+            answers = super().stream(ready, *args)
+            return answers and [(ready, 1, 0, 0)] + answers[1:]  # a chunk of one token: not its answer
+
+    class Undercounting(TokenBudget):
+        def stream(self, *args):
+            answers = super().stream(*args)
+            return answers and answers[:1] + [(d - 1, *rest) for d, *rest in answers[1:]]
+
+    w = Workload(80, 12, 40, 60)
+    p = plan(w, Misstreaming())
+    assert [p.shapes[i] for i in p.step_shape] == reference(w, TokenBudget(), affine)[3]
+    with pytest.raises(RuntimeError, match="streamed .* decodes of .* ready"):
+        plan(w, Undercounting())
