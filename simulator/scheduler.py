@@ -318,15 +318,17 @@ class TokenBudget(Scheduler):
                 or self.long_prefill_token_threshold):
             return None
         answers = []
-        for left in leaving:
+        for left in leaving:  # written for speed: a stream is thousands of steps
             spare = budget - ready * decode_query_len
             if not ready or spare <= 0 or not (front or fresh):
                 break
-            took = min(front, spare)
+            took = front if front < spare else spare
             front -= took
             spare -= took
-            whole = min(fresh, spare // need)
-            joins = whole + (1 if took and not front else 0)
+            whole = spare // need
+            if whole > fresh:
+                whole = fresh
+            joins = whole + 1 if took and not front else whole
             spare -= whole * need
             fresh -= whole
             part = spare if fresh and spare else 0

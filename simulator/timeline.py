@@ -421,15 +421,6 @@ def plan(
                                      step_decode, finished)
             peak = max(peak, kv_prefill + tail_peak)
             break
-        if streams and d == pool.ready and pool.ready and sp.takes:
-            streamed = _stream(sp, scheduler, queue, pool, kinds, step, B, qlen, fixed, context_round, shape_ids,
-                               shapes, step_shape, step_decode, finished, kv_prefill)
-            if streamed is not None:
-                kv_prefill, stream_peak, finished_now = streamed
-                peak = max(peak, stream_peak)
-                left -= finished_now
-                check = bool(finished_now) and cycle is not None and _fresh(queue) >= 0
-                continue
         if not timed and len(sp.takes) == 1 and d == pool.ready:  # what ramps and stretches have in common
             if _ramps(sp, queue, pool, kinds, scheduler.requeue):
                 # the KV peak: the step after a ramp step holds all it held and more
@@ -442,6 +433,15 @@ def plan(
                 # the KV peak, as on a ramp: every step of a stretch holds more than the one before
                 kv_prefill += _stretch(stretch, sp, queue, pool, kinds, qlen, fixed, context_round, shape_ids,
                                        shapes, step_shape, step_decode)
+                continue
+        if streams and d == pool.ready and pool.ready and sp.takes:  # after ramps and stretches: cheaper
+            streamed = _stream(sp, scheduler, queue, pool, kinds, step, B, qlen, fixed, context_round, shape_ids,
+                               shapes, step_shape, step_decode, finished, kv_prefill)
+            if streamed is not None:
+                kv_prefill, stream_peak, finished_now = streamed
+                peak = max(peak, stream_peak)
+                left -= finished_now
+                check = bool(finished_now) and cycle is not None and _fresh(queue) >= 0
                 continue
         entries: dict[tuple[int, int], int] = {}
         if sp.takes:
@@ -582,50 +582,95 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
     answers = scheduler.stream(pool.ready, front, fresh, need, budget, qlen, leaving)
     if not answers or _stream_takes(answers[0], front, need) != (sp.takes, sp.decode):
         return None
-    cached = kinds.cached[kind]
-    ready, peak, left = pool.ready, 0.0, 0
-    finishing = pool.groups
-    for j, (d, took, whole, part) in enumerate(answers):
-        if d != ready:
-            raise RuntimeError(f"scheduler {scheduler.name!r} streamed {d} decodes of {ready} ready")
-        entries = {}
-        if took:
-            entries[(took, need - front + took)] = 1
-        if whole:
-            entries[(need, need)] = whole
-        if part:
-            entries[(part, part)] = 1
-        ctx = _decode_key_context(pool, d, qlen, fixed, round_to)
-        signature = (tuple(sorted(entries.items())), d, ctx)
-        shape_id = shape_ids.get(signature)
-        if shape_id is None:
-            shape_id = shape_ids[signature] = len(shapes)
-            shapes.append(_shape(entries, d, qlen, ctx))
-        step_shape.append(shape_id)
-        step_decode.append(d)
-        starts = whole + (1 if part else 0)
-        joins = whole + (1 if took and took == front else 0)
-        kv_prefill += took + whole * need + part + starts * cached - joins * prompt
-        pool.ticks += 1
-        pool.steps_sum += d
-        kv_decode = pool.kv_tokens()
-        while finishing and finishing[0][1] == pool.ticks:
-            group = finishing.popleft()
-            pool._leave(group, step + j, finished)
-            left += group[0]
-        peak = max(peak, kv_prefill + kv_decode + joins * (prompt + 1))
-        if joins:
-            pool.join(joins, step + j, event, kind)
-        ready = pool.ready
-        front = need - part if part else front - took
-        fresh -= starts
-    pool.next_end = pool.groups[0][1] if pool.groups else math.inf
+    d, took, whole, part = np.array(answers, dtype=np.int64).T
+    n = len(d)
+    # the prompts are prefilled one after another, so the tokens taken so far say how far into its
+    # prompt the started request is before each step
+    taken = np.cumsum(took + whole * need + part)
+    into = (done + np.concatenate(([0], taken))) % need
+    fronts = np.where(into > 0, need - into, 0)  # the started request's tokens to go (0: none)
+    before = fronts[:-1]
+    joins = whole + ((took > 0) & (took == before))
+    gone = np.array(leaving[:n], dtype=np.int64)
+    # the decode pool before each step (joins and finishes land after their step)
+    joined = np.concatenate(([0], np.cumsum(joins - gone)[:-1]))
+    ready = pool.ready + joined
+    if not np.array_equal(d, ready):
+        j = int(np.flatnonzero(d != ready)[0])
+        raise RuntimeError(f"scheduler {scheduler.name!r} streamed {d[j]} decodes of {ready[j]} ready")
+    left = np.concatenate(([0], np.cumsum(gone)[:-1]))
+    prompts = pool.prompt_sum + prompt * joined
+    steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d)[:-1])) - steps * left
+    if fixed is None:
+        ctx = _round_context(_mean_context(prompts, d, d + pool.rate * steps_done, qlen), round_to)
+    else:
+        ctx = np.full(n, fixed, dtype=np.int64)
+    starts = whole + (part > 0)
+    kv = kv_prefill + np.cumsum(took + whole * need + part + starts * kinds.cached[kind] - joins * prompt)
+    held = kv + _kv_held(prompts, d, pool.rate, steps_done + d) + joins * (prompt + 1)
+    step_shape.extend(_stream_shapes(shape_ids, shapes, need, qlen, before, took, whole, part, d, ctx))
+    step_decode.extend(d.tolist())
+    finished_now = _stream_pool(pool, step, n, joins, event, kind, int(d.sum()), finished)
+    front, fresh = int(fronts[-1]), fresh - int(starts.sum())
     queue.clear()
     if front:
         queue.append((1, need - front, event, kind))
     if fresh:
         queue.append((fresh, 0, event, kind))
-    return kv_prefill, peak, left
+    return float(kv[-1]), float(held.max()), finished_now
+
+
+def _stream_shapes(shape_ids: dict, shapes: list, need: int, qlen: int, fronts, took, whole, part, decodes,
+                   contexts) -> list[int]:
+    """The ids of a stream's step shapes (made if new, with the signature the loop gives the same step):
+    the started request's chunk, whole fresh prompts, a fresh prompt's first part, the decodes."""
+    ids, get, key, whole_prompts = [], shape_ids.get, ForwardKey._make, (need, need)
+    for front, t, w, p, d, ctx in zip(fronts.tolist(), took.tolist(), whole.tolist(), part.tolist(),
+                                      decodes.tolist(), contexts.tolist(), strict=True):
+        if t and not (w or p):  # the started request alone, the commonest step
+            entries = (((t, need - front + t), 1),)
+        else:  # ((tokens, seq), requests): never two alike (a started request has one token in)
+            entries = []
+            if t:
+                entries.append(((t, need - front + t), 1))
+            if w:
+                entries.append((whole_prompts, w))
+            if p:
+                entries.append(((p, p), 1))
+            entries = tuple(sorted(entries))
+        signature = (entries, d, ctx)
+        shape_id = get(signature)
+        if shape_id is None:
+            shape_id = shape_ids[signature] = len(shapes)
+            keys = [key((False, n, tok, seq)) for (tok, seq), n in entries]
+            if len(keys) > 1:
+                keys.sort()
+            keys.append(key((True, d, qlen, ctx)))
+            shapes.append(tuple(keys))
+        ids.append(shape_id)
+    return ids
+
+
+def _stream_pool(pool: _DecodePool, step: int, n: int, joins, event: int, kind: int, decoded: int,
+                 finished: list) -> int:
+    """Bring the decode pool past a stream's `n` steps from `step` on, every ready request decoding
+    `decoded` steps in all: the requests whose prompts completed join after their step, those whose
+    end came leave (finish records in the loop's order). Returns the requests finished."""
+    start, left = pool.ticks, 0
+    groups = pool.groups
+    while groups and groups[0][1] <= start + n:
+        group = groups.popleft()
+        pool._leave(group, step + group[1] - start - 1, finished)
+        left += group[0]
+    steps = pool.steps[kind]
+    at = np.flatnonzero(joins)
+    if len(at):
+        pool.join_ramp([[c, start + j + 1 + steps, step + j, event, kind]
+                        for j, c in zip(at.tolist(), joins[at].tolist(), strict=True)])
+    pool.ticks = start + n
+    pool.steps_sum += decoded
+    pool.next_end = groups[0][1] if groups else math.inf
+    return left
 
 
 def _stream_takes(answer: tuple, front: int, need: int) -> tuple:
