@@ -238,6 +238,30 @@ class DecodeFirstWithSlack(CountScheduler):
             return 0
         return chunks_before_last(remaining, chunk)
 
+    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
+               leaving: Sequence[int]) -> list[tuple[int, int, int, int]] | None:
+        """`_step` on a stream of whole prompts: every ready request decodes, then as many fresh prompts
+        as fit beside them, until none fits. A started request or a prompt longer than the budget goes
+        in chunks, round the FIFO: no stream."""
+        if not self._decides_as_written():
+            return None
+        answers = []
+        if front or need > budget:
+            return answers
+        room = math.floor(budget * self.slack_ratio)
+        for left in leaving:  # written for speed: a stream is thousands of steps
+            if not ready or ready * decode_query_len > budget or not fresh:
+                break
+            whole = (room - ready * decode_query_len) // need
+            if whole > fresh:
+                whole = fresh
+            if whole <= 0:
+                break
+            answers.append((ready, 0, whole, 0))
+            fresh -= whole
+            ready += whole - left
+        return answers
+
     def _decides_as_written(self) -> bool:
         """Whether `decide` is this class's own: a subclass deciding otherwise is asked every step."""
         return type(self).decide is DecodeFirstWithSlack.decide and type(self)._step is DecodeFirstWithSlack._step

@@ -62,6 +62,13 @@ def test_token_budget_counts_a_request_one_token_into_its_prompt_as_running():
     assert TokenBudget().plan_step(QueueView([], 9, (2,), 7, 2)).decode == 3
 
 
+class _DecidesOtherwise(DecodeFirstWithSlack):
+    """Decode-first with its own decision rule: its claims do not carry over."""
+
+    def decide(self, state):
+        return super().decide(state)
+
+
 def _stream_by_plan_step(policy, ready, front, fresh, need, budget, qlen, leaving):
     """What `plan_step` answers, step after step, on a token stream (see `Scheduler.stream`), as
     (decodes, started request's tokens, fresh prompts whole, tokens of a fresh prompt started)."""
@@ -96,16 +103,22 @@ def _stream_by_plan_step(policy, ready, front, fresh, need, budget, qlen, leavin
 @given(ready=st.integers(0, 30), front=st.integers(0, 299), fresh=st.integers(0, 20), need=st.integers(1, 300),
        budget=st.integers(1, 600), qlen=st.integers(1, 2), leaving=st.lists(st.integers(0, 3), max_size=30),
        policy=st.sampled_from([TokenBudget(), TokenBudget(max_num_seqs=8),
-                               TokenBudget(long_prefill_token_threshold=40)]))
-def test_token_budget_s_stream_is_its_plan_step(ready, front, fresh, need, budget, qlen, leaving, policy):
-    """`stream` answers, step for step, what `plan_step` answers on the same token stream, and stops
-    where it would stop being one (a decode left out, nothing to prefill, nobody decoding); a policy
-    with a cap on running requests or chunks does not claim to know."""
+                               TokenBudget(long_prefill_token_threshold=40), DecodeFirstWithSlack(),
+                               DecodeFirstWithSlack(1.5), _DecidesOtherwise()]))
+def test_a_policy_s_stream_is_its_plan_step(ready, front, fresh, need, budget, qlen, leaving, policy):
+    """`stream` answers, step for step, what `plan_step` answers on the same stream, and stops where it
+    would stop being one (a decode left out, nothing taken, nobody decoding); decode-first's started
+    request, or a prompt longer than the budget, goes round the FIFO in chunks, so it claims no stream
+    then; a token-budget policy with a cap on
+    running requests or chunks, or a decode-first deciding otherwise, does not claim to know."""
     front = min(front, need - 1)
     leaving = [min(left, ready) for left in leaving]  # no more can finish than decode (checked again below)
     claimed = policy.stream(ready, front, fresh, need, budget, qlen, leaving)
-    if policy.max_num_seqs is not None or policy.long_prefill_token_threshold:
+    if isinstance(policy, _DecidesOtherwise) or getattr(policy, "max_num_seqs", None) is not None \
+            or getattr(policy, "long_prefill_token_threshold", None):
         assert claimed is None
         return
-    played = _stream_by_plan_step(policy, ready, front, fresh, need, budget, qlen, leaving)
-    assert claimed == played
+    if policy.requeue and (front or need > budget):  # chunks that go round the FIFO
+        assert claimed == []
+        return
+    assert claimed == _stream_by_plan_step(policy, ready, front, fresh, need, budget, qlen, leaving)
