@@ -573,6 +573,8 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
     done, fresh, event, kind = start
     need, prompt, steps = kinds.effective[kind], kinds.input[kind], pool.steps[kind]
     front = need - done if done else 0  # the started request's prompt tokens to go
+    if not scheduler.stream(pool.ready, front, fresh, need, budget, qlen, (0,)):
+        return None  # no stream here: asked for its first step alone, before its finishes are worked out
     ticks = pool.ticks
     leaving = [0] * steps  # requests finishing after each step, while every ready request decodes
     for count, end, *_ in pool.groups:
@@ -723,10 +725,10 @@ def _round_copies(mark: tuple | None, scheduler, group: tuple, pool: _DecodePool
         copies = min(copies, (pool.next_end - pool.ticks - 1) // length)
     if copies < 1 or any(d != ready for d in step_decode[t0:step]):
         return 0
-    for shape_id in set(step_shape[t0:step]):  # every chunk since took a request of the group to `done`
-        for key in shapes[shape_id]:
-            if not key.is_decode and (key.query_len, key.seq_len) != (chunk, done):
-                return 0
+    for shape_id in set(step_shape[t0:step]):  # every step since took requests of the group to `done`
+        prefill = [key for key in shapes[shape_id] if not key.is_decode]
+        if len(prefill) != 1 or (prefill[0].query_len, prefill[0].seq_len) != (chunk, done):
+            return 0
     return int(copies)
 
 
@@ -752,12 +754,13 @@ def _repeat_round(mark: tuple, copies: int, queue: deque, pool: _DecodePool, qle
     copy = np.repeat(np.arange(1, copies + 1), length)
     codes = np.stack((copy, np.tile(round_shapes, copies), ctx), axis=1)
     unique, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+    made = np.argsort(first, kind="stable")
+    j, shape, cj = unique[made].T
+    prefill = [shapes[shape_id][0] for shape_id in shape.tolist()]  # a round's step has one (`_round_copies`)
     ids = np.empty(len(unique), dtype=np.int64)
-    for u in np.argsort(first, kind="stable").tolist():
-        j, shape_id, cj = unique[u].tolist()
-        entries = tuple(((key.query_len, key.seq_len + j * chunk), key.concurrency)
-                        for key in shapes[shape_id] if not key.is_decode)
-        ids[u] = _entries_shape(shape_ids, shapes, entries, ready, qlen, cj)
+    ids[made] = _chunk_shapes(shape_ids, shapes, chunk, qlen, [key.concurrency for key in prefill],
+                              [key.seq_len + jj * chunk for key, jj in zip(prefill, j.tolist(), strict=True)],
+                              repeat(ready), cj.tolist())
     step_shape.extend(ids[inverse.ravel()].tolist())
     step_decode.extend([ready] * total)
     queue[0] = (count, queue[0][1] + copies * chunk, event, kind)
@@ -964,18 +967,6 @@ def _chunk_shapes(shape_ids: dict, shapes: list, tok: int, qlen: int, counts, se
             shapes.append((prefill, key((True, d, qlen, ctx))) if d else (prefill,))
         ids.append(shape_id)
     return ids
-
-
-def _entries_shape(shape_ids: dict, shapes: list, entries: tuple, d: int, qlen: int, ctx: int) -> int:
-    """The id of a step's shape with prefill `entries` (((tokens, seq), requests), sorted) beside `d`
-    decodes of context `ctx`, made if new (the signature the loop gives the same step)."""
-    signature = (entries, d, ctx)
-    shape_id = shape_ids.get(signature)
-    if shape_id is None:
-        shape_id = shape_ids[signature] = len(shapes)
-        keys = [ForwardKey(False, n, tok, seq) for (tok, seq), n in entries]
-        shapes.append(tuple(keys + [ForwardKey(True, d, qlen, ctx)] if d else keys))
-    return shape_id
 
 
 def _ramp_sync(queue: deque, view, count: int, done: int, event: int, kind: int, moved: int, seq: int,

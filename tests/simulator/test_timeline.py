@@ -185,6 +185,16 @@ def _request_times(p, m_ends):
     return sorted((a, f, e) for a, f, e, n in rows for _ in range(n))
 
 
+def _assert_plays_as_reference(p, w, policy, *args, **kwargs):
+    """Plan `p` equals the per-request reference of `w` under `policy` step for step: its step shapes,
+    every request's arrival, first token and finish, and its KV peak."""
+    reqs, _, peak, step_keys, _ = reference(w, policy, affine, *args, **kwargs)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, p.scheduler.fused)))))
+    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
+    assert p.peak_kv_tokens == pytest.approx(peak)
+
+
 @settings(max_examples=examples(400), deadline=None)
 @given(w=workloads(ARRIVALS), policy=policies, ctx=st.sampled_from(["mean", "mid"]),
        phase=st.sampled_from(["both", "both", "prefill", "decode"]), slo=st.sampled_from([None, 90, 37.5]),
@@ -404,11 +414,7 @@ def test_ramps_equal_the_reference_step_for_step(w, ctx):
     policy = DecodeFirstWithSlack()
     _Counting.played = 0
     p = plan(w, _Counting(), decode_context=ctx)
-    reqs, _, peak, step_keys, _ = reference(w, policy, affine, ctx)
-    assert [p.shapes[i] for i in p.step_shape] == step_keys
-    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
-    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
-    assert p.peak_kv_tokens == pytest.approx(peak)
+    _assert_plays_as_reference(p, w, policy, ctx)
     assert _Counting.played <= p.num_steps  # asked once a step at most
 
 
@@ -467,11 +473,7 @@ def test_a_burst_s_steady_stretch_and_rounds_are_copied_not_played(w, phase, sha
     for fewer steps than before these jumps (`shares`)."""
     counting = _counting(policy)
     p = plan(w, counting, phase=phase)
-    reqs, _, peak, step_keys, _ = reference(w, policy, affine, phase=phase)
-    assert [p.shapes[i] for i in p.step_shape] == step_keys
-    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
-    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
-    assert p.peak_kv_tokens == pytest.approx(peak)
+    _assert_plays_as_reference(p, w, policy, phase=phase)
     share = shares[0] if policy.requeue else shares[1]
     if share is not None:
         assert type(counting).played < share * p.num_steps, (type(counting).played, p.num_steps)
@@ -711,11 +713,7 @@ def test_chunk_stretches_equal_the_reference_step_for_step(w, policy):
     decodes) are played in bulk where the policy says how long its answer holds; the plan still
     equals the per-request reference step for step, with its KV peak."""
     p = plan(w, policy)
-    reqs, _, peak, step_keys, _ = reference(w, policy, affine)
-    assert [p.shapes[i] for i in p.step_shape] == step_keys
-    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
-    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
-    assert p.peak_kv_tokens == pytest.approx(peak)
+    _assert_plays_as_reference(p, w, policy)
 
 
 @settings(max_examples=examples(400), deadline=None)
@@ -776,11 +774,7 @@ def test_a_requeueing_policy_s_rounds_are_copied_not_played(w, share, ctx, round
     policy = DecodeFirstWithSlack()
     counting = _counting(policy)
     p = plan(w, counting, decode_context=ctx, context_round=round_to)
-    reqs, _, peak, step_keys, _ = reference(w, policy, affine, ctx, context_round=round_to)
-    assert [p.shapes[i] for i in p.step_shape] == step_keys
-    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
-    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
-    assert p.peak_kv_tokens == pytest.approx(peak)
+    _assert_plays_as_reference(p, w, policy, ctx, context_round=round_to)
     if round_to > 1:  # (with exact contexts every decode step is a new key, so the stretches beside are short)
         assert type(counting).played < share * p.num_steps, (type(counting).played, p.num_steps)
 
@@ -883,11 +877,7 @@ def test_a_period_is_found_by_the_state_saved_before_the_last(w, shares, policy)
     burst's transient no longer hides the period until the next save. Plans equal the reference."""
     counting = _counting(policy)
     p = plan(w, counting)
-    reqs, _, peak, step_keys, _ = reference(w, policy, affine)
-    assert [p.shapes[i] for i in p.step_shape] == step_keys
-    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, policy.fused)))))
-    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
-    assert p.peak_kv_tokens == pytest.approx(peak)
+    _assert_plays_as_reference(p, w, policy)
     share = shares[0] if policy.requeue else shares[1]
     if share is not None:
         assert type(counting).played < share * p.num_steps, (type(counting).played, p.num_steps)
@@ -922,11 +912,7 @@ def test_token_streams_equal_the_reference_step_for_step(w, share):
     policy = TokenBudget()
     asked = _asked(policy)
     p = plan(w, policy)
-    reqs, _, peak, step_keys, _ = reference(w, TokenBudget(), affine)
-    assert [p.shapes[i] for i in p.step_shape] == step_keys
-    ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, True)))))
-    assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
-    assert p.peak_kv_tokens == pytest.approx(peak)
+    _assert_plays_as_reference(p, w, TokenBudget())
     assert asked[0] < share * p.num_steps, (asked[0], p.num_steps)
 
 
