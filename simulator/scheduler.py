@@ -129,9 +129,9 @@ class Scheduler(ABC):
         none) and behind it `fresh` requests of `need` prompt tokens each, of one kind; every prompt
         completed starts decoding after its step, and `leaving[j]` decoding requests finish after step
         j. This policy's answers for the next steps (at most `len(leaving)`) while every ready request,
-        one at least, decodes and something is left to prefill, each as (decodes, the started request's tokens,
-        fresh prompts taken whole, tokens of a fresh prompt started); the first is this step's.
-        None unless a policy knows: the planner then asks it every step."""
+        one at least, decodes and something is left to prefill, each as (decodes, the started
+        request's tokens, fresh prompts taken whole, tokens of a fresh prompt started); the first is
+        this step's. None unless a policy knows: the planner then asks it every step."""
         return None
 
 
@@ -248,11 +248,10 @@ class DecodeFirstWithSlack(CountScheduler):
         answers = []
         if front or need > budget:
             return answers
-        room = math.floor(budget * self.slack_ratio)
         for left in leaving:  # written for speed: a stream is thousands of steps
             if not ready or ready * decode_query_len > budget or not fresh:
                 break
-            whole = (room - ready * decode_query_len) // need
+            whole = self._room(ready, budget, decode_query_len) // need  # `_step`, every ready one decoding
             if whole > fresh:
                 whole = fresh
             if whole <= 0:

@@ -160,6 +160,26 @@ class _DecodePool:
             self._finish(step, finished)
         return kv
 
+    def pass_stream(self, step: int, n: int, joins, event: int, kind: int, decoded: int, finished: list) -> int:
+        """Pass a stream's `n` steps from `step` on, every ready request decoding, `decoded` decode steps
+        in all: the groups whose end comes leave (finish records in the loop's order), then the
+        `joins[j]` requests whose prompts completed in step j join, one group a step. Returns the
+        requests finished."""
+        start, left = self.ticks, 0
+        groups = self.groups
+        while groups and groups[0][1] <= start + n:
+            group = groups.popleft()
+            self._leave(group, step + group[1] - start - 1, finished)
+            left += group[0]
+        at = np.flatnonzero(joins)
+        if len(at):
+            self.join_ramp([[c, start + j + 1 + self.steps[kind], step + j, event, kind]
+                            for j, c in zip(at.tolist(), joins[at].tolist(), strict=True)])
+        self.ticks = start + n
+        self.steps_sum += decoded
+        self.next_end = groups[0][1] if groups else math.inf
+        return left
+
     def _finish(self, step: int, finished: list) -> None:
         groups, ticks = self.groups, self.ticks
         if self.ordered:
@@ -202,6 +222,11 @@ class _DecodePool:
         self.next_end = min(g[1] for g in kept)
         if not self.ordered:
             self.ordered = _ordered(kept)
+
+
+def _before_each(values: np.ndarray) -> np.ndarray:
+    """What the steps before each one add up to (0 for the first): a step's state from per-step changes."""
+    return np.concatenate(([0], np.cumsum(values)[:-1]))
 
 
 def _kv_held(prompts, ready, rate: float, steps_done):
@@ -456,7 +481,7 @@ def plan(
         shape_id = shape_ids.get(signature)
         if shape_id is None:
             shape_id = shape_ids[signature] = len(shapes)
-            shapes.append(_shape(entries, d, qlen, ctx))
+            shapes.append(_shape(entries.items(), d, qlen, ctx))
             if timed:
                 shape_ms.append(step_ms(shapes[-1]))
         step_shape.append(shape_id)
@@ -588,31 +613,30 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
     n = len(d)
     # the prompts are prefilled one after another, so the tokens taken so far say how far into its
     # prompt the started request is before each step
-    taken = np.cumsum(took + whole * need + part)
-    into = (done + np.concatenate(([0], taken))) % need
+    tokens = took + whole * need + part
+    into = (done + np.concatenate(([0], np.cumsum(tokens)))) % need
     fronts = np.where(into > 0, need - into, 0)  # the started request's tokens to go (0: none)
     before = fronts[:-1]
     joins = whole + ((took > 0) & (took == before))
     gone = np.array(leaving[:n], dtype=np.int64)
     # the decode pool before each step (joins and finishes land after their step)
-    joined = np.concatenate(([0], np.cumsum(joins - gone)[:-1]))
+    joined = _before_each(joins - gone)
     ready = pool.ready + joined
     if not np.array_equal(d, ready):
         j = int(np.flatnonzero(d != ready)[0])
         raise RuntimeError(f"scheduler {scheduler.name!r} streamed {d[j]} decodes of {ready[j]} ready")
-    left = np.concatenate(([0], np.cumsum(gone)[:-1]))
     prompts = pool.prompt_sum + prompt * joined
-    steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d)[:-1])) - steps * left
+    steps_done = pool.steps_sum + _before_each(d) - steps * _before_each(gone)
     if fixed is None:
         ctx = _round_context(_mean_context(prompts, d, d + pool.rate * steps_done, qlen), round_to)
     else:
         ctx = np.full(n, fixed, dtype=np.int64)
     starts = whole + (part > 0)
-    kv = kv_prefill + np.cumsum(took + whole * need + part + starts * kinds.cached[kind] - joins * prompt)
+    kv = kv_prefill + np.cumsum(tokens + starts * kinds.cached[kind] - joins * prompt)
     held = kv + _kv_held(prompts, d, pool.rate, steps_done + d) + joins * (prompt + 1)
     step_shape.extend(_stream_shapes(shape_ids, shapes, need, qlen, before, took, whole, part, d, ctx))
     step_decode.extend(d.tolist())
-    finished_now = _stream_pool(pool, step, n, joins, event, kind, int(d.sum()), finished)
+    finished_now = pool.pass_stream(step, n, joins, event, kind, int(d.sum()), finished)
     front, fresh = int(fronts[-1]), fresh - int(starts.sum())
     queue.clear()
     if front:
@@ -626,7 +650,7 @@ def _stream_shapes(shape_ids: dict, shapes: list, need: int, qlen: int, fronts, 
                    contexts) -> list[int]:
     """The ids of a stream's step shapes (made if new, with the signature the loop gives the same step):
     the started request's chunk, whole fresh prompts, a fresh prompt's first part, the decodes."""
-    ids, get, key, whole_prompts = [], shape_ids.get, ForwardKey._make, (need, need)
+    ids, get, whole_prompts = [], shape_ids.get, (need, need)
     for front, t, w, p, d, ctx in zip(fronts.tolist(), took.tolist(), whole.tolist(), part.tolist(),
                                       decodes.tolist(), contexts.tolist(), strict=True):
         if t and not (w or p):  # the started request alone, the commonest step
@@ -644,35 +668,9 @@ def _stream_shapes(shape_ids: dict, shapes: list, need: int, qlen: int, fronts, 
         shape_id = get(signature)
         if shape_id is None:
             shape_id = shape_ids[signature] = len(shapes)
-            keys = [key((False, n, tok, seq)) for (tok, seq), n in entries]
-            if len(keys) > 1:
-                keys.sort()
-            keys.append(key((True, d, qlen, ctx)))
-            shapes.append(tuple(keys))
+            shapes.append(_shape(entries, d, qlen, ctx))
         ids.append(shape_id)
     return ids
-
-
-def _stream_pool(pool: _DecodePool, step: int, n: int, joins, event: int, kind: int, decoded: int,
-                 finished: list) -> int:
-    """Bring the decode pool past a stream's `n` steps from `step` on, every ready request decoding
-    `decoded` steps in all: the requests whose prompts completed join after their step, those whose
-    end came leave (finish records in the loop's order). Returns the requests finished."""
-    start, left = pool.ticks, 0
-    groups = pool.groups
-    while groups and groups[0][1] <= start + n:
-        group = groups.popleft()
-        pool._leave(group, step + group[1] - start - 1, finished)
-        left += group[0]
-    steps = pool.steps[kind]
-    at = np.flatnonzero(joins)
-    if len(at):
-        pool.join_ramp([[c, start + j + 1 + steps, step + j, event, kind]
-                        for j, c in zip(at.tolist(), joins[at].tolist(), strict=True)])
-    pool.ticks = start + n
-    pool.steps_sum += decoded
-    pool.next_end = groups[0][1] if groups else math.inf
-    return left
 
 
 def _stream_takes(answer: tuple, front: int, need: int) -> tuple:
@@ -789,7 +787,7 @@ def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, rou
     np.cumsum(gone[:, :-1], axis=1, out=before[:, 1:])
     d = pool.ready - before[0]
     prompts = pool.prompt_sum - before[1]
-    steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d[:-1]))) - before[2]
+    steps_done = pool.steps_sum + _before_each(d) - before[2]
     if fixed is None:
         ctx = _round_context(_mean_context(prompts, d, d + pool.rate * steps_done, qlen), round_to)
     else:
@@ -883,9 +881,9 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         holds = scheduler.ramp_steps(ready, n, tok, view.max_batched_tokens, qlen, n if joins else 0)
     _ramp_sync(queue, view, count, done, event, kind, moved, seq, ready)
     p, d = np.array(takes, dtype=np.int64), np.array(decodes, dtype=np.int64)
-    joined = np.concatenate(([0], np.cumsum(p)[:-1])) if joins else np.zeros(len(p), dtype=np.int64)
+    joined = _before_each(p) if joins else np.zeros(len(p), dtype=np.int64)
     prompts = pool.prompt_sum + prompt * joined
-    steps_done = pool.steps_sum + np.concatenate(([0], np.cumsum(d)[:-1]))
+    steps_done = pool.steps_sum + _before_each(d)
     live = d > 0
     safe = np.where(live, d, 1)
     if fixed is None:
@@ -1038,10 +1036,11 @@ def _round_context(mean, round_to: int):
     return math.ceil(mean / round_to - CONTEXT_EPS) * round_to
 
 
-def _shape(entries: dict[tuple[int, int], int], d: int, qlen: int, ctx: int) -> StepShape:
-    """The step's keys in order: prefill entries (sorted), then the decode entry."""
+def _shape(entries, d: int, qlen: int, ctx: int) -> StepShape:
+    """The step's keys in order: prefill entries (((tokens, seq), requests) pairs; sorted), then the
+    decode entry."""
     key = ForwardKey._make
-    keys = [key((False, n, tok, seq)) for (tok, seq), n in entries.items()]
+    keys = [key((False, n, tok, seq)) for (tok, seq), n in entries]
     if len(keys) > 1:
         keys.sort()
     if d:

@@ -17,6 +17,7 @@ from simulator.scheduler import (
 )
 from tests.conftest import examples
 from tests.simulator.reference import expected_metrics, reference
+from tests.simulator.test_scheduler import _DecidesOtherwise
 
 
 def one_ms(keys):
@@ -800,13 +801,6 @@ def _round(policy, count: int, done: int, ready: int, prompt: int, budget: int, 
         answers.append(sp)
         front, back = front - n, back + n
     return chunk, answers
-
-
-class _DecidesOtherwise(DecodeFirstWithSlack):
-    """Decode-first with its own decision rule: its claims do not carry over."""
-
-    def decide(self, state):
-        return super().decide(state)
 
 
 @settings(max_examples=examples(400), deadline=None)
