@@ -18,7 +18,7 @@ import numpy as np
 
 from latency.device import DeviceSpec
 from latency.engine import EngineProfile
-from latency.keys import ForwardKey, StepShape, keys_to_arrays
+from latency.keys import ForwardKey, StepShape, keys_to_arrays, shape_columns
 from latency.memory import (
     ACT_BYTES,
     ACTIVATION_TOKENS,
@@ -144,9 +144,7 @@ class RooflineModel:
         """Each shape priced as one fused step over all its entries."""
         if not len(shapes):
             return np.zeros(0)
-        flat = [k for shape in shapes for k in shape]
-        step = np.repeat(np.arange(len(shapes)), [len(shape) for shape in shapes])
-        dec, conc, q, s = keys_to_arrays(flat)
+        step, dec, conc, q, s = shape_columns(shapes)
         return self._price(step, dec, conc, q, s, len(shapes))["total"]
 
     def breakdown(self, keys: Sequence[ForwardKey]):

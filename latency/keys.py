@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -36,3 +37,76 @@ def keys_to_arrays(keys: Sequence[ForwardKey]):
     q = np.fromiter((k.query_len for k in keys), dtype=np.float64, count=n)
     s = np.fromiter((k.seq_len for k in keys), dtype=np.float64, count=n)
     return dec, conc, q, s
+
+
+class StepShapes(Sequence):
+    """A plan's distinct step shapes, each a StepShape. Most are held as tuples, as the planner made
+    them. A token stream makes thousands of shapes of one form, each a chunk one request further into
+    its prompt beside the decodes. Those are held as columns (`chunk_rows`: shape index, chunk tokens,
+    context after the chunk, decodes, decode context; all of one `decode_query_len`) and made into
+    tuples only when a shape is asked for. A latency model prices them all from `entry_columns`."""
+
+    def __init__(self, made: Sequence, chunk_rows: np.ndarray | None = None, decode_query_len: int = 1):
+        self._made = made  # StepShape, or None where `chunk_rows` holds the shape
+        self._rows = np.zeros((0, 5), dtype=np.int64) if chunk_rows is None else chunk_rows
+        self._qlen = decode_query_len
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __getitem__(self, i):
+        return self.tuples[i]
+
+    def __iter__(self):
+        return iter(self.tuples)
+
+    def __reduce__(self):
+        return StepShapes, (self._made, self._rows, self._qlen)
+
+    @property
+    def tuples(self) -> tuple[StepShape, ...]:
+        """Every shape as a tuple of ForwardKeys (the column-held ones made at C speed, once)."""
+        made = self.__dict__.get("_tuples")
+        if made is None:
+            made = list(self._made)
+            at, tok, seq, d, ctx = self._rows.T.tolist()
+            new = tuple.__new__
+            prefill = map(new, repeat(ForwardKey), zip(repeat(False), repeat(1), tok, seq))
+            decode = map(new, repeat(ForwardKey), zip(repeat(True), d, repeat(self._qlen), ctx))
+            for i, shape in zip(at, zip(prefill, decode, strict=True), strict=True):
+                made[i] = shape
+            made = self.__dict__["_tuples"] = tuple(made)
+        return made
+
+    def entry_columns(self) -> tuple[np.ndarray, ...]:
+        """(shape index, is_decode, concurrency, query_len, seq_len) of every entry, by shape and in
+        entry order; the column-held shapes without making their tuples."""
+        held = self.__dict__.get("_columns")
+        if held is None:
+            held = self.__dict__["_columns"] = self._columns()
+        return held
+
+    def _columns(self) -> tuple[np.ndarray, ...]:
+        made = [i for i, shape in enumerate(self._made) if shape is not None]
+        flat = [key for i in made for key in self._made[i]]
+        owner = np.repeat(np.array(made, dtype=np.int64), [len(self._made[i]) for i in made])
+        dec, conc, q, s = keys_to_arrays(flat)
+        at, tok, seq, d, ctx = self._rows.T.astype(np.float64)
+        n = len(at)
+        owner = np.concatenate((owner, self._rows[:, 0], self._rows[:, 0]))
+        order = np.argsort(owner, kind="stable")  # prefill chunk before the decodes, as in a tuple
+        columns = (np.concatenate((dec, np.zeros(n, dtype=bool), np.ones(n, dtype=bool))),
+                   np.concatenate((conc, np.ones(n), d)),
+                   np.concatenate((q, tok, np.full(n, float(self._qlen)))),
+                   np.concatenate((s, seq, ctx)))
+        return (owner[order], *(c[order] for c in columns))
+
+
+def shape_columns(shapes: Sequence[StepShape]) -> tuple[np.ndarray, ...]:
+    """(shape index, is_decode, concurrency, query_len, seq_len) of every entry of `shapes`: what a
+    vectorised latency model prices a fused step from."""
+    if isinstance(shapes, StepShapes):
+        return shapes.entry_columns()
+    flat = [k for shape in shapes for k in shape]
+    step = np.repeat(np.arange(len(shapes)), [len(shape) for shape in shapes])
+    return (step, *keys_to_arrays(flat))

@@ -124,14 +124,15 @@ class Scheduler(ABC):
         return 0
 
     def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
-               leaving: Sequence[int]) -> list[tuple[int, int, int, int]] | None:
+               leaving: Sequence[int]) -> list[tuple[int, int, int, int, int]] | None:
         """A token stream: the FIFO holds at most one started request (`front` prompt tokens to go; 0:
         none) and behind it `fresh` requests of `need` prompt tokens each, of one kind; every prompt
         completed starts decoding after its step, and `leaving[j]` decoding requests finish after step
         j. This policy's answers for the next steps (at most `len(leaving)`) while every ready request,
-        one at least, decodes and something is left to prefill, each as (decodes, the started
-        request's tokens, fresh prompts taken whole, tokens of a fresh prompt started); the first is
-        this step's. None unless a policy knows: the planner then asks it every step."""
+        one at least, decodes and something is left to prefill, in runs of steps answered alike, each
+        as (steps, decodes, the started request's tokens, fresh prompts taken whole, tokens of a fresh
+        prompt started); the first is this step's. None unless a policy knows: the planner then asks
+        it every step."""
         return None
 
 
@@ -239,15 +240,15 @@ class DecodeFirstWithSlack(CountScheduler):
         return chunks_before_last(remaining, chunk)
 
     def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
-               leaving: Sequence[int]) -> list[tuple[int, int, int, int]] | None:
+               leaving: Sequence[int]) -> list[tuple[int, int, int, int, int]] | None:
         """`_step` on a stream of whole prompts: every ready request decodes, then as many fresh prompts
         as fit beside them, until none fits. A started request or a prompt longer than the budget goes
         in chunks, round the FIFO: no stream."""
         if not self._decides_as_written():
             return None
-        answers = []
+        runs = []
         if front or need > budget:
-            return answers
+            return runs
         for left in leaving:  # written for speed: a stream is thousands of steps
             if not ready or ready * decode_query_len > budget or not fresh:
                 break
@@ -256,10 +257,10 @@ class DecodeFirstWithSlack(CountScheduler):
                 whole = fresh
             if whole <= 0:
                 break
-            answers.append((ready, 0, whole, 0))
+            runs.append((1, ready, 0, whole, 0))
             fresh -= whole
             ready += whole - left
-        return answers
+        return runs
 
     def _decides_as_written(self) -> bool:
         """Whether `decide` is this class's own: a subclass deciding otherwise is asked every step."""
@@ -333,34 +334,44 @@ class TokenBudget(Scheduler):
         return StepPlan(tuple(takes), decode)
 
     def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
-               leaving: Sequence[int]) -> list[tuple[int, int, int, int]] | None:
+               leaving: Sequence[int]) -> list[tuple[int, int, int, int, int]] | None:
         """`plan_step` on a token stream, without a view: what the decodes leave of the budget goes to
         the started request, then to whole fresh prompts, then to a part of the next one (which is
         then the started request). Without a cap on running requests or prefill chunks only."""
         if (type(self).plan_step is not TokenBudget.plan_step or self.max_num_seqs is not None
                 or self.long_prefill_token_threshold):
             return None
-        answers = []
-        for left in leaving:  # written for speed: a stream is thousands of steps
+        runs = []
+        ends = [j for j, left in enumerate(leaving) if left]  # steps after which requests finish
+        ends.append(len(leaving) - 1)
+        j = end = 0
+        while j < len(leaving):
             spare = budget - ready * decode_query_len
             if not ready or spare <= 0 or not (front or fresh):
                 break
-            took = front if front < spare else spare
-            front -= took
+            while ends[end] < j:
+                end += 1
+            if front > spare:  # the started request takes it all and is not done: alike until it is, or a finish
+                steps = min((front - 1) // spare, ends[end] - j + 1)
+                runs.append((steps, ready, spare, 0, 0))
+                front -= steps * spare
+                j += steps
+                ready -= leaving[j - 1]
+                continue
+            took = front
             spare -= took
-            whole = spare // need
-            if whole > fresh:
-                whole = fresh
-            joins = whole + 1 if took and not front else whole
+            whole = min(spare // need, fresh)
             spare -= whole * need
             fresh -= whole
             part = spare if fresh and spare else 0
+            front = 0
             if part:
                 fresh -= 1
                 front = need - part
-            answers.append((ready, took, whole, part))
-            ready += joins - left
-        return answers
+            runs.append((1, ready, took, whole, part))
+            ready += whole + (1 if took else 0) - leaving[j]
+            j += 1
+        return runs
 
     def stretch_steps(self, ready: int, takes: int, chunk: int, remaining: int, budget: int,
                       decode_query_len: int) -> float:

@@ -12,11 +12,12 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
+from itertools import compress, repeat
+from operator import is_
 
 import numpy as np
 
-from latency.keys import ForwardKey, StepShape
+from latency.keys import ForwardKey, StepShape, StepShapes
 from simulator.scheduler import DecodeFirstWithSlack, QueueView, Scheduler, chunks_before_last
 from simulator.workload import Workload
 
@@ -48,7 +49,7 @@ class Plan:
     workload: Workload
     scheduler: Scheduler
     phase: str
-    shapes: tuple[StepShape, ...]
+    shapes: StepShapes
     step_shape: np.ndarray
     counts: np.ndarray
     first_step: np.ndarray
@@ -385,7 +386,8 @@ def plan(
     # "mid": every decode key has the context of a request halfway through its output
     fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
     shape_ids: dict[tuple, int] = {}
-    shapes: list[StepShape] = []
+    shapes: list[StepShape | None] = []  # None: held as a row of `chunk_rows` (see `StepShapes`)
+    chunk_rows: list[np.ndarray] = []
     shape_ms: list[float] = []
     step_shape: list[int] = []
     step_decode: list[int] = []
@@ -461,7 +463,7 @@ def plan(
                 continue
         if streams and d == pool.ready and pool.ready and sp.takes:  # after ramps and stretches: cheaper
             streamed = _stream(sp, scheduler, queue, pool, kinds, step, B, qlen, fixed, context_round, shape_ids,
-                               shapes, step_shape, step_decode, finished, kv_prefill)
+                               shapes, chunk_rows, step_shape, step_decode, finished, kv_prefill)
             if streamed is not None:
                 kv_prefill, stream_peak, finished_now = streamed
                 peak = max(peak, stream_peak)
@@ -477,7 +479,7 @@ def plan(
         else:
             firsts = []
         ctx = _decode_key_context(pool, d, qlen, fixed, context_round)
-        signature = (tuple(sorted(entries.items())), d, ctx)
+        signature = _signature(tuple(sorted(entries.items())), d, ctx)
         shape_id = shape_ids.get(signature)
         if shape_id is None:
             shape_id = shape_ids[signature] = len(shapes)
@@ -524,9 +526,10 @@ def plan(
                 pool.ticks += run
                 pool.steps_sum += run * d  # the KV peak: the next step holds more (it decodes these too)
     counts, arrival, first, finish, kind = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
-    return Plan(w, scheduler, phase, tuple(shapes), np.array(step_shape, dtype=np.int64), counts, first, finish,
-                float(peak), arrival, np.array(arrivals.steps, dtype=np.int64), np.array(arrivals.steady),
-                np.array(step_decode, dtype=np.int64), kind,
+    rows = np.concatenate(chunk_rows) if chunk_rows else None
+    return Plan(w, scheduler, phase, StepShapes(shapes, rows, qlen), np.array(step_shape, dtype=np.int64), counts,
+                first, finish, float(peak), arrival, np.array(arrivals.steps, dtype=np.int64),
+                np.array(arrivals.steady), np.array(step_decode, dtype=np.int64), kind,
                 np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
 
 
@@ -585,8 +588,8 @@ def _repeat_period(before: tuple, now: tuple, copies: int, step_shape: list, ste
 
 
 def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, budget: int, qlen: int,
-            fixed: int | None, round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list,
-            finished: list, kv_prefill: float):
+            fixed: int | None, round_to: int, shape_ids: dict, shapes: list, chunk_rows: list, step_shape: list,
+            step_decode: list, finished: list, kv_prefill: float):
     """Play a token stream from `step` on in bulk, if the FIFO holds one (at most one started request,
     then fresh ones, of one event and kind) and the policy says its answers (`Scheduler.stream`), the
     first being `sp`: for up to a request's decode steps, so nobody who starts decoding in it
@@ -606,10 +609,11 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
         if end > ticks + steps:
             break
         leaving[end - ticks - 1] += count
-    answers = scheduler.stream(pool.ready, front, fresh, need, budget, qlen, leaving)
-    if not answers or _stream_takes(answers[0], front, need) != (sp.takes, sp.decode):
+    runs = scheduler.stream(pool.ready, front, fresh, need, budget, qlen, leaving)
+    if not runs or _stream_takes(runs[0][1:], front, need) != (sp.takes, sp.decode):
         return None
-    d, took, whole, part = np.array(answers, dtype=np.int64).T
+    runs = np.array(runs, dtype=np.int64)
+    d, took, whole, part = np.repeat(runs[:, 1:], runs[:, 0], axis=0).T
     n = len(d)
     # the prompts are prefilled one after another, so the tokens taken so far say how far into its
     # prompt the started request is before each step
@@ -634,7 +638,7 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
     starts = whole + (part > 0)
     kv = kv_prefill + np.cumsum(tokens + starts * kinds.cached[kind] - joins * prompt)
     held = kv + _kv_held(prompts, d, pool.rate, steps_done + d) + joins * (prompt + 1)
-    step_shape.extend(_stream_shapes(shape_ids, shapes, need, qlen, before, took, whole, part, d, ctx))
+    step_shape.extend(_stream_shapes(shape_ids, shapes, chunk_rows, need, qlen, before, took, whole, part, d, ctx))
     step_decode.extend(d.tolist())
     finished_now = pool.pass_stream(step, n, joins, event, kind, int(d.sum()), finished)
     front, fresh = int(fronts[-1]), fresh - int(starts.sum())
@@ -646,30 +650,40 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
     return float(kv[-1]), float(held.max()), finished_now
 
 
-def _stream_shapes(shape_ids: dict, shapes: list, need: int, qlen: int, fronts, took, whole, part, decodes,
-                   contexts) -> list[int]:
-    """The ids of a stream's step shapes (made if new, with the signature the loop gives the same step):
-    the started request's chunk, whole fresh prompts, a fresh prompt's first part, the decodes."""
-    ids, get, whole_prompts = [], shape_ids.get, (need, need)
-    for front, t, w, p, d, ctx in zip(fronts.tolist(), took.tolist(), whole.tolist(), part.tolist(),
-                                      decodes.tolist(), contexts.tolist(), strict=True):
-        if t and not (w or p):  # the started request alone, the commonest step
-            entries = (((t, need - front + t), 1),)
-        else:  # ((tokens, seq), requests): never two alike (a started request has one token in)
-            entries = []
-            if t:
-                entries.append(((t, need - front + t), 1))
-            if w:
-                entries.append((whole_prompts, w))
-            if p:
-                entries.append(((p, p), 1))
-            entries = tuple(sorted(entries))
-        signature = (entries, d, ctx)
-        shape_id = get(signature)
-        if shape_id is None:
-            shape_id = shape_ids[signature] = len(shapes)
-            shapes.append(_shape(entries, d, qlen, ctx))
-        ids.append(shape_id)
+def _stream_shapes(shape_ids: dict, shapes: list, chunk_rows: list, need: int, qlen: int, fronts, took, whole,
+                   part, decodes, contexts) -> list[int]:
+    """The ids of a stream's step shapes, each registered if new under the signature the loop gives the
+    same step: the started request's chunk, whole fresh prompts, a fresh prompt's first part, the
+    decodes. A step of the started request's chunk alone, the commonest, is held as a row of
+    `chunk_rows` (`StepShapes`), not made: a stream makes thousands."""
+    seqs = need - fronts + took
+    alone = (took > 0) & (whole == 0) & (part == 0)
+    tok_l, seq_l, d_l, ctx_l = took.tolist(), seqs.tolist(), decodes.tolist(), contexts.tolist()
+    signatures = list(zip(tok_l, seq_l, d_l, ctx_l, strict=True))  # `_signature` of one request's chunk
+    others = np.flatnonzero(~alone).tolist()
+    for j in others:  # ((tokens, seq), requests): never two alike (a started request has one token in)
+        entries = []
+        if tok_l[j]:
+            entries.append(((tok_l[j], seq_l[j]), 1))
+        if whole[j]:
+            entries.append(((need, need), int(whole[j])))
+        if part[j]:
+            entries.append(((int(part[j]), int(part[j])), 1))
+        signatures[j] = _signature(tuple(sorted(entries)), d_l[j], ctx_l[j])
+    first = len(shapes)
+    new = dict.fromkeys(compress(signatures, map(is_, map(shape_ids.get, signatures), repeat(None))))
+    if not new:
+        return list(map(shape_ids.__getitem__, signatures))
+    shape_ids.update(zip(new, range(first, first + len(new)), strict=True))
+    ids = list(map(shape_ids.__getitem__, signatures))
+    at = np.array(ids, dtype=np.int64)
+    made = np.flatnonzero(at >= first)
+    made = made[np.unique(at[made], return_index=True)[1]]  # the step making each new shape, in id order
+    shapes.extend(repeat(None, len(new)))
+    held = made[alone[made]]
+    chunk_rows.append(np.stack((at[held], took[held], seqs[held], decodes[held], contexts[held]), axis=1))
+    for j in made[~alone[made]].tolist():
+        shapes[ids[j]] = _shape(_entries(signatures[j]), d_l[j], qlen, ctx_l[j])
     return ids
 
 
@@ -957,7 +971,7 @@ def _chunk_shapes(shape_ids: dict, shapes: list, tok: int, qlen: int, counts, se
     signature the loop gives the same step). A stretch or ramp makes one a step: written for speed."""
     key, get, ids = ForwardKey._make, shape_ids.get, []
     for n, seq, d, ctx in zip(counts, seqs, decodes, contexts, strict=False):  # some are endless repeats
-        signature = ((((tok, seq), n),), d, ctx)
+        signature = (tok, seq, d, ctx) if n == 1 else ((((tok, seq), n),), d, ctx)  # `_signature`, inlined
         shape_id = get(signature)
         if shape_id is None:
             shape_id = shape_ids[signature] = len(shapes)
@@ -1034,6 +1048,24 @@ def _round_context(mean, round_to: int):
     if isinstance(mean, np.ndarray):
         return (np.ceil(mean / round_to - CONTEXT_EPS) * round_to).astype(np.int64)
     return math.ceil(mean / round_to - CONTEXT_EPS) * round_to
+
+
+def _signature(entries: tuple, d: int, ctx: int) -> tuple:
+    """What a step shape is registered under (`shape_ids`): (tokens, seq, decodes, context) for a chunk
+    of one request, the commonest (streams make thousands, and a flat tuple hashes fastest), else
+    (((tokens, seq), requests) pairs sorted, decodes, context)."""
+    if len(entries) == 1 and entries[0][1] == 1:
+        (tok, seq), _ = entries[0]
+        return tok, seq, d, ctx
+    return entries, d, ctx
+
+
+def _entries(signature: tuple) -> tuple:
+    """The prefill entries a `_signature` stands for."""
+    if len(signature) == 4:
+        tok, seq, _, _ = signature
+        return (((tok, seq), 1),)
+    return signature[0]
 
 
 def _shape(entries, d: int, qlen: int, ctx: int) -> StepShape:

@@ -915,13 +915,13 @@ def test_a_stream_answer_other_than_the_policy_s_step_is_not_played():
     names a policy whose stream leaves a ready request out."""
     class Misstreaming(TokenBudget):
         def stream(self, ready, *args):
-            answers = super().stream(ready, *args)
-            return answers and [(ready, 1, 0, 0)] + answers[1:]  # a chunk of one token: not its answer
+            runs = super().stream(ready, *args)
+            return runs and [(1, ready, 1, 0, 0)] + runs[1:]  # a chunk of one token: not its answer
 
     class Undercounting(TokenBudget):
         def stream(self, *args):
-            answers = super().stream(*args)
-            return answers and answers[:1] + [(d - 1, *rest) for d, *rest in answers[1:]]
+            runs = super().stream(*args)
+            return runs and runs[:1] + [(n, d - 1, *rest) for n, d, *rest in runs[1:]]
 
     w = Workload(80, 12, 40, 60)
     p = plan(w, Misstreaming())
