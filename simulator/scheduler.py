@@ -14,6 +14,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
@@ -342,7 +343,7 @@ class TokenBudget(Scheduler):
                 or self.long_prefill_token_threshold):
             return None
         runs = []
-        ends = [j for j, left in enumerate(leaving) if left]  # steps after which requests finish
+        ends = list(compress(range(len(leaving)), leaving))  # steps after which requests finish
         ends.append(len(leaving) - 1)
         j = end = 0
         while j < len(leaving):

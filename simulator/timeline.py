@@ -8,12 +8,12 @@ in decode `[count, end_tick, first_step]`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import compress, repeat
-from operator import is_
+from itertools import repeat
 
 import numpy as np
 
@@ -670,16 +670,17 @@ def _stream_shapes(shape_ids: dict, shapes: list, chunk_rows: list, need: int, q
         if part[j]:
             entries.append(((int(part[j]), int(part[j])), 1))
         signatures[j] = _signature(tuple(sorted(entries)), d_l[j], ctx_l[j])
+    # a new signature is registered under first + the step that makes it, then renumbered in order
     first = len(shapes)
-    new = dict.fromkeys(compress(signatures, map(is_, map(shape_ids.get, signatures), repeat(None))))
-    if not new:
-        return list(map(shape_ids.__getitem__, signatures))
-    shape_ids.update(zip(new, range(first, first + len(new)), strict=True))
-    ids = list(map(shape_ids.__getitem__, signatures))
-    at = np.array(ids, dtype=np.int64)
-    made = np.flatnonzero(at >= first)
-    made = made[np.unique(at[made], return_index=True)[1]]  # the step making each new shape, in id order
-    shapes.extend(repeat(None, len(new)))
+    at = np.array(list(map(shape_ids.setdefault, signatures, itertools.count(first))), dtype=np.int64)
+    made = np.flatnonzero(at == first + np.arange(len(at)))
+    if not len(made):
+        return at.tolist()
+    new = at >= first
+    at[new] = first + np.searchsorted(made, at[new] - first)
+    shape_ids.update(zip(map(signatures.__getitem__, made.tolist()), range(first, first + len(made)), strict=True))
+    ids = at.tolist()
+    shapes.extend(repeat(None, len(made)))
     held = made[alone[made]]
     chunk_rows.append(np.stack((at[held], took[held], seqs[held], decodes[held], contexts[held]), axis=1))
     for j in made[~alone[made]].tolist():
