@@ -41,14 +41,15 @@ def keys_to_arrays(keys: Sequence[ForwardKey]):
 
 class StepShapes(Sequence):
     """A plan's distinct step shapes, each a StepShape. Most are held as tuples, as the planner made
-    them. A token stream makes thousands of shapes of one form, each a chunk one request further into
-    its prompt beside the decodes. Those are held as columns (`chunk_rows`: shape index, chunk tokens,
-    context after the chunk, decodes, decode context; all of one `decode_query_len`) and made into
-    tuples only when a shape is asked for. A latency model prices them all from `entry_columns`."""
+    them. Bulk steps (a token stream, a chunk stretch) make thousands of shapes of one form, each a
+    chunk one step further into the prompts beside the decodes. Those are held as `chunk_rows` of
+    (shape index, requests, chunk tokens, context after the chunk, decodes (0: none), decode context),
+    all of one `decode_query_len`, and made into tuples only when a shape is asked for. A latency model
+    prices every shape from `entry_columns` without making them."""
 
     def __init__(self, made: Sequence, chunk_rows: np.ndarray | None = None, decode_query_len: int = 1):
         self._made = made  # StepShape, or None where `chunk_rows` holds the shape
-        self._rows = np.zeros((0, 5), dtype=np.int64) if chunk_rows is None else chunk_rows
+        self._rows = np.zeros((0, 6), dtype=np.int64) if chunk_rows is None else chunk_rows
         self._qlen = decode_query_len
 
     def __len__(self) -> int:
@@ -65,22 +66,18 @@ class StepShapes(Sequence):
 
     @property
     def tuples(self) -> tuple[StepShape, ...]:
-        """Every shape as a tuple of ForwardKeys (the column-held ones made at C speed, once)."""
+        """Every shape as a tuple of ForwardKeys (the rows made once, when first asked)."""
         made = self.__dict__.get("_tuples")
         if made is None:
             made = list(self._made)
-            at, tok, seq, d, ctx = self._rows.T.tolist()
-            new = tuple.__new__
-            prefill = map(new, repeat(ForwardKey), zip(repeat(False), repeat(1), tok, seq))
-            decode = map(new, repeat(ForwardKey), zip(repeat(True), d, repeat(self._qlen), ctx))
-            for i, shape in zip(at, zip(prefill, decode, strict=True), strict=True):
+            for i, shape in zip(self._rows[:, 0].tolist(), chunk_row_shapes(self._rows, self._qlen), strict=True):
                 made[i] = shape
             made = self.__dict__["_tuples"] = tuple(made)
         return made
 
     def entry_columns(self) -> tuple[np.ndarray, ...]:
         """(shape index, is_decode, concurrency, query_len, seq_len) of every entry, by shape and in
-        entry order; the column-held shapes without making their tuples."""
+        entry order (float64 but the first two); the rows without making their tuples."""
         held = self.__dict__.get("_columns")
         if held is None:
             held = self.__dict__["_columns"] = self._columns()
@@ -91,15 +88,25 @@ class StepShapes(Sequence):
         flat = [key for i in made for key in self._made[i]]
         owner = np.repeat(np.array(made, dtype=np.int64), [len(self._made[i]) for i in made])
         dec, conc, q, s = keys_to_arrays(flat)
-        at, tok, seq, d, ctx = self._rows.T.astype(np.float64)
-        n = len(at)
-        owner = np.concatenate((owner, self._rows[:, 0], self._rows[:, 0]))
-        order = np.argsort(owner, kind="stable")  # prefill chunk before the decodes, as in a tuple
-        columns = (np.concatenate((dec, np.zeros(n, dtype=bool), np.ones(n, dtype=bool))),
-                   np.concatenate((conc, np.ones(n), d)),
-                   np.concatenate((q, tok, np.full(n, float(self._qlen)))),
-                   np.concatenate((s, seq, ctx)))
-        return (owner[order], *(c[order] for c in columns))
+        at, n, tok, seq, d, ctx = self._rows.T
+        decoding = d > 0
+        owner = np.concatenate((owner, at, at[decoding]))
+        order = np.argsort(owner, kind="stable")  # the chunk before the decodes, as in a tuple
+        count = int(decoding.sum())
+        columns = (np.concatenate((dec, np.zeros(len(at), dtype=bool), np.ones(count, dtype=bool))),
+                   np.concatenate((conc, n, d[decoding])),
+                   np.concatenate((q, tok, np.full(count, self._qlen))),
+                   np.concatenate((s, seq, ctx[decoding])))
+        return (owner[order], columns[0][order], *(c[order].astype(np.float64) for c in columns[1:]))
+
+
+def chunk_row_shapes(rows: np.ndarray, decode_query_len: int) -> list[StepShape]:
+    """The StepShapes of `StepShapes` chunk rows, made at C speed (thousands at a time)."""
+    _, n, tok, seq, d, ctx = rows.T.tolist()
+    new = tuple.__new__
+    prefill = map(new, repeat(ForwardKey), zip(repeat(False), n, tok, seq))
+    decode = map(new, repeat(ForwardKey), zip(repeat(True), d, repeat(decode_query_len), ctx))
+    return [(p, k) if k[1] else (p,) for p, k in zip(prefill, decode, strict=True)]
 
 
 def shape_columns(shapes: Sequence[StepShape]) -> tuple[np.ndarray, ...]:

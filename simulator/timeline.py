@@ -8,17 +8,16 @@ in decode `[count, end_tick, first_step]`.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
 
 import numpy as np
 
-from latency.keys import ForwardKey, StepShape, StepShapes
+from latency.keys import StepShapes
 from simulator.scheduler import DecodeFirstWithSlack, QueueView, Scheduler, chunks_before_last
+from simulator.shapebook import ShapeBook
 from simulator.workload import Workload
 
 #: The decode key's context is the decoding requests' mean context rounded up to this many tokens,
@@ -385,9 +384,7 @@ def plan(
         send(min(w.concurrency, arrivals.total), -1)
     # "mid": every decode key has the context of a request halfway through its output
     fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
-    shape_ids: dict[tuple, int] = {}
-    shapes: list[StepShape | None] = []  # None: held as a row of `chunk_rows` (see `StepShapes`)
-    chunk_rows: list[np.ndarray] = []
+    book = ShapeBook(qlen)
     shape_ms: list[float] = []
     step_shape: list[int] = []
     step_decode: list[int] = []
@@ -409,11 +406,11 @@ def plan(
     while left:
         step = len(step_shape)
         if rounds and len(queue) == 1 and ahead is None:
-            copies = _round_copies(round_mark, scheduler, queue[0], pool, step, len(finished), shapes,
+            copies = _round_copies(round_mark, scheduler, queue[0], pool, step, len(finished), book,
                                    step_shape, step_decode, kinds, B, qlen)
             if copies:
-                kv_prefill += _repeat_round(round_mark, copies, queue, pool, qlen, fixed, context_round, shape_ids,
-                                            shapes, step_shape, step_decode)
+                kv_prefill += _repeat_round(round_mark, copies, queue, pool, qlen, fixed, context_round, book,
+                                            step_shape, step_decode)
                 step = len(step_shape)
             round_mark = (step, queue[0], pool.ready, len(finished))
         if check:
@@ -444,7 +441,7 @@ def plan(
         if (d == pool.ready and not (queue or timed) and arrivals.sent == arrivals.total
                 and len(pool.groups) >= TAIL_GROUPS):
             # the tail: nothing waits or will arrive and every ready request decodes, to the end
-            tail_peak = _decode_tail(pool, step, qlen, fixed, context_round, shape_ids, shapes, step_shape,
+            tail_peak = _decode_tail(pool, step, qlen, fixed, context_round, book, step_shape,
                                      step_decode, finished)
             peak = max(peak, kv_prefill + tail_peak)
             break
@@ -452,18 +449,18 @@ def plan(
             if _ramps(sp, queue, pool, kinds, scheduler.requeue):
                 # the KV peak: the step after a ramp step holds all it held and more
                 ahead, kv_added = _ramp(sp, scheduler, view, queue, pool, kinds, step, qlen, fixed, context_round,
-                                        shape_ids, shapes, step_shape, step_decode)
+                                        book, step_shape, step_decode)
                 kv_prefill += kv_added
                 continue
             stretch = _stretch_steps(sp, scheduler, queue, pool, kinds, B, qlen)
             if stretch:
                 # the KV peak, as on a ramp: every step of a stretch holds more than the one before
-                kv_prefill += _stretch(stretch, sp, queue, pool, kinds, qlen, fixed, context_round, shape_ids,
-                                       shapes, step_shape, step_decode)
+                kv_prefill += _stretch(stretch, sp, queue, pool, kinds, qlen, fixed, context_round, book,
+                                       step_shape, step_decode)
                 continue
         if streams and d == pool.ready and pool.ready and sp.takes:  # after ramps and stretches: cheaper
-            streamed = _stream(sp, scheduler, queue, pool, kinds, step, B, qlen, fixed, context_round, shape_ids,
-                               shapes, chunk_rows, step_shape, step_decode, finished, kv_prefill)
+            streamed = _stream(sp, scheduler, queue, pool, kinds, step, B, qlen, fixed, context_round, book,
+                               step_shape, step_decode, finished, kv_prefill)
             if streamed is not None:
                 kv_prefill, stream_peak, finished_now = streamed
                 peak = max(peak, stream_peak)
@@ -479,13 +476,9 @@ def plan(
         else:
             firsts = []
         ctx = _decode_key_context(pool, d, qlen, fixed, context_round)
-        signature = _signature(tuple(sorted(entries.items())), d, ctx)
-        shape_id = shape_ids.get(signature)
-        if shape_id is None:
-            shape_id = shape_ids[signature] = len(shapes)
-            shapes.append(_shape(entries.items(), d, qlen, ctx))
-            if timed:
-                shape_ms.append(step_ms(shapes[-1]))
+        shape_id = book.one(tuple(sorted(entries.items())), d, ctx)
+        if timed and shape_id == len(shape_ms):
+            shape_ms.append(step_ms(book.shape(shape_id)))
         step_shape.append(shape_id)
         step_decode.append(d)
         if timed:
@@ -526,8 +519,7 @@ def plan(
                 pool.ticks += run
                 pool.steps_sum += run * d  # the KV peak: the next step holds more (it decodes these too)
     counts, arrival, first, finish, kind = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
-    rows = np.concatenate(chunk_rows) if chunk_rows else None
-    return Plan(w, scheduler, phase, StepShapes(shapes, rows, qlen), np.array(step_shape, dtype=np.int64), counts,
+    return Plan(w, scheduler, phase, book.table(), np.array(step_shape, dtype=np.int64), counts,
                 first, finish, float(peak), arrival, np.array(arrivals.steps, dtype=np.int64),
                 np.array(arrivals.steady), np.array(step_decode, dtype=np.int64), kind,
                 np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
@@ -588,8 +580,8 @@ def _repeat_period(before: tuple, now: tuple, copies: int, step_shape: list, ste
 
 
 def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, budget: int, qlen: int,
-            fixed: int | None, round_to: int, shape_ids: dict, shapes: list, chunk_rows: list, step_shape: list,
-            step_decode: list, finished: list, kv_prefill: float):
+            fixed: int | None, round_to: int, book: ShapeBook, step_shape: list, step_decode: list,
+            finished: list, kv_prefill: float):
     """Play a token stream from `step` on in bulk, if the FIFO holds one (at most one started request,
     then fresh ones, of one event and kind) and the policy says its answers (`Scheduler.stream`), the
     first being `sp`: for up to a request's decode steps, so nobody who starts decoding in it
@@ -638,7 +630,7 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
     starts = whole + (part > 0)
     kv = kv_prefill + np.cumsum(tokens + starts * kinds.cached[kind] - joins * prompt)
     held = kv + _kv_held(prompts, d, pool.rate, steps_done + d) + joins * (prompt + 1)
-    step_shape.extend(_stream_shapes(shape_ids, shapes, chunk_rows, need, qlen, before, took, whole, part, d, ctx))
+    step_shape.extend(_stream_shapes(book, need, before, took, whole, part, d, ctx))
     step_decode.extend(d.tolist())
     finished_now = pool.pass_stream(step, n, joins, event, kind, int(d.sum()), finished)
     front, fresh = int(fronts[-1]), fresh - int(starts.sum())
@@ -650,42 +642,23 @@ def _stream(sp, scheduler, queue: deque, pool: _DecodePool, kinds, step: int, bu
     return float(kv[-1]), float(held.max()), finished_now
 
 
-def _stream_shapes(shape_ids: dict, shapes: list, chunk_rows: list, need: int, qlen: int, fronts, took, whole,
-                   part, decodes, contexts) -> list[int]:
-    """The ids of a stream's step shapes, each registered if new under the signature the loop gives the
-    same step: the started request's chunk, whole fresh prompts, a fresh prompt's first part, the
-    decodes. A step of the started request's chunk alone, the commonest, is held as a row of
-    `chunk_rows` (`StepShapes`), not made: a stream makes thousands."""
+def _stream_shapes(book: ShapeBook, need: int, fronts, took, whole, part, decodes, contexts) -> list[int]:
+    """The ids of a stream's step shapes: the started request's chunk, whole fresh prompts, a fresh
+    prompt's first part, the decodes. The started request's chunk alone is the commonest step."""
     seqs = need - fronts + took
-    alone = (took > 0) & (whole == 0) & (part == 0)
-    tok_l, seq_l, d_l, ctx_l = took.tolist(), seqs.tolist(), decodes.tolist(), contexts.tolist()
-    signatures = list(zip(tok_l, seq_l, d_l, ctx_l, strict=True))  # `_signature` of one request's chunk
-    others = np.flatnonzero(~alone).tolist()
-    for j in others:  # ((tokens, seq), requests): never two alike (a started request has one token in)
-        entries = []
-        if tok_l[j]:
-            entries.append(((tok_l[j], seq_l[j]), 1))
-        if whole[j]:
-            entries.append(((need, need), int(whole[j])))
-        if part[j]:
-            entries.append(((int(part[j]), int(part[j])), 1))
-        signatures[j] = _signature(tuple(sorted(entries)), d_l[j], ctx_l[j])
-    # a new signature is registered under first + the step that makes it, then renumbered in order
-    first = len(shapes)
-    at = np.array(list(map(shape_ids.setdefault, signatures, itertools.count(first))), dtype=np.int64)
-    made = np.flatnonzero(at == first + np.arange(len(at)))
-    if not len(made):
-        return at.tolist()
-    new = at >= first
-    at[new] = first + np.searchsorted(made, at[new] - first)
-    shape_ids.update(zip(map(signatures.__getitem__, made.tolist()), range(first, first + len(made)), strict=True))
-    ids = at.tolist()
-    shapes.extend(repeat(None, len(made)))
-    held = made[alone[made]]
-    chunk_rows.append(np.stack((at[held], took[held], seqs[held], decodes[held], contexts[held]), axis=1))
-    for j in made[~alone[made]].tolist():
-        shapes[ids[j]] = _shape(_entries(signatures[j]), d_l[j], qlen, ctx_l[j])
-    return ids
+    others = {}
+    mixed = np.flatnonzero((took == 0) | (whole > 0) | (part > 0)).tolist()
+    if mixed:
+        tok_l, seq_l, whole_l, part_l = took.tolist(), seqs.tolist(), whole.tolist(), part.tolist()
+        for j in mixed:
+            t, w, p = tok_l[j], whole_l[j], part_l[j]
+            entries = [((t, seq_l[j]), 1)] if t else []
+            if w:
+                entries.append(((need, need), w))
+            if p:
+                entries.append(((p, p), 1))
+            others[j] = tuple(sorted(entries))  # never two alike: a started request has one token in
+    return book.chunks(took, 1, seqs, decodes, contexts, others)
 
 
 def _stream_takes(answer: tuple, front: int, need: int) -> tuple:
@@ -718,7 +691,7 @@ def _stream_start(queue: deque, pool: _DecodePool):
 
 
 def _round_copies(mark: tuple | None, scheduler, group: tuple, pool: _DecodePool, step: int, finishes: int,
-                  shapes: list, step_shape: list, step_decode: list, kinds, budget: int, qlen: int) -> int:
+                  book: ShapeBook, step_shape: list, step_decode: list, kinds, budget: int, qlen: int) -> int:
     """How many more times the round since `mark` plays alike (0 if the steps since are no round):
     the lone FIFO group is whole again, every request one chunk (not its last) further, beside the
     same decodes, nobody finished; as many more as the policy says (`Scheduler.round_repeats`), up to
@@ -739,14 +712,14 @@ def _round_copies(mark: tuple | None, scheduler, group: tuple, pool: _DecodePool
     if copies < 1 or any(d != ready for d in step_decode[t0:step]):
         return 0
     for shape_id in set(step_shape[t0:step]):  # every step since took requests of the group to `done`
-        prefill = [key for key in shapes[shape_id] if not key.is_decode]
+        prefill = [key for key in book.shape(shape_id) if not key.is_decode]
         if len(prefill) != 1 or (prefill[0].query_len, prefill[0].seq_len) != (chunk, done):
             return 0
     return int(copies)
 
 
 def _repeat_round(mark: tuple, copies: int, queue: deque, pool: _DecodePool, qlen: int, fixed: int | None,
-                  round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list) -> int:
+                  round_to: int, book: ShapeBook, step_shape: list, step_decode: list) -> int:
     """Play the round since `mark` `copies` more times (see `_round_copies`): the same takes, each
     copy's chunks one chunk further into the prompts, the decode keys' contexts as the loop would
     compute them. Returns the prefill KV tokens the copies added."""
@@ -769,11 +742,10 @@ def _repeat_round(mark: tuple, copies: int, queue: deque, pool: _DecodePool, qle
     unique, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
     made = np.argsort(first, kind="stable")
     j, shape, cj = unique[made].T
-    prefill = [shapes[shape_id][0] for shape_id in shape.tolist()]  # a round's step has one (`_round_copies`)
+    prefill = [book.shape(shape_id)[0] for shape_id in shape.tolist()]  # a round's step has one (`_round_copies`)
     ids = np.empty(len(unique), dtype=np.int64)
-    ids[made] = _chunk_shapes(shape_ids, shapes, chunk, qlen, [key.concurrency for key in prefill],
-                              [key.seq_len + jj * chunk for key, jj in zip(prefill, j.tolist(), strict=True)],
-                              repeat(ready), cj.tolist())
+    ids[made] = book.chunks(chunk, [key.concurrency for key in prefill],
+                            [key.seq_len + jj * chunk for key, jj in zip(prefill, j.tolist(), strict=True)], ready, cj)
     step_shape.extend(ids[inverse.ravel()].tolist())
     step_decode.extend([ready] * total)
     queue[0] = (count, queue[0][1] + copies * chunk, event, kind)
@@ -783,8 +755,8 @@ def _repeat_round(mark: tuple, copies: int, queue: deque, pool: _DecodePool, qle
     return copies * count * chunk
 
 
-def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, round_to: int, shape_ids: dict,
-                 shapes: list, step_shape: list, step_decode: list, finished: list) -> float:
+def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, round_to: int, book: ShapeBook,
+                 step_shape: list, step_decode: list, finished: list) -> float:
     """Play the tail at once: from `step` on every ready request decodes every step (nothing waits to
     prefill or will arrive) until the last group finishes; the decode count falls as groups finish
     and the key's context is computed per step exactly as `_decode_key_context` would. Appends the
@@ -809,15 +781,8 @@ def _decode_tail(pool: _DecodePool, step: int, qlen: int, fixed: int | None, rou
         ctx = np.full(n, fixed, dtype=np.int64)
     change = np.flatnonzero((d[1:] != d[:-1]) | (ctx[1:] != ctx[:-1])) + 1
     starts = np.concatenate(([0], change))
-    ids = []
-    for dj, cj in zip(d[starts].tolist(), ctx[starts].tolist(), strict=True):
-        signature = ((), dj, cj)
-        shape_id = shape_ids.get(signature)
-        if shape_id is None:
-            shape_id = shape_ids[signature] = len(shapes)
-            shapes.append((ForwardKey(True, dj, qlen, cj),))
-        ids.append(shape_id)
-    step_shape.extend(np.repeat(ids, np.diff(np.append(starts, n))).tolist())
+    ids = book.decodes(d[starts].tolist(), ctx[starts].tolist())
+    step_shape.extend(np.repeat(np.array(ids, dtype=np.int64), np.diff(np.append(starts, n))).tolist())
     step_decode.extend(d.tolist())
     order = np.argsort(last, kind="stable")
     finished.extend(zip(count[order].tolist(), event[order].tolist(), first[order].tolist(),
@@ -850,7 +815,7 @@ def _front_take(sp, ready: int, count: int) -> tuple[int, int]:
 
 
 def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int, qlen: int, fixed: int | None,
-          round_to: int, shape_ids: dict, shapes: list, step_shape: list, step_decode: list):
+          round_to: int, book: ShapeBook, step_shape: list, step_decode: list):
     """Play ramp steps (see `_ramps`) from `step` on, the first with the policy's answer `sp`: the
     policy is asked for a step (with the front group shrunk, the chunks taken requeued and the ready
     count grown by the steps before) unless it said its last answer holds (`Scheduler.ramp_steps`),
@@ -906,7 +871,7 @@ def _ramp(sp, scheduler, view, queue: deque, pool: _DecodePool, kinds, step: int
         ctx = np.where(live, _round_context(mean, round_to), 0)
     else:
         ctx = np.where(live, fixed, 0)
-    step_shape.extend(_chunk_shapes(shape_ids, shapes, tok, qlen, takes, repeat(seq), decodes, ctx.tolist()))
+    step_shape.extend(book.chunks(tok, p, seq, d, ctx))
     clock = pool.ticks + np.cumsum(live)  # the decode pool's ticks after each step, when its prefills join
     if joins:
         pool.join_ramp([[nj, end, step + j, event, kind]
@@ -942,7 +907,7 @@ def _stretch_steps(sp, scheduler, queue: deque, pool: _DecodePool, kinds, budget
 
 
 def _stretch(k: int, sp, queue: deque, pool: _DecodePool, kinds, qlen: int, fixed: int | None, round_to: int,
-             shape_ids: dict, shapes: list, step_shape: list, step_decode: list) -> int:
+             book: ShapeBook, step_shape: list, step_decode: list) -> int:
     """Play the `k` steps of a chunk stretch (see `_stretch_steps`), the first with the policy's answer
     `sp`; the decode keys' contexts as the loop would compute them. Returns the prefill KV tokens the
     chunks added (a cached prefix with the first)."""
@@ -950,36 +915,20 @@ def _stretch(k: int, sp, queue: deque, pool: _DecodePool, kinds, qlen: int, fixe
     _, n, tok = sp.takes[0]
     ready = pool.ready
     if not ready:
-        ctx = [0] * k
+        ctx = np.zeros(k, dtype=np.int64)
     elif fixed is None:
         generated = ready + pool.rate * (pool.steps_sum + ready * np.arange(k))
-        ctx = _round_context(_mean_context(pool.prompt_sum, ready, generated, qlen), round_to).tolist()
+        ctx = _round_context(_mean_context(pool.prompt_sum, ready, generated, qlen), round_to)
     else:
-        ctx = [fixed] * k
-    seqs = range(done + tok, done + tok * k + 1, tok)
-    step_shape.extend(_chunk_shapes(shape_ids, shapes, tok, qlen, repeat(n), seqs, repeat(ready), ctx))
+        ctx = np.full(k, fixed, dtype=np.int64)
+    seqs = np.arange(done + tok, done + tok * k + 1, tok)
+    step_shape.extend(book.chunks(tok, n, seqs, ready, ctx))
     step_decode.extend([ready] * k)
     queue[0] = (count, done + tok * k, event, kind)
     if ready:
         pool.ticks += k
         pool.steps_sum += k * ready
     return n * tok * k + (0 if done else n * kinds.cached[kind])
-
-
-def _chunk_shapes(shape_ids: dict, shapes: list, tok: int, qlen: int, counts, seqs, decodes, contexts) -> list[int]:
-    """The ids of steps' shapes where, in step i, `counts[i]` requests prefill one `tok`-token chunk (to
-    `seqs[i]` tokens) beside `decodes[i]` decodes of context `contexts[i]`; each made if new (the
-    signature the loop gives the same step). A stretch or ramp makes one a step: written for speed."""
-    key, get, ids = ForwardKey._make, shape_ids.get, []
-    for n, seq, d, ctx in zip(counts, seqs, decodes, contexts, strict=False):  # some are endless repeats
-        signature = (tok, seq, d, ctx) if n == 1 else ((((tok, seq), n),), d, ctx)  # `_signature`, inlined
-        shape_id = get(signature)
-        if shape_id is None:
-            shape_id = shape_ids[signature] = len(shapes)
-            prefill = key((False, n, tok, seq))
-            shapes.append((prefill, key((True, d, qlen, ctx))) if d else (prefill,))
-        ids.append(shape_id)
-    return ids
 
 
 def _ramp_sync(queue: deque, view, count: int, done: int, event: int, kind: int, moved: int, seq: int,
@@ -1049,36 +998,6 @@ def _round_context(mean, round_to: int):
     if isinstance(mean, np.ndarray):
         return (np.ceil(mean / round_to - CONTEXT_EPS) * round_to).astype(np.int64)
     return math.ceil(mean / round_to - CONTEXT_EPS) * round_to
-
-
-def _signature(entries: tuple, d: int, ctx: int) -> tuple:
-    """What a step shape is registered under (`shape_ids`): (tokens, seq, decodes, context) for a chunk
-    of one request, the commonest (streams make thousands, and a flat tuple hashes fastest), else
-    (((tokens, seq), requests) pairs sorted, decodes, context)."""
-    if len(entries) == 1 and entries[0][1] == 1:
-        (tok, seq), _ = entries[0]
-        return tok, seq, d, ctx
-    return entries, d, ctx
-
-
-def _entries(signature: tuple) -> tuple:
-    """The prefill entries a `_signature` stands for."""
-    if len(signature) == 4:
-        tok, seq, _, _ = signature
-        return (((tok, seq), 1),)
-    return signature[0]
-
-
-def _shape(entries, d: int, qlen: int, ctx: int) -> StepShape:
-    """The step's keys in order: prefill entries (((tokens, seq), requests) pairs; sorted), then the
-    decode entry."""
-    key = ForwardKey._make
-    keys = [key((False, n, tok, seq)) for (tok, seq), n in entries]
-    if len(keys) > 1:
-        keys.sort()
-    if d:
-        keys.append(key((True, d, qlen, ctx)))
-    return tuple(keys)
 
 
 def _apply_takes(queue: deque, takes, scheduler, kinds, entries):
