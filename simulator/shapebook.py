@@ -91,14 +91,17 @@ class ShapeBook:
         """`chunks` one step at a time: cheaper than numpy's calls for a few steps."""
         columns = [c.tolist() if isinstance(c, np.ndarray) else repeat(int(c)) if isinstance(c, int | np.integer)
                    else c for c in columns]
-        ids, get = [], self.ids.get
+        ids, get, made, qlen = [], self.ids.get, self.made, self.qlen
         for j, (t, c, s, dj, cj) in enumerate(zip(*columns, strict=False)):  # ints repeat: `contexts` ends it
-            entries = others[j] if j in others else (((t, s), c),)
-            key = signature(entries, dj, cj)
+            if j in others:
+                ids.append(self.one(others[j], dj, cj))
+                continue
+            key = (t, s, dj, cj) if c == 1 else ((((t, s), c),), dj, cj)  # `signature`, written out for speed
             shape_id = get(key)
             if shape_id is None:
-                shape_id = self.ids[key] = len(self.made)
-                self.made.append(make_shape(entries, dj, self.qlen, cj))
+                shape_id = self.ids[key] = len(made)
+                prefill = _new(ForwardKey, (False, c, t, s))
+                made.append((prefill, _new(ForwardKey, (True, dj, qlen, cj))) if dj else (prefill,))
             ids.append(shape_id)
         return ids
 
