@@ -2,8 +2,10 @@
 
     python bench/simulator.py [--runs 5] [--growth]
 
-Timings are of the whole `simulate` (plan + one batched pricing call + replay): `wall ms` with a
-cheap vectorised latency (the timeline alone), `roofline ms` priced by the real roofline model of
+`plan ms` is `plan` alone (the schedule, its steps' shapes and finish records; the median of 4 x runs,
+at least 21): what the per-plan aims are about. The other timings are of the whole `simulate` (plan +
+one batched pricing call + replay): `wall ms` with a cheap latency, a plain function of its keys (so
+every shape is made a tuple), `roofline ms` priced by the real roofline model of
 Qwen3-32B on one H200. Steady-state rows: a closed loop of N in flight and P prompts, and a Poisson
 stream of P prompts at R req/s (priced shape by shape while planned, so its roofline column
 includes that pricing).
@@ -70,6 +72,16 @@ def growth(runs: int, latency) -> None:
             print(f"{arrival:>8} {o:>6} " + " ".join(cells))
 
 
+def plan_ms(w, policy, runs: int) -> float:
+    """The median ms of `plan` alone."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        plan(w, policy)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
@@ -80,7 +92,7 @@ def main() -> None:
         return
     roofline = build_latency_model("Qwen/Qwen3-32B", "H200_SXM")
     print(f"{'input':>7} {'output':>6} {'B':>6} {'N':>5} {'arrival':>8} {'P':>5} {'R':>4} {'policy':>13} "
-          f"{'steps':>6} {'keys':>6} {'wall ms':>8} {'us/step':>8} {'roofline ms':>12}")
+          f"{'steps':>6} {'keys':>6} {'plan ms':>8} {'wall ms':>8} {'us/step':>8} {'roofline ms':>12}")
     for i, o, b, n, arrival, prompts, rate in WORKLOADS:
         w = Workload(i, o, b, n, arrival=arrival, num_prompts=prompts, request_rate=rate)
         for policy in (DecodeFirstWithSlack(), TokenBudget()):
@@ -97,8 +109,9 @@ def main() -> None:
                 priced.append((time.perf_counter() - t0) * 1000)
             step_ms = StepPricer(cheap_latency, policy) if arrival == "poisson" else None
             keys = len(plan(w, policy, step_ms=step_ms).price_keys)
+            planning = "" if step_ms else f"{plan_ms(w, policy, max(4 * args.runs, 21)):.2f}"  # a Poisson plan prices
             print(f"{i:>7} {o:>6} {b:>6} {n:>5} {arrival:>8} {w.prompts if arrival != 'burst' else '':>5} "
-                  f"{rate or '':>4} {policy.name:>13} {m.num_steps:>6} {keys:>6} "
+                  f"{rate or '':>4} {policy.name:>13} {m.num_steps:>6} {keys:>6} {planning:>8} "
                   f"{wall:>8.2f} {1000 * wall / m.num_steps:>8.2f} {statistics.median(priced):>12.2f}")
     print()
     mixes(args.runs, roofline)
