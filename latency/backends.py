@@ -9,7 +9,10 @@ kv_cache_dtype, reserved_memory_gb, engine)` (model and device are names or path
 object with:
 
 - `latency_ms(keys) -> array`: each ForwardKey priced as a step of its own;
-- `step_latency_ms(shapes) -> array` (optional): each fused step priced as one pass;
+- `step_latency_ms(shapes) -> array` (optional): each fused step priced as one pass; `shapes` is a
+  sequence of StepShapes (a plan hands its `latency.keys.StepShapes`, whose shapes of one chunk are
+  made into tuples only when iterated; `latency.keys.shape_columns(shapes)` gives every entry's
+  fields as arrays without making them);
 - `memory_for(max_batched_tokens) -> MemoryPicture`;
 - `fingerprint: str`: names everything that changes a price, including the code's version (a
   long-lived shared cache keys latencies by it);
