@@ -93,15 +93,19 @@ class ShapeBook:
                    else c for c in columns]
         ids, get, made, qlen = [], self.ids.get, self.made, self.qlen
         for j, (t, c, s, dj, cj) in enumerate(zip(*columns, strict=False)):  # ints repeat: `contexts` ends it
-            if j in others:
-                ids.append(self.one(others[j], dj, cj))
-                continue
-            key = (t, s, dj, cj) if c == 1 else ((((t, s), c),), dj, cj)  # `signature`, written out for speed
+            entries = others.get(j)
+            if entries is None:
+                key = (t, s, dj, cj) if c == 1 else ((((t, s), c),), dj, cj)  # `signature`, written out for speed
+            else:
+                key = signature(entries, dj, cj)
             shape_id = get(key)
             if shape_id is None:
                 shape_id = self.ids[key] = len(made)
-                prefill = _new(ForwardKey, (False, c, t, s))
-                made.append((prefill, _new(ForwardKey, (True, dj, qlen, cj))) if dj else (prefill,))
+                if entries is None:
+                    prefill = _new(ForwardKey, (False, c, t, s))
+                    made.append((prefill, _new(ForwardKey, (True, dj, qlen, cj))) if dj else (prefill,))
+                else:
+                    made.append(make_shape(entries, dj, qlen, cj))
             ids.append(shape_id)
         return ids
 

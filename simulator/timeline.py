@@ -657,7 +657,7 @@ def _stream_shapes(book: ShapeBook, need: int, fronts, took, whole, part, decode
                 entries.append(((need, need), w))
             if p:
                 entries.append(((p, p), 1))
-            others[j] = tuple(sorted(entries))  # never two alike: a started request has one token in
+            others[j] = tuple(sorted(entries)) if len(entries) > 1 else tuple(entries)  # never two alike
     return book.chunks(took, 1, seqs, decodes, contexts, others)
 
 
