@@ -73,6 +73,7 @@ class StepShapes(Sequence):
             for i, shape in zip(self._rows[:, 0].tolist(), chunk_row_shapes(self._rows, self._qlen), strict=True):
                 made[i] = shape
             made = self.__dict__["_tuples"] = tuple(made)
+            self._made, self._rows = made, np.zeros((0, 6), dtype=np.int64)  # the rows are made: not held twice
         return made
 
     def entry_columns(self) -> tuple[np.ndarray, ...]:
