@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from latency import ForwardKey, build_latency_model
 from latency.keys import StepShapes, shape_columns
-from simulator import TokenBudget, Workload, plan
+from simulator import TokenBudget, Workload, plan, price
 from simulator.shapebook import BULK_STEPS, ShapeBook, make_shape, signature
 from tests.conftest import examples
 
@@ -38,7 +38,8 @@ _step = st.tuples(st.sampled_from([1, 1, 2]), _value, _value, st.integers(0, 2),
 _call = st.one_of(st.tuples(st.just("one"), _step),
                   st.tuples(st.just("chunks"), st.lists(_step, min_size=1, max_size=5)),
                   st.tuples(st.just("chunks"), st.lists(_step, min_size=BULK_STEPS + 5, max_size=BULK_STEPS + 40)),
-                  st.tuples(st.just("decodes"), st.lists(st.tuples(_value, _value), min_size=1, max_size=5)))
+                  st.tuples(st.just("decodes"), st.lists(st.tuples(_value, _value), min_size=1, max_size=5)),
+                  st.tuples(st.just("shape"), st.integers(0, 1000)))
 
 
 def _entries(step):
@@ -51,8 +52,9 @@ def _entries(step):
 @given(calls=st.lists(_call, min_size=1, max_size=8))
 def test_a_bulk_registration_is_one_step_at_a_time(calls):
     """Whatever mix of single steps, bulk chunk steps (above and below BULK_STEPS, with steps of other
-    forms among them) and decode steps, the book gives every step the id and the shape that
-    registering its full shape one at a time gives, and its table holds exactly those shapes."""
+    forms among them), decode steps and shapes asked for on the way (as a round asks), the book gives
+    every step the id and the shape that registering its full shape one at a time gives, and its
+    table holds exactly those shapes, as tuples and as the columns a latency model prices."""
     book, reference = ShapeBook(QLEN), OneByOne()
     ids, expected = [], []
     for kind, arg in calls:
@@ -60,6 +62,9 @@ def test_a_bulk_registration_is_one_step_at_a_time(calls):
             n, tok, seq, d, ctx, _ = arg
             ids.append(book.one(_entries(arg), d, ctx))
             expected.append(reference.register(_entries(arg), d, ctx))
+        elif kind == "shape":
+            if len(book):
+                assert book.shape(arg % len(book)) == reference.shapes[arg % len(book)]
         elif kind == "decodes":
             ids += book.decodes([d for d, _ in arg], [ctx for _, ctx in arg])
             expected += [reference.register((), d, ctx) for d, ctx in arg]
@@ -69,8 +74,12 @@ def test_a_bulk_registration_is_one_step_at_a_time(calls):
             ids += book.chunks(np.array(tok), np.array(n), seq, np.array(d), np.array(ctx), others)
             expected += [reference.register(_entries(step), step[3], step[4]) for step in arg]
     assert ids == expected
-    table = book.table()
-    assert list(table) == reference.shapes
+    columns_first, tuples_first = book.table(), book.table()
+    assert list(tuples_first) == reference.shapes
+    for table in (columns_first, tuples_first):
+        for mine, theirs in zip(table.entry_columns(), shape_columns(reference.shapes), strict=True):
+            assert np.array_equal(mine, theirs)
+    assert list(columns_first) == reference.shapes
     assert [book.shape(i) for i in range(len(book))] == reference.shapes
 
 
@@ -100,10 +109,12 @@ def test_shapes_survive_pickling_and_price_alike_from_rows_or_tuples():
     shapes = p.shapes
     assert len(shapes._rows) > len(shapes) // 2  # most are held as rows
     again = pickle.loads(pickle.dumps(shapes))
-    assert isinstance(again, StepShapes) and list(again) == list(shapes)
+    assert isinstance(again, StepShapes) and len(again) == len(shapes)
     lm = build_latency_model("Qwen/Qwen3-32B", "H200_SXM")
-    from_rows = lm.step_latency_ms(StepShapes(shapes._made, shapes._rows, shapes._qlen))
+    from_rows = price(lm, p.price_keys, fused=True)
+    assert "_tuples" not in shapes.__dict__  # priced without making the held rows
     assert np.array_equal(from_rows, lm.step_latency_ms(list(shapes)))
+    assert list(again) == list(shapes)
 
 
 def test_the_flat_signature_is_one_request_s_chunk_only():
