@@ -70,8 +70,7 @@ class StepShapes(Sequence):
         made = self.__dict__.get("_tuples")
         if made is None:
             made = list(self._made)
-            for i, shape in zip(self._rows[:, 0].tolist(), chunk_row_shapes(self._rows, self._qlen), strict=True):
-                made[i] = shape
+            make_rows(made, self._rows, self._qlen)
             made = self.__dict__["_tuples"] = tuple(made)
             self._made, self._rows = made, np.zeros((0, 6), dtype=np.int64)  # the rows are made: not held twice
         return made
@@ -101,13 +100,15 @@ class StepShapes(Sequence):
         return (owner[order], columns[0][order], *(c[order].astype(np.float64) for c in columns[1:]))
 
 
-def chunk_row_shapes(rows: np.ndarray, decode_query_len: int) -> list[StepShape]:
-    """The StepShapes of `StepShapes` chunk rows, made at C speed (thousands at a time)."""
-    _, n, tok, seq, d, ctx = rows.T.tolist()
+def make_rows(made: list, rows: np.ndarray, decode_query_len: int) -> None:
+    """Put the StepShape of each `StepShapes` chunk row in `made` at its index, made at C speed
+    (thousands at a time)."""
+    at, n, tok, seq, d, ctx = rows.T.tolist()
     new = tuple.__new__
     prefill = map(new, repeat(ForwardKey), zip(repeat(False), n, tok, seq))
     decode = map(new, repeat(ForwardKey), zip(repeat(True), d, repeat(decode_query_len), ctx))
-    return [(p, k) if k[1] else (p,) for p, k in zip(prefill, decode, strict=True)]
+    for i, p, k in zip(at, prefill, decode, strict=True):
+        made[i] = (p, k) if k[1] else (p,)
 
 
 def shape_columns(shapes: Sequence[StepShape]) -> tuple[np.ndarray, ...]:

@@ -14,7 +14,7 @@ from itertools import repeat
 
 import numpy as np
 
-from latency.keys import ForwardKey, StepShape, StepShapes, chunk_row_shapes
+from latency.keys import ForwardKey, StepShape, StepShapes, make_rows
 
 _new = tuple.__new__  # a ForwardKey from its fields at C speed (the planner makes thousands)
 #: fewer chunk steps than this are registered one by one: numpy's calls would cost more than they save
@@ -62,22 +62,12 @@ class ShapeBook:
             keys = [signature((((t, s), c),), dj, cj) for t, c, s, dj, cj in zip(tok, n, seq, d, ctx, strict=True)]
         for j, entries in others.items():
             keys[j] = signature(entries, d[j], ctx[j])
-        # a new signature is registered under first + the step that makes it, then renumbered in order
-        # from the first step that is not new (none in a stream of new shapes)
-        first = len(self.made)
         at = steps[0]
-        at[:] = list(map(self.ids.setdefault, keys, itertools.count(first)))
-        new = at == first + np.arange(len(at))
-        new_at = np.flatnonzero(new)  # the steps making new shapes, in id order
-        if len(new_at) < len(at):
-            if not len(new_at):
-                return at.tolist()
-            renumbered = new_at[np.searchsorted(new_at, np.argmin(new)):]
-            new = at >= first
-            at[new] = first + np.searchsorted(new_at, at[new] - first)
-            self.ids.update(zip(map(keys.__getitem__, renumbered.tolist()), at[renumbered].tolist(), strict=True))
-        self.made.extend(repeat(None, len(new_at)))
+        new_at = self._register(keys, at)
+        if not len(new_at):
+            return at.tolist()
         if others:
+            first = len(self.made) - len(new_at)
             for j, entries in others.items():
                 if at[j] >= first and self.made[at[j]] is None:
                     self.made[at[j]] = make_shape(entries, d[j], self.qlen, ctx[j])
@@ -86,6 +76,23 @@ class ShapeBook:
             new_at = new_at[held[new_at]]
         self.rows.append(steps.T if len(new_at) == len(at) else steps[:, new_at].T)
         return at.tolist()
+
+    def _register(self, keys: list, at: np.ndarray) -> np.ndarray:
+        """Set `at` to the ids of the steps' signatures `keys`, registering the new ones in step order;
+        returns the steps that made new shapes."""
+        # a new signature is registered under first + the step that makes it, then renumbered in order
+        # from the first step that is not new (none in a stream of new shapes)
+        first = len(self.made)
+        at[:] = list(map(self.ids.setdefault, keys, itertools.count(first)))
+        new = at == first + np.arange(len(at))
+        new_at = np.flatnonzero(new)  # in id order
+        if 0 < len(new_at) < len(at):
+            renumbered = new_at[np.searchsorted(new_at, np.argmin(new)):]
+            new = at >= first
+            at[new] = first + np.searchsorted(new_at, at[new] - first)
+            self.ids.update(zip(map(keys.__getitem__, renumbered.tolist()), at[renumbered].tolist(), strict=True))
+        self.made.extend(repeat(None, len(new_at)))
+        return new_at
 
     def _few(self, columns, others: dict) -> list[int]:
         """`chunks` one step at a time: cheaper than numpy's calls for a few steps."""
@@ -125,8 +132,7 @@ class ShapeBook:
         """Shape `shape_id` as a tuple (the rows held so far are made then, once)."""
         if self.made[shape_id] is None:
             for block in self.rows:
-                for i, shape in zip(block[:, 0].tolist(), chunk_row_shapes(block, self.qlen), strict=True):
-                    self.made[i] = shape
+                make_rows(self.made, block, self.qlen)
             self.rows.clear()
         return self.made[shape_id]
 
