@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from latency.keys import ForwardKey, StepShape, StepShapes
+from latency.keys import ForwardKey, StepShape
 
 
 def key_latency(latency, keys: Sequence[ForwardKey]) -> np.ndarray:
@@ -26,7 +26,7 @@ def shape_latency(latency, shapes: Sequence[StepShape]) -> np.ndarray:
     of its entries."""
     fused = getattr(latency, "step_latency_ms", None)
     if fused is not None:
-        out = np.asarray(fused(shapes if isinstance(shapes, StepShapes) else list(shapes)), dtype=np.float64)
+        out = np.asarray(fused(shapes if isinstance(shapes, Sequence) else list(shapes)), dtype=np.float64)
         if out.shape != (len(shapes),):
             raise ValueError(f"step_latency_ms returned shape {out.shape} for {len(shapes)} steps")
         return out

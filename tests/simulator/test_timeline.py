@@ -351,16 +351,6 @@ def _counting(policy):
     return Counting(**{f.name: getattr(policy, f.name) for f in fields(policy) if f.init})
 
 
-class _Counting(DecodeFirstWithSlack):
-    """Counts the steps the timeline plays one by one (the rest it copies in stretches)."""
-
-    played = 0
-
-    def plan_step(self, view):
-        type(self).played += 1
-        return super().plan_step(view)
-
-
 @pytest.mark.parametrize("ctx", ["mean", "mid"])
 def test_a_pure_decode_stretch_is_taken_at_once_not_step_by_step(ctx):
     """4 requests decode 999 steps after one prefill: the loop plays one step per event (the decode
@@ -368,12 +358,12 @@ def test_a_pure_decode_stretch_is_taken_at_once_not_step_by_step(ctx):
     is the one the per-request reference plays step by step. (One decode group: too few for the
     tail's numpy, see TAIL_GROUPS.)"""
     w = Workload(100, 1000, 512, 4)
-    _Counting.played = 0
-    p = plan(w, _Counting(), decode_context=ctx)
+    counting = _counting(DecodeFirstWithSlack())
+    p = plan(w, counting, decode_context=ctx)
     assert p.num_steps == 1 + 999
     # mean: 1 prefill, one stretch per rounded context (101..1100 rounded up to 128: 9 values), the
     # finishing step, and one spare; mid: the context never moves, so prefill, one stretch, finish
-    assert _Counting.played <= (12 if ctx == "mean" else 3), _Counting.played
+    assert type(counting).played <= (12 if ctx == "mean" else 3), type(counting).played
     _, _, _, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
 
@@ -385,11 +375,11 @@ def test_the_decode_tail_is_played_at_once(ctx, mtp):
     one a step 300 steps later: once nothing waits, the loop plays the rest (every step a new decode
     count) in one go, and it equals the per-request reference step for step, finish for finish."""
     w = Workload(64, 300, 100, 12, mtp_tokens=mtp, mtp_acceptance_rates=(0.5,) * mtp)
-    _Counting.played = 0
-    p = plan(w, _Counting(), decode_context=ctx)
+    counting = _counting(DecodeFirstWithSlack())
+    p = plan(w, counting, decode_context=ctx)
     # the 12 prefill steps are a ramp whose first answer (a 64-token prompt beside up to 51 decodes)
     # holds until the front group has one request left; that step is asked, then the tail's first
-    assert _Counting.played == 3
+    assert type(counting).played == 3
     reqs, makespan, peak, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine, ctx)
     assert [p.shapes[i] for i in p.step_shape] == step_keys
     assert len({p.shapes[i] for i in p.step_shape[12:]}) >= 12  # the decode count falls in the tail
@@ -413,10 +403,10 @@ def test_ramps_equal_the_reference_step_for_step(w, ctx):
     played in bulk; where they end (the policy takes other prompts, a request finishes, the decodes
     outgrow the budget) the plan still equals the per-request reference, step for step."""
     policy = DecodeFirstWithSlack()
-    _Counting.played = 0
-    p = plan(w, _Counting(), decode_context=ctx)
+    counting = _counting(DecodeFirstWithSlack())
+    p = plan(w, counting, decode_context=ctx)
     _assert_plays_as_reference(p, w, policy, ctx)
-    assert _Counting.played <= p.num_steps  # asked once a step at most
+    assert type(counting).played <= p.num_steps  # asked once a step at most
 
 
 @settings(max_examples=examples(400), deadline=None)
@@ -489,10 +479,10 @@ def test_a_ramp_of_short_requests_behind_a_long_one_finishes_them_first(tmp_path
     path = tmp_path / "t.csv"
     path.write_text("input_length,output_length\n10,40\n" + "10,3\n" * 6)
     w = Workload(10, 3, 16, 7, mix=RequestMix(Lengths.parse("10"), Lengths.parse("3"), Trace.load(path)))
-    _Counting.played = 0
-    p = plan(w, _Counting())
+    counting = _counting(DecodeFirstWithSlack())
+    p = plan(w, counting)
     reqs, _, peak, step_keys, _ = reference(w, DecodeFirstWithSlack(), affine)
-    assert _Counting.played < p.num_steps  # a ramp and stretches were taken
+    assert type(counting).played < p.num_steps  # a ramp and stretches were taken
     assert [p.shapes[i] for i in p.step_shape] == step_keys
     ends = np.concatenate(([0.0], np.cumsum(step_times(p, price(affine, p.price_keys, False)))))
     assert np.allclose(_request_times(p, ends), sorted((r.arrival, r.first, r.finish) for r in reqs))
