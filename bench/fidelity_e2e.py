@@ -29,8 +29,8 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from latency import RooflineModel, build_latency_model, load_device, load_engine  # noqa: E402
-from simulator import TokenBudget, Workload, plan, price, replay  # noqa: E402
+from latency import EngineProfile, RooflineModel, build_latency_model, load_device, load_engine  # noqa: E402
+from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, replay, step_times  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
@@ -79,10 +79,11 @@ class Row:
         scheduler = TokenBudget(max_num_seqs=MAX_SEQS)
         arrival, per = PROTOCOL[r.engine]
         c = int(r.batch_size)
-        self.plans = {}
+        self.plans, self.workloads, self.scheduler = {}, {}, scheduler
         for label, w in (("burst", Workload(int(r.isl), int(r.osl), BUDGET, c)),
                          ("bench", Workload(int(r.isl), int(r.osl), BUDGET, c, arrival=arrival,
                                             num_prompts=per * c if arrival == "closed" else 0, measure="all"))):
+            self.workloads[label] = w
             p = plan(w, scheduler)
             requests = np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
             tokens = np.array([sum(k.tokens for k in s) for s in p.shapes], dtype=np.float64)
@@ -100,10 +101,25 @@ class Row:
             self.base[key] = price(lm, self.plans[label][0].price_keys, True)
         return self.base[key]
 
-    def predict(self, label: str, comm: float, step_ms: float, request_us: float) -> tuple[float, float]:
+    def predict(self, label: str, comm: float, step_ms: float, request_us: float,
+                frontend: Frontend | None = None) -> tuple[float, float]:
+        if frontend is not None and frontend.active and label == "bench":
+            return self.timed(comm, step_ms, request_us, frontend)
         p, requests, _ = self.plans[label]
         shape_ms = self.kernel_prices(label, comm) + step_ms + request_us * requests * 1e-3
         m = replay(p, shape_ms[p.step_shape], self.devices)
+        return m.ttft_ms, m.tpot_ms
+
+
+    def timed(self, comm: float, step_ms: float, request_us: float, frontend: Frontend) -> tuple[float, float]:
+        """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
+        device = dataclasses.replace(self.lm.device, eff_communication=comm)
+        engine = EngineProfile("fit", step_ms, request_us)
+        lm = RooflineModel(self.lm.model, device, self.lm.parallel, self.lm.quant, self.lm.reserved_memory_gib,
+                           engine=engine)
+        pricer = StepPricer(lm, self.scheduler)
+        p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
+        m = replay(p, step_times(p, pricer.prices(p)), self.devices)
         return m.ttft_ms, m.tpot_ms
 
 

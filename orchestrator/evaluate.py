@@ -14,6 +14,7 @@ from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
 from simulator import StepPricer, Workload, plan, price, step_times
+from simulator.benchmarks import protocol
 from simulator.metrics import goodput, measure
 
 PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
@@ -55,11 +56,13 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     """The workload of search point `n`: concurrency n, or (Poisson) the n-th rate of the grid
     unless `rate` is given."""
     poisson = s.arrival == "poisson"
+    prompts, warmup, measured = protocol(s.benchmark).load(s.arrival, 1 if poisson else n,
+                                                          s.num_prompts if s.arrival != "burst" else 0, s.measure)
     return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
-                    num_prompts=s.num_prompts if s.arrival != "burst" else 0,
-                    request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
-                    burstiness=s.burstiness, seed=s.seed, measure=s.measure, mix=s.request_mix)
+                    num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
+                    burstiness=s.burstiness, seed=s.seed, measure=measured, mix=s.request_mix,
+                    warmup_requests=warmup)
 
 
 def direct_pricer(lm, keys, fused: bool):
@@ -78,7 +81,7 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     on time, so its steps are priced while planned (a per-process step pricer remembers them)."""
     w = workload(s, job.max_batched_tokens, n, rate)
     lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
-    if w.arrival == "poisson":
+    if w.timed:
         return lm, plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context,
                         step_ms=_step_pricer(lm, scheduler))
     return lm, _plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context)

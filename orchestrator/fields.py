@@ -10,6 +10,7 @@ from typing import Any
 
 from latency import DEFAULT_RESERVED_GIB, shipped_engines
 from latency.checks import RangeError, check_number, describe
+from simulator.benchmarks import BENCHMARKS
 from simulator.mix import SYNTAX, Lengths, MixError
 from simulator.scheduler import DEFAULT_SLACK_RATIO, SCHEDULERS
 from simulator.timeline import DECODE_CONTEXTS
@@ -227,6 +228,11 @@ FIELDS: tuple[Field, ...] = (
     Field("seed", int, 0, "poisson: random seed of the arrival times", low=0, group="load"),
     Field("measure", str, "steady", "requests the latencies are over: steady (warm-up and drain left out: what a "
        "deployment sees) or all (what vllm bench serve and other benchmark clients report)", choices=MEASURES,
+       group="load"),
+    Field("benchmark", str, "steady", "benchmark protocol a closed loop or Poisson stream is measured as: steady "
+       "(--measure, --num-prompts as given), aiperf (2 x concurrency warm-up requests not measured, then "
+       "--num-prompts or 20 x concurrency measured, as AIConfigurator's bench_run.sh runs aiperf), vllm-bench "
+       "(every request measured, --num-prompts or 1000 sent, as vllm bench serve)", choices=BENCHMARKS,
        group="load"),
     Field("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
        commands=("estimate",), column=None),

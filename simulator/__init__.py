@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from simulator.disagg import PDRatio, decode_qps, pd_ratio, prefill_qps
+from simulator.frontend import Frontend
 from simulator.metrics import Metrics, per_request, per_step, replay
 from simulator.pricing import StepPricer, price, step_times
 from simulator.scheduler import (
@@ -18,7 +19,7 @@ from simulator.timeline import Plan, plan
 from simulator.workload import PrefillChunk, Workload, chunk_plan
 
 __all__ = [
-    "SCHEDULERS", "DecodeFirstWithSlack", "Metrics", "PDRatio", "Plan", "PrefillChunk", "Scheduler",
+    "SCHEDULERS", "DecodeFirstWithSlack", "Frontend", "Metrics", "PDRatio", "Plan", "PrefillChunk", "Scheduler",
     "SchedulerState", "StepDecision", "StepPricer", "TokenBudget", "Workload", "chunk_plan", "decode_qps",
     "make_scheduler", "pd_ratio", "per_request", "per_step", "plan", "prefill_qps", "price", "replay", "simulate",
     "step_times",
@@ -35,7 +36,7 @@ def simulate(workload: Workload, latency, scheduler: Scheduler | None = None, *,
     """
     scheduler = scheduler or DecodeFirstWithSlack()
     devices = num_devices if num_devices is not None else getattr(latency, "num_devices", 1)
-    if workload.arrival == "poisson":
+    if workload.timed:
         pricer = StepPricer(latency, scheduler)
         p = plan(workload, scheduler, phase=phase, decode_context=decode_context, step_ms=pricer)
         prices = pricer.prices(p)

@@ -184,7 +184,8 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
 
 def _record_times(plan, durations: np.ndarray):
     """(step ends with 0 first, and per finish record: arrival, first token, finish), in ms. A timed
-    plan keeps its own clock; a decode-only instance receives requests prefilled elsewhere, so their
+    plan keeps its own clock, and its arrivals and tokens are the client's (sent, received); a
+    decode-only instance receives requests prefilled elsewhere, so their
     first token is their arrival."""
     if plan.step_end_ms is not None:
         ends = np.concatenate(([0.0], plan.step_end_ms))
@@ -192,8 +193,9 @@ def _record_times(plan, durations: np.ndarray):
     else:
         ends = np.concatenate(([0.0], np.cumsum(durations)))
         arrival = ends[plan.event_step[plan.arrival] + 1]
-    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1]
-    return ends, arrival, first, ends[plan.finish_step + 1]
+    delay = plan.token_delay_ms if plan.phase != "decode" else 0.0  # the client sees a token this much later
+    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1] + delay
+    return ends, arrival, first, ends[plan.finish_step + 1] + delay
 
 
 def _itl(plan, ends: np.ndarray, window, w) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ in decode `[count, end_tick, first_step]`.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from latency.keys import StepShapes
+from simulator.frontend import NONE as NO_FRONTEND
 from simulator.scheduler import DecodeFirstWithSlack, QueueView, Scheduler, chunks_before_last
 from simulator.shapebook import ShapeBook
 from simulator.workload import Workload
@@ -61,6 +63,7 @@ class Plan:
     kind: np.ndarray
     event_ms: np.ndarray | None = None
     step_end_ms: np.ndarray | None = None
+    token_delay_ms: float = 0.0  # a token reaches the client this long after its step ends (front end)
 
     @property
     def num_steps(self) -> int:
@@ -246,7 +249,10 @@ class _Arrivals:
     timed arrivals (Poisson). Warm-up and drain are not measured: in a closed loop the first
     `concurrency` requests (a burst no steady system sees) and the last `concurrency` (sent while
     the loop drains); in a Poisson stream the first and last STEADY_MARGIN of the arrivals. With
-    measure "all" every request is measured, as benchmark clients report."""
+    measure "all" every request is measured, as benchmark clients report.
+
+    In a timed plan the client's requests pass the front end (`simulator.frontend`): request i is
+    sent at `sent_ms[i]` and reaches the scheduler at `at[i]`; an event's time is its send time."""
 
     def __init__(self, w: Workload):
         self.w, self.total = w, w.prompts
@@ -254,14 +260,21 @@ class _Arrivals:
         self.sizes: list[int] = []
         self.ms: list[float] = []
         self.steady: list[bool] = []
-        self.sent = 0
-        self.times = w.arrival_times_ms() if w.arrival == "poisson" else None
+        self.sent = 0  # requests handed to the scheduler
+        self.frontend = w.frontend if w.frontend is not None and w.frontend.active else NO_FRONTEND
+        self.sent_ms: list[float] = []  # timed: client send time of every request sent so far
+        self.at: list[float] = []       # timed: when each reaches the scheduler
+        self.free_ms = 0.0              # when the front end is free of the requests before
+        if w.arrival == "poisson":
+            self.create(w.arrival_times_ms())
 
     def add(self, count: int, step: int, ms: float = 0.0) -> int:
         """Record `count` arrivals at the end of `step`; returns the event index."""
         w, lo, hi = self.w, self.sent, self.sent + count
-        if w.arrival == "burst" or w.measure == "all":
+        if w.arrival == "burst":
             steady = True
+        elif w.measure == "all":  # a benchmark counts every request after its warm-up
+            steady = lo >= w.warmup_requests
         elif w.arrival == "closed":
             steady = lo >= w.concurrency and hi <= self.total - w.concurrency
         else:
@@ -274,17 +287,33 @@ class _Arrivals:
         self.sent = hi
         return len(self.steps) - 1
 
+    @property
+    def created(self) -> int:
+        """Requests the client has sent: handed to the scheduler, or still in the front end (timed)."""
+        return len(self.at) if self.at else self.sent
+
     def replacements(self, finished: int) -> int:
         """Closed loop: requests sent to replace `finished` ones (until all prompts are sent)."""
-        return min(finished, self.total - self.sent)
+        return min(finished, self.total - self.created)
+
+    def create(self, sent_ms) -> None:
+        """Timed: the client sends requests at `sent_ms` (in order); the front end lets them through."""
+        lo = len(self.at)
+        sent = np.asarray(sent_ms, dtype=np.float64)
+        kinds = self.w.kinds
+        ids = np.zeros(len(sent), dtype=np.int64) if kinds.kind_of is None else kinds.kind_of[lo:lo + len(sent)]
+        at, self.free_ms = self.frontend.admit(sent, np.asarray(kinds.input)[ids], self.free_ms)
+        self.sent_ms.extend(sent.tolist())
+        self.at.extend(at.tolist())
 
     def due(self, clock: float) -> list[float]:
-        """Poisson: send times of the requests due by `clock` not yet sent."""
-        end = int(np.searchsorted(self.times, clock, side="right"))
-        return [float(t) for t in self.times[self.sent:end]]
+        """Timed: send times of the requests that reached the scheduler by `clock`, not handed to it yet."""
+        end = bisect.bisect_right(self.at, clock, lo=self.sent)
+        return self.sent_ms[self.sent:end]
 
     def next_time(self) -> float | None:
-        return float(self.times[self.sent]) if self.times is not None and self.sent < self.total else None
+        """Timed: when the next request not handed to the scheduler reaches it (None: none is coming yet)."""
+        return self.at[self.sent] if self.sent < len(self.at) else None
 
 
 class _Cycle:
@@ -359,9 +388,10 @@ def plan(
     if not isinstance(context_round, int) or context_round < 1:
         raise ValueError(f"context_round must be an integer >= 1, got {context_round!r}")
     w = workload
-    timed, closed = w.arrival == "poisson", w.arrival == "closed"
+    timed, closed = w.timed, w.arrival == "closed"
     if timed and step_ms is None:
-        raise ValueError("a Poisson workload is planned with its prices: pass step_ms")
+        raise ValueError("a timed workload (Poisson, or a closed loop behind a front end) is planned with its "
+                         "prices: pass step_ms")
     B, qlen, kinds = w.max_batched_tokens, w.decode_query_len, w.kinds
     prompt = kinds.input
     steps = tuple(0 for _ in kinds.decode_steps) if phase == "prefill" else kinds.decode_steps
@@ -382,6 +412,9 @@ def plan(
 
     if not timed:
         send(min(w.concurrency, arrivals.total), -1)
+    elif closed:
+        arrivals.create(np.zeros(min(w.concurrency, arrivals.total)))
+    lookahead = arrivals.frontend.lookahead_steps
     # "mid": every decode key has the context of a request halfway through its output
     fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
     book = ShapeBook(qlen)
@@ -396,7 +429,7 @@ def plan(
     clock = 0.0
     view = QueueView(queue, 0, kinds.effective, B, qlen)  # the live FIFO; ready_decode set every step
     burst = w.arrival == "burst"
-    cycle = _Cycle(free_fresh=burst) if (closed or burst) and len(kinds.input) == 1 else None
+    cycle = _Cycle(free_fresh=burst) if (closed or burst) and not timed and len(kinds.input) == 1 else None
     check = False  # the last step sent replacements (closed) or finished requests (burst): a state that may repeat
     ahead = None  # the policy's answer for this step, if a ramp asked it already
     rounds = scheduler.requeue and not timed
@@ -423,9 +456,12 @@ def plan(
                 cycle, step = None, len(step_shape)
             check = False
         if timed:
+            seen = clock  # what the scheduler sees: what arrived by now, or (async) by the last step's start
             if not queue and not pool.ready:  # idle: jump to the next arrival
-                clock = max(clock, arrivals.next_time())
-            for t in arrivals.due(clock):
+                clock = seen = max(clock, arrivals.next_time())
+            elif lookahead and step_end:
+                seen = step_end[-1] - shape_ms[step_shape[-1]]
+            for t in arrivals.due(seen):
                 send(1, step - 1, t)
         view.ready_decode = pool.ready
         sp = ahead or scheduler.plan_step(view)
@@ -501,7 +537,9 @@ def plan(
         left -= finished_now
         if closed and finished_now:
             new = arrivals.replacements(finished_now)
-            if new:
+            if new and timed:  # the client sends them when it has the last token
+                arrivals.create(np.full(new, clock + arrivals.frontend.return_ms))
+            elif new:
                 send(new, step)
                 check = cycle is not None
         elif burst and finished_now and cycle is not None and _fresh(queue) >= 0:
@@ -522,7 +560,8 @@ def plan(
     return Plan(w, scheduler, phase, book.table(), np.array(step_shape, dtype=np.int64), counts,
                 first, finish, float(peak), arrival, np.array(arrivals.steps, dtype=np.int64),
                 np.array(arrivals.steady), np.array(step_decode, dtype=np.int64), kind,
-                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None)
+                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None,
+                arrivals.frontend.return_ms if timed else 0.0)
 
 
 def _fresh(queue: deque) -> int:

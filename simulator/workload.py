@@ -9,6 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from latency.checks import check_int, check_number
+from simulator.frontend import Frontend
 from simulator.mix import RequestMix
 
 
@@ -61,6 +62,8 @@ class Workload:
     seed: int = 0
     measure: str = "steady"       # "all": every request counts, warm-up and drain too (as benchmark clients)
     mix: RequestMix | None = None  # per-request lengths; None: every request input_length / output_length
+    warmup_requests: int = 0      # measure "all": the first this many requests are a benchmark's warm-up, not measured
+    frontend: Frontend | None = None  # the API server between client and scheduler (closed, poisson); None: none
 
     def __post_init__(self) -> None:
         check_int("input_length", self.input_length, 1)
@@ -92,14 +95,28 @@ class Workload:
         if self.measure not in MEASURES:
             raise ValueError(f"measure must be one of {MEASURES}, got {self.measure!r}")
         check_int("num_prompts", self.num_prompts, 0)
+        check_int("warmup_requests", self.warmup_requests, 0)
+        if self.warmup_requests and self.measure != "all":
+            raise ValueError(f"warmup_requests={self.warmup_requests} is a benchmark protocol's: "
+                             "it needs measure 'all'")
         check_int("seed", self.seed, 0)
         check_number("burstiness", self.burstiness, low=0, low_open=True)
         timed_trace = self.mix is not None and self.mix.trace is not None and self.mix.trace.timed
         if self.arrival == "poisson":  # 0 replays a timed trace at its own times
             check_number("request_rate", self.request_rate, low=0, low_open=not timed_trace)
+        if self.frontend is not None and not isinstance(self.frontend, Frontend):
+            raise ValueError(f"frontend must be a simulator.frontend.Frontend, got {self.frontend!r}")
         if self.arrival == "burst" and self.num_prompts not in (0, self.concurrency):
             raise ValueError(f"a burst sends its concurrency ({self.concurrency}) prompts; num_prompts="
                              f"{self.num_prompts} needs arrival 'closed' or 'poisson'")
+
+    @property
+    def timed(self) -> bool:
+        """Whether the schedule depends on time, so it is priced while planned: a Poisson stream, and a
+        closed loop whose replacements pass a front end (they reach the scheduler at times, not steps)."""
+        if self.arrival == "poisson":
+            return True
+        return self.arrival == "closed" and self.frontend is not None and self.frontend.active
 
     @property
     def prompts(self) -> int:

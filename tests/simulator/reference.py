@@ -47,6 +47,15 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
     total = w.prompts
     sends = list(w.arrival_times_ms()) if w.arrival == "poisson" else []
     reqs, fifo, decoding = [], [], []
+    fe = w.frontend if w.frontend is not None and w.frontend.active else None
+    behind = []  # front end: (when it reaches the scheduler, when the client sent it), in order
+    free = [0.0]
+
+    def client_sends(t):  # the API server takes requests one at a time, in the order sent
+        i = len(reqs) + len(behind)
+        start = max(t, free[0])
+        free[0] = start + fe.request_ms + fe.prompt_token_us * 1e-3 * int(prompts[i])
+        behind.append((free[0], t))
 
     def send(t):
         i = len(reqs)
@@ -59,12 +68,21 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         else:
             fifo.append(len(reqs) - 1)
 
-    if w.arrival != "poisson":
+    if fe is not None:
+        for t0 in sends if w.arrival == "poisson" else [0.0] * min(w.concurrency, total):
+            client_sends(t0)
+    elif w.arrival != "poisson":
         for _ in range(min(w.concurrency, total)):
             send(0.0)
-    t, peak, step_keys, step_ends = 0.0, 0.0, [], []
+    t, peak, step_keys, step_ends, dur = 0.0, 0.0, [], [], 0.0
     while len(reqs) < total or any(r.finish is None for r in reqs):
-        if w.arrival == "poisson":
+        if fe is not None:
+            seen = t - dur if fe.lookahead_steps and step_ends else t  # async: scheduled a step ahead
+            if not fifo and not decoding:
+                t = seen = max(t, behind[0][0])
+            while behind and behind[0][0] <= seen:
+                send(behind.pop(0)[1])
+        elif w.arrival == "poisson":
             if not fifo and not decoding:
                 t = max(t, sends[len(reqs)])
             while len(reqs) < total and sends[len(reqs)] <= t:
@@ -124,8 +142,12 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         for r in reqs:
             r.gone = r.finish is not None
         if w.arrival == "closed":
-            for _ in range(min(finished_now, total - len(reqs))):
-                send(t)
+            for _ in range(min(finished_now, total - len(reqs) - len(behind))):
+                client_sends(t + fe.return_ms) if fe is not None else send(t)
+    if fe is not None and phase != "decode":  # the client sees every token return_ms after its step
+        for r in reqs:
+            r.first += fe.return_ms
+            r.finish += fe.return_ms
     return reqs, t, peak, step_keys, step_ends
 
 

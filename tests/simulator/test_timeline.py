@@ -526,7 +526,8 @@ def test_plan_names_the_argument_it_refuses(kwargs, message):
 def test_plan_refusals_of_the_workload_say_why():
     with pytest.raises(ValueError) as err:
         plan(Workload(10, 5, 8, 1, arrival="poisson", num_prompts=3, request_rate=1.0))
-    assert str(err.value) == "a Poisson workload is planned with its prices: pass step_ms"
+    assert str(err.value) == ("a timed workload (Poisson, or a closed loop behind a front end) is planned with its "
+                              "prices: pass step_ms")
     with pytest.raises(ValueError) as err:
         plan(Workload(10, 1, 8, 2), phase="decode")
     assert str(err.value) == "a decode-only instance needs output_length >= 2 for every request (nothing to decode)"

@@ -1,0 +1,53 @@
+"""Benchmark protocols by name: how many requests a client sends, how many it sends first as a
+warm-up (not measured), and what its means are over. A closed loop or Poisson stream is measured
+as the named client measures it; a burst is the RFC's window whatever the protocol.
+
+- `steady`: what a running deployment sees; warm-up and drain are left out (`measure` "steady").
+- `aiperf`: `aiperf profile --concurrency C --num-requests 20*C --warmup-request-count 2*C`, as
+  AIConfigurator's generated `bench_run.sh` runs it: 2C warm-up requests, then 20C measured, the
+  drain included (num_prompts, when given, is the measured count).
+- `vllm-bench`: `vllm bench serve --max-concurrency C --num-prompts P`: every request counted, no
+  warm-up; P defaults to the client's 1000.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Requests sent and warm-up per unit of concurrency (or fixed), and the measure they imply."""
+
+    name: str
+    measure: str                   # "steady" or "all"
+    measured_per_concurrency: int = 0  # 0: the workload's own num_prompts rule
+    warmup_per_concurrency: int = 0
+    default_prompts: int = 0       # a fixed default request count (vllm bench serve's --num-prompts)
+
+    def load(self, arrival: str, concurrency: int, num_prompts: int, measure: str) -> tuple[int, int, str]:
+        """(num_prompts sent in all, warm-up requests, measure) for a closed loop of `concurrency` or a
+        Poisson stream where the user asked for `num_prompts` (0: the default). A Poisson stream has
+        no concurrency to scale by: it sends num_prompts (or the stream's default), every one counted."""
+        if self.name == "steady" or arrival == "burst":
+            return num_prompts, 0, measure
+        if arrival == "poisson":
+            return num_prompts, 0, self.measure
+        measured = num_prompts or self.measured_per_concurrency * concurrency or self.default_prompts
+        warmup = self.warmup_per_concurrency * concurrency
+        return measured + warmup, warmup, self.measure
+
+
+PROTOCOLS = {p.name: p for p in (
+    Protocol("steady", "steady"),
+    Protocol("aiperf", "all", measured_per_concurrency=20, warmup_per_concurrency=2),
+    Protocol("vllm-bench", "all", default_prompts=1000),
+)}
+BENCHMARKS = tuple(PROTOCOLS)
+
+
+def protocol(name: str) -> Protocol:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise ValueError(f"benchmark must be one of {BENCHMARKS}, got {name!r}") from None

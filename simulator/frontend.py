@@ -1,0 +1,63 @@
+"""The serving front end between a benchmark client and the engine's scheduler.
+
+A client's request does not reach the scheduler when it is sent, nor does a token reach the client
+when its step ends. The API server handles requests one at a time (HTTP parsing, tokenisation,
+hand-off to the engine core): a request waits for the ones before it, then takes `request_ms` +
+`prompt_token_us` per prompt token. A token reaches the client `return_ms` after its step ends
+(detokenisation, the streamed chunk). With async scheduling the engine schedules step k+1 while
+step k runs, so a request must have arrived before step k began (`lookahead_steps` = 1).
+
+What this does to a closed loop: when a cohort of requests finishes in one step, the client
+sends their replacements together, the API server lets them through one after another, and the
+scheduler sees them over the next steps, not all at once. The loop's phase spread comes out of
+the simulation from these times; nothing spreads it by assumption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from latency.checks import check_int, check_number
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """Times a request spends outside the engine's forward steps (ms, µs per prompt token)."""
+
+    request_ms: float = 0.0       # API server time per request, serial (HTTP, hand-off to the engine)
+    prompt_token_us: float = 0.0  # tokenisation per prompt token, serial with the above
+    return_ms: float = 0.0        # a token from the end of its step to the client (detokenise, stream)
+    lookahead_steps: int = 0      # 1: async scheduling, a step is scheduled while the one before runs
+
+    def __post_init__(self) -> None:
+        for name in ("request_ms", "prompt_token_us", "return_ms"):
+            check_number(name, getattr(self, name), low=0)
+        check_int("lookahead_steps", self.lookahead_steps, 0, 1)
+
+    @property
+    def active(self) -> bool:
+        """Whether it changes any time (a zero front end leaves a plan as the engine alone plays it)."""
+        return bool(self.request_ms or self.prompt_token_us or self.return_ms or self.lookahead_steps)
+
+    def service_ms(self, prompt_tokens) -> np.ndarray:
+        """API server time of each request (a number or an array of prompt lengths)."""
+        return self.request_ms + self.prompt_token_us * 1e-3 * np.asarray(prompt_tokens, dtype=np.float64)
+
+    def admit(self, sent_ms: np.ndarray, prompt_tokens: np.ndarray, free_ms: float) -> tuple[np.ndarray, float]:
+        """When requests sent at `sent_ms` (in send order) reach the scheduler, through a one-server
+        FIFO that is busy until `free_ms`; returns (arrival times, when it is free again).
+        Arrival i = max(sent_i, arrival_{i-1}) + service_i, in closed form: the service sums plus
+        the running maximum of (sent_j - service sums before j)."""
+        sent = np.asarray(sent_ms, dtype=np.float64)
+        if not len(sent):
+            return sent, free_ms
+        service = np.cumsum(self.service_ms(prompt_tokens) * np.ones(len(sent)))
+        before = np.concatenate(([0.0], service[:-1]))
+        start = np.maximum.accumulate(np.maximum(sent - before, free_ms))
+        arrive = start + service
+        return arrive, float(arrive[-1])
+
+
+NONE = Frontend()

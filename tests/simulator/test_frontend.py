@@ -1,0 +1,104 @@
+"""The front end between client and scheduler, and benchmark protocols: hand-computed cases, the
+closed form against its recurrence, and the timed closed loop against the per-request reference."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import Frontend, StepPricer, TokenBudget, Workload, per_request, plan, simulate
+from simulator.benchmarks import PROTOCOLS, protocol
+from tests.conftest import examples
+from tests.simulator.reference import reference
+from tests.simulator.test_timeline import _request_times, affine, one_ms, policies, workloads
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(sent=st.lists(st.floats(0, 50, allow_nan=False), min_size=0, max_size=20),
+       prompts=st.lists(st.integers(1, 4000), min_size=20, max_size=20),
+       request_ms=st.floats(0, 5), token_us=st.floats(0, 3), free=st.floats(0, 60))
+def test_admission_closed_form_equals_the_queue_recurrence(sent, prompts, request_ms, token_us, free):
+    fe = Frontend(request_ms=request_ms, prompt_token_us=token_us)
+    sent = sorted(sent)
+    at, free_after = fe.admit(np.array(sent), np.array(prompts[:len(sent)]), free)
+    busy, expect = free, []
+    for t, n in zip(sent, prompts, strict=False):
+        busy = max(t, busy) + request_ms + token_us * 1e-3 * n
+        expect.append(busy)
+    assert np.allclose(at, expect)
+    assert free_after == pytest.approx(busy)
+
+
+def test_one_request_loop_hand_computed():
+    # C=1, 3 prompts of 4 tokens, output 2, one 1 ms step each: prefill (1 ms), decode (1 ms).
+    # The API server takes 0.5 ms a request; a token reaches the client 0.25 ms after its step.
+    # Request 0: at the scheduler 0.5, steps 0.5-1.5 (first token), 1.5-2.5; the client has the
+    # first token at 1.75 (TTFT 1.75) and the last at 2.75, sends request 1, at the scheduler 3.25.
+    fe = Frontend(request_ms=0.5, return_ms=0.25)
+    w = Workload(4, 2, 8, 1, arrival="closed", num_prompts=3, measure="all", frontend=fe)
+    p = plan(w, TokenBudget(), step_ms=StepPricer(one_ms, TokenBudget()))
+    rows = per_request(p, np.ones(p.num_steps))
+    assert rows["arrival_ms"].tolist() == [0.0, 2.75, 5.5]
+    assert rows["first_token_ms"].tolist() == [1.75, 4.5, 7.25]
+    assert rows["ttft_ms"].tolist() == [1.75, 1.75, 1.75]
+    assert rows["tpot_ms"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_lookahead_waits_a_step_while_the_engine_is_busy():
+    # C=2, prompt 2, output 3, budget 2 (one prefill a step), 1 ms steps, no front-end times.
+    # A replacement sent when its predecessor finishes is scheduled from the next step on (sync), or
+    # from the one after (async: the next step was scheduled while the last one ran).
+    sync = Workload(2, 3, 2, 2, arrival="closed", num_prompts=4, measure="all", frontend=Frontend())
+    lookahead = dataclasses.replace(sync, frontend=Frontend(lookahead_steps=1))
+    assert not sync.timed and lookahead.timed
+    a = simulate(sync, one_ms, TokenBudget())
+    b = simulate(lookahead, one_ms, TokenBudget())
+    assert b.ttft_ms > a.ttft_ms  # replacements reach a step later while others run
+
+
+fronts = st.builds(Frontend, request_ms=st.sampled_from([0.0, 0.25, 1.0, 3.0]),
+                   prompt_token_us=st.sampled_from([0.0, 20.0]), return_ms=st.sampled_from([0.0, 0.5, 2.0]),
+                   lookahead_steps=st.integers(0, 1))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(w=workloads(("closed", "poisson")), fe=fronts, policy=policies)
+def test_timed_loops_behind_a_front_end_equal_the_reference(w, fe, policy):
+    w = dataclasses.replace(w, frontend=fe)
+    reqs, _, _, step_keys, _ = reference(w, policy, affine)
+    pricer = StepPricer(affine, policy) if w.timed else None
+    p = plan(w, policy, step_ms=pricer)
+    assert [p.shapes[i] for i in p.step_shape] == step_keys
+    if pricer is None:
+        return
+    ends = np.concatenate(([0.0], p.step_end_ms))
+    ours = [(a, f + p.token_delay_ms, e + p.token_delay_ms) for a, f, e in _request_times(p, ends)]
+    assert np.allclose(ours, sorted((r.arrival, r.first, r.finish) for r in reqs))
+
+
+@pytest.mark.parametrize(("name", "arrival", "c", "asked", "expect"), [
+    ("steady", "closed", 8, 0, (0, 0, "steady")),
+    ("aiperf", "closed", 8, 0, (176, 16, "all")),
+    ("aiperf", "closed", 8, 100, (116, 16, "all")),
+    ("vllm-bench", "closed", 8, 0, (1000, 0, "all")),
+    ("vllm-bench", "closed", 8, 64, (64, 0, "all")),
+    ("aiperf", "poisson", 1, 0, (0, 0, "all")),
+    ("aiperf", "burst", 8, 0, (0, 0, "steady")),
+])
+def test_protocols_send_and_measure_as_their_clients(name, arrival, c, asked, expect):
+    assert protocol(name).load(arrival, c, asked, "steady") == expect
+
+
+def test_warm_up_requests_are_not_measured():
+    w = Workload(4, 3, 8, 2, arrival="closed", num_prompts=10, measure="all", warmup_requests=4)
+    m = simulate(w, one_ms, TokenBudget())
+    assert m.measured_requests == 6
+    with pytest.raises(ValueError, match="warmup_requests=4 is a benchmark protocol's"):
+        Workload(4, 3, 8, 2, arrival="closed", num_prompts=10, warmup_requests=4)
+    assert set(PROTOCOLS) == {"steady", "aiperf", "vllm-bench"}
+    with pytest.raises(ValueError, match="benchmark must be one of"):
+        protocol("genai")
