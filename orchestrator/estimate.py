@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from latency import ForwardKey, load_device
-from orchestrator.evaluate import evaluate_point
+from orchestrator.evaluate import costs, evaluate_point
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
 from orchestrator.scenario import Scenario, engine_default_budget
@@ -40,10 +40,6 @@ def configure(values: dict) -> Scenario:
             raise InputError(name, list(getattr(s, name)), "exactly one value for estimate")
     s = _resolve_ep(s)
     s.validate()
-    ranks = s.attention_dp_sizes[0]
-    if s.arrival != "poisson" and s.concurrency % ranks:
-        raise InputError("concurrency", s.concurrency, f"a multiple of attention_dp = {ranks} (each attention "
-                         "rank serves an equal share of the instance's requests)")
     return s
 
 
@@ -67,12 +63,32 @@ def job_of(s: Scenario) -> Job:
     return Job(s.role, layout, s.max_batched_tokens[0])
 
 
+def busiest_rank(concurrency: int, ranks: int) -> int:
+    """Requests on the busiest attention-DP rank: the engines' balancers give each rank
+    floor(C / ranks) or one more (C = 5 over 4 ranks: 2, 1, 1, 1)."""
+    return -(-concurrency // ranks)
+
+
 def estimate(s: Scenario) -> dict:
-    """The point row of the configuration (throughputs over all dp instances)."""
+    """The point row of the configuration (throughputs over all dp instances). Attention-DP ranks
+    step in lockstep (the MoE layers join them every layer), so every rank runs at the busiest one's
+    pace: latencies and memory are the busiest rank's, and the instance's throughputs are the busiest
+    rank's scaled by the requests in flight (a lighter rank makes fewer tokens a step)."""
     job = job_of(s)
-    ranks = job.layout.attention_dp  # the load is the instance's: each attention rank takes an equal share
-    rate = s.request_rate / ranks if s.arrival == "poisson" else None
-    return evaluate_point(s, job, s.concurrency // ranks, rate=rate)
+    ranks = job.layout.attention_dp
+    if s.arrival == "poisson":
+        return evaluate_point(s, job, s.concurrency // ranks, rate=s.request_rate / ranks)
+    n = busiest_rank(s.concurrency, ranks)
+    row = evaluate_point(s, job, n)
+    if n * ranks == s.concurrency:
+        return row
+    share = s.concurrency / (n * ranks)
+    row = dict(row, concurrency=s.concurrency)
+    for column in ("request_throughput", "output_throughput", "output_throughput_per_device", "goodput"):
+        row[column] *= share
+    for column in ("num_prompts", "measured_requests"):
+        row[column] = round(row[column] * share)
+    return {**row, **costs(s.usd_per_device_hour * s.num_devices, row["output_throughput"])}
 
 
 def run_tables(s: Scenario):
@@ -84,7 +100,7 @@ def run_tables(s: Scenario):
 
     job = job_of(s)
     ranks = job.layout.attention_dp
-    requests, steps = point_tables(s, job, s.concurrency // ranks,
+    requests, steps = point_tables(s, job, busiest_rank(s.concurrency, ranks),
                                    s.request_rate / ranks if s.arrival == "poisson" else None)
     return pd.DataFrame(requests), pd.DataFrame(steps)
 
@@ -100,7 +116,7 @@ def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
     chunk = min(job.max_batched_tokens, row["effective_input_length"])
     keys = [] if s.role == "decode" else [ForwardKey(False, 1, chunk, chunk)]
     if s.role != "prefill" and s.typical("output_length") > 1:
-        per_rank = row["concurrency"] // row.get("attention_dp", 1)
+        per_rank = busiest_rank(row["concurrency"], row.get("attention_dp", 1))
         keys.append(ForwardKey(True, max(1, per_rank), 1 + s.mtp_tokens,
                                s.typical("input_length") + s.typical("output_length") // 2))
     return keys

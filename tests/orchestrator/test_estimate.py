@@ -104,3 +104,19 @@ def test_moe_layouts_from_csv_columns_tp_attention_dp_moe_tp_ep(tmp_path):
     bad = run(*moe, "--from-csv", str(src), "--output", str(out))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "line 2, column moe_tp: 2 is not allowed; expected tp x attention_dp / ep = 8 / 2" in bad.stderr
+
+
+def test_uneven_attention_dp_loads_run_at_the_busiest_ranks_pace():
+    # 5 requests over 4 attention ranks: the balancer gives 2, 1, 1, 1; the lockstep step is the rank
+    # of 2's, so latencies are those of 8 requests (2 a rank) and throughput 5/8 of theirs
+    values = {"model": "Qwen/Qwen3-30B-A3B", "device": "H100_SXM", "num_devices": 4, "input_length": 1024,
+              "output_length": 64, "tp_sizes": (1,), "attention_dp_sizes": (4,), "arrival": "closed",
+              "scheduler": "token-budget", "num_prompts": 40}
+    uneven = estimate(configure({**values, "concurrency": 5}))
+    even = estimate(configure({**values, "concurrency": 8}))
+    assert uneven["concurrency"] == 5 and even["concurrency"] == 8
+    assert (uneven["ttft_ms"], uneven["tpot_ms"], uneven["peak_kv_tokens"]) == (
+        even["ttft_ms"], even["tpot_ms"], even["peak_kv_tokens"])
+    for column in ("request_throughput", "output_throughput", "output_throughput_per_device"):
+        assert uneven[column] == pytest.approx(even[column] * 5 / 8)
+    assert estimate(configure({**values, "concurrency": 3}))["ttft_ms"] < uneven["ttft_ms"]  # 1 a rank
