@@ -32,6 +32,9 @@ def configure(values: dict) -> Scenario:
     if not values.get("attention_dp_sizes"):
         values["attention_dp_sizes"] = (1,)
     if not values.get("tp_sizes"):
+        if values.get("num_devices") is None:
+            raise InputError("num_devices", None, "a device count, or one --tp-sizes value (with --pp-size and "
+                             "--attention-dp-sizes) that implies it")
         adp = values["attention_dp_sizes"][0] if len(values["attention_dp_sizes"]) == 1 else 1
         values["tp_sizes"] = (values["num_devices"] // (values.get("pp", 1) * adp) or 1,)
     s = Scenario(**values)

@@ -154,7 +154,9 @@ FIELDS: tuple[Field, ...] = (
        group="hardware"),
     Field("device", str, None, "device id (latency/data/devices/*.toml) or a .toml path", required=True,
        group="hardware"),
-    Field("num_devices", int, None, "devices in the deployment", low=1, required=True, group="hardware"),
+    Field("num_devices", int, None, "devices in the deployment", low=1, group="hardware",
+       default_help="tp x pp x attention_dp when one --tp-sizes (and at most one --attention-dp-sizes) is given, "
+       "else required"),
     Field("input_length", Lengths, None, "prompt tokens per request: an integer, or a distribution "
        "(uniform:LOW:HIGH, normal:MEAN:STD:MIN:MAX, lognormal:MEDIAN:SIGMA:MIN:MAX, bins:LOW-HIGH@WEIGHT,...)",
        "tokens", default_help="required unless --trace"),

@@ -60,7 +60,12 @@ def engine_default_budget(device) -> int:
 
 class _ScenarioMethods:
     def __post_init__(self) -> None:
-        """Fill the defaults that depend on the device: quantisation, and the token budget."""
+        """Fill the defaults that depend on the device: quantisation, and the token budget; and the
+        device count a single layout implies."""
+        if self.num_devices is None and len(self.tp_sizes) == 1 and len(self.attention_dp_sizes) <= 1:
+            ranks = self.attention_dp_sizes[0] if self.attention_dp_sizes else 1
+            if isinstance(self.pp, int) and isinstance(self.tp_sizes[0], int) and isinstance(ranks, int):
+                object.__setattr__(self, "num_devices", self.tp_sizes[0] * self.pp * ranks)
         try:
             device = load_device(self.device)
         except ValueError:
@@ -124,6 +129,9 @@ class _ScenarioMethods:
             load_device(self.device)
         except ValueError as err:
             raise InputError("device", self.device, str(err).split("; ", 1)[-1]) from None
+        if self.num_devices is None:
+            raise InputError("num_devices", None, "a device count, or one --tp-sizes value (with --pp-size and "
+                             "--attention-dp-sizes) that implies it")
         for f in FIELDS:
             f.check(getattr(self, f.name))
         self._validate_cross(spec)

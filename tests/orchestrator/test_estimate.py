@@ -120,3 +120,34 @@ def test_uneven_attention_dp_loads_run_at_the_busiest_ranks_pace():
     for column in ("request_throughput", "output_throughput", "output_throughput_per_device"):
         assert uneven[column] == pytest.approx(even[column] * 5 / 8)
     assert estimate(configure({**values, "concurrency": 3}))["ttft_ms"] < uneven["ttft_ms"]  # 1 a rank
+
+
+def test_a_layout_implies_its_device_count(tmp_path):
+    implied = configure({"model": "Qwen/Qwen3-30B-A3B", "device": "H100_SXM", "input_length": 1024,
+                         "output_length": 64, "tp_sizes": (2,), "attention_dp_sizes": (2,), "pp": 1,
+                         "concurrency": 4})
+    assert implied.num_devices == 4
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--tp-sizes", "1", "--concurrency", "8",
+            "--input-length", "1024", "--output-length", "128")
+    assert p.returncode == 0, p.stderr
+    assert "on 1 x H200_SXM, tp1pp1dp1" in p.stdout
+    table = tmp_path / "layouts.csv"
+    table.write_text("tp,concurrency\n1,4\n2,4\n")
+    out = tmp_path / "out.csv"
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--input-length", "1024", "--output-length", "64",
+            "--from-csv", str(table), "--output", str(out))
+    assert p.returncode == 0, p.stderr
+    rows = pd.read_csv(out)
+    assert rows["tp"].tolist() == [1, 2] and rows["dp"].tolist() == [1, 1]  # one instance on tp devices
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tp-sizes", "2", "--num-devices", "3"], "--tp-sizes: 2 is not allowed; expected a divisor of --num-devices 3 "
+     "(with pp=1)"),
+    ([], "--num-devices: None is not allowed; expected a device count, or one --tp-sizes value"),
+])
+def test_a_device_count_the_layout_cannot_fill_names_both(args, message):
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--concurrency", "8", "--input-length", "1024",
+            "--output-length", "128", *args)
+    assert p.returncode == 2
+    assert message in p.stderr and "Traceback" not in p.stderr
