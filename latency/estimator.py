@@ -214,18 +214,33 @@ class RooflineModel:
         return {"total": total}
 
     def _attention(self, step, dec, conc, q, s, n_steps, peak, detail: bool):
+        """Full-attention layers attend to the whole context; sliding-window layers (gpt-oss: every
+        other layer, 128 tokens) to the last `sliding_window` positions of each query, and read
+        only that much KV. Attention sinks (one learned logit per head) add no cost worth pricing."""
+        m = self.model
+        per_step, bound = self._attention_layer(step, dec, conc, q, s, n_steps, peak, detail)
+        per_step = per_step * m.num_full_layers
+        if m.num_sliding_layers:
+            windowed, _ = self._attention_layer(step, dec, conc, q, s, n_steps, peak, False, m.sliding_window)
+            per_step = per_step + windowed * m.num_sliding_layers
+        return per_step, bound
+
+    def _attention_layer(self, step, dec, conc, q, s, n_steps, peak, detail: bool, window: int = 0):
+        """One layer's attention ms per step; with a `window` each query sees at most that many keys
+        and the step reads at most that much of each request's KV."""
         d, m = self.device, self.model
         kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
-        pairs = q * (s - q) + q * (q + 1) / 2  # causal (query, key) pairs per request
+        pairs = _causal_pairs(q, s, window)
+        keys_read = np.minimum(s, window) if window else s
         d_qk = np.where(dec, self.d_qk_decode, self.d_qk_prefill)
         d_v = np.where(dec, self.d_v_decode, self.d_v_prefill)
         flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
         if m.is_mla:  # prefill expands the cached latent of the earlier context into K and V
             flops = flops + np.where(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
-        bytes_ = conc * (s * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
+        bytes_ = conc * (keys_read * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
         kernel = KERNELS["attention"] * d.kernel_overhead_us + np.where(dec, 0.0, d.prefill_attention_overhead_us)
         ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail)
-        per_step = np.bincount(step, weights=ms, minlength=n_steps) * m.num_layers
+        per_step = np.bincount(step, weights=ms, minlength=n_steps)
         return per_step, _step_bound(step, bound, n_steps) if detail else None
 
     def _moe(self, tokens, peak, detail: bool):
@@ -290,6 +305,17 @@ class RooflineModel:
     @property
     def memory(self) -> MemoryPicture:
         return self.memory_for(self.activation_tokens)
+
+
+def _causal_pairs(q, s, window: int = 0):
+    """(query, key) pairs of q new tokens ending at context s: query at position p (0-based) sees
+    p + 1 keys, at most `window` (0: no window). Sum over p in [s - q, s): the part below the window
+    as an arithmetic series, the rest `window` each."""
+    if not window:
+        return q * (s - q) + q * (q + 1) / 2
+    first = s - q
+    below = np.maximum(np.minimum(s, window), first)  # positions first..below-1 see p + 1 < window keys
+    return (below * (below + 1) - first * (first + 1)) / 2 + window * np.maximum(0, s - np.maximum(first, window))
 
 
 def _ring(group: int, msg, bw: float, lat: float):

@@ -61,7 +61,10 @@ class MemoryAccount:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        layers = -(-self.model.num_layers // self.parallel.pp)
+        """KV of one token of context on the fullest stage. Sliding-window layers hold only their
+        window per request (vLLM's hybrid allocator frees older blocks), so a token of context costs
+        the full-attention layers' KV; the window's few blocks per request are left out."""
+        layers = -(-self.model.num_full_layers // self.parallel.pp)
         return layers * self.share.kv_elems_per_token_layer * self.quant.kv_bytes
 
     def activation_bytes(self, tokens: int) -> float:

@@ -35,6 +35,8 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     max_position_embeddings: int = 0   # longest context the model was trained for; 0: not stated
+    sliding_window: int = 0            # tokens a sliding-window layer attends to (0: none)
+    num_sliding_layers: int = 0        # layers with sliding-window attention (the others attend to all)
 
     @property
     def is_moe(self) -> bool:
@@ -56,9 +58,21 @@ class ModelSpec:
     def expert_params(self) -> int:
         return 3 * self.hidden_size * self.moe_intermediate_size
 
+    @property
+    def num_full_layers(self) -> int:
+        """Layers whose attention (and KV) spans the whole context."""
+        return self.num_layers - self.num_sliding_layers
+
     @classmethod
     def from_config(cls, config: dict, name: str = "custom") -> ModelSpec:
-        """Parse a Hugging Face config dict; a missing required key is an error naming it."""
+        """Parse a Hugging Face config dict; a missing required key is an error naming it. A
+        multimodal wrapper's `text_config` is the language model served. Routed experts are
+        `num_experts`, `n_routed_experts` (DeepSeek) or `num_local_experts` (Mixtral, MiniMax,
+        gpt-oss; their experts are `intermediate_size` wide and every layer is sparse)."""
+        if isinstance(config.get("text_config"), dict) and "hidden_size" not in config:
+            config = {**config["text_config"], "quantization_config": config["text_config"].get(
+                "quantization_config", config.get("quantization_config"))}
+        _refuse_unknown(config, name)
 
         def need(key):
             if key not in config:
@@ -67,11 +81,14 @@ class ModelSpec:
 
         hidden, heads = need("hidden_size"), need("num_attention_heads")
         layers = need("num_hidden_layers")
-        experts = config.get("num_experts") or config.get("n_routed_experts") or 0
+        experts = config.get("num_experts") or config.get("n_routed_experts") or config.get("num_local_experts") or 0
+        local = bool(config.get("num_local_experts")) and not config.get("moe_intermediate_size")
         dense = 0
         if experts:
             if "first_k_dense_replace" in config:
                 dense = config["first_k_dense_replace"]
+            elif local:
+                dense = 0  # Mixtral-style: every layer's MLP is the experts
             else:
                 # Qwen-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not
                 # listed in mlp_only_layers
@@ -89,8 +106,10 @@ class ModelSpec:
             vocab_size=need("vocab_size"),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
             num_experts=experts,
-            experts_per_token=config.get("num_experts_per_tok", 0) if experts else 0,
-            moe_intermediate_size=config.get("moe_intermediate_size", 0) if experts else 0,
+            experts_per_token=(config.get("num_experts_per_tok") or config.get("experts_per_token") or 0)
+            if experts else 0,
+            moe_intermediate_size=(need("intermediate_size") if local else config.get("moe_intermediate_size", 0))
+            if experts else 0,
             num_shared_experts=config.get("n_shared_experts") or 0,
             num_dense_layers=dense,
             q_lora_rank=config.get("q_lora_rank") or 0,
@@ -99,6 +118,7 @@ class ModelSpec:
             qk_rope_head_dim=config.get("qk_rope_head_dim") or 0,
             v_head_dim=config.get("v_head_dim") or 0,
             max_position_embeddings=_context_length(config),
+            **_sliding(config, layers),
         )
         spec.validate()
         return spec
@@ -112,6 +132,39 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: experts_per_token must be in [1, {self.num_experts}]")
         if self.is_moe and self.moe_intermediate_size < 1:
             raise ValueError(f"model {self.name!r}: moe_intermediate_size must be >= 1")
+
+
+#: config keys of architectures whose cost we do not model: each names what is missing
+UNMODELLED = {
+    "linear_attn_config": "linear (non-softmax) attention layers",
+    "full_attn_idxs": "hybrid linear/full attention layers",
+    "ssm_cfg": "state-space (Mamba) layers",
+    "mamba_expand": "state-space (Mamba) layers",
+    "attn_layer_period": "hybrid attention/state-space layers",
+}
+
+
+def _refuse_unknown(config: dict, name: str) -> None:
+    """A config whose architecture has a part we do not price is refused, naming the part."""
+    for key, what in UNMODELLED.items():
+        if key in config:
+            raise ValueError(f"model config {name!r} has {key!r}: servesweep does not model {what}")
+    types = set(config.get("layer_types") or ())
+    unknown = types - {"full_attention", "sliding_attention"}
+    if unknown:
+        raise ValueError(f"model config {name!r} has layer_types {sorted(unknown)}: servesweep models "
+                         "full_attention and sliding_attention layers only")
+
+
+def _sliding(config: dict, layers: int) -> dict:
+    """Sliding-window layers: those `layer_types` names (gpt-oss: every other layer), or all layers
+    when a window is set without types (Mistral) and `use_sliding_window` is not false (Qwen)."""
+    window = config.get("sliding_window") or 0
+    if not window or config.get("use_sliding_window") is False:
+        return {}
+    types = config.get("layer_types")
+    sliding = sum(1 for t in types if t == "sliding_attention") if types else layers
+    return {"sliding_window": int(window), "num_sliding_layers": sliding} if sliding else {}
 
 
 def _context_length(config: dict) -> int:

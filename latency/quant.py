@@ -22,6 +22,9 @@ _LINEAR = {  # our names and the reference tool's (quantize-linear-action)
     "fp8": (1.0, "fp8"), "w8a8_fp8": (1.0, "fp8"), "fp8_dynamic": (1.0, "fp8"),
     "w4a16": (0.5, "bf16"), "w4a16_static": (0.5, "bf16"), "int4": (0.5, "bf16"),
     "w8a16": (1.0, "bf16"), "w8a16_static": (1.0, "bf16"),
+    # 4-bit floats with a shared scale: MXFP4 (an 8-bit scale per 32 weights: 4.25 bits), NVFP4 (an FP8
+    # scale per 16: 4.5 bits); priced weight-only (bf16 compute), as Hopper runs them
+    "mxfp4": (4.25 / 8, "bf16"), "nvfp4": (4.5 / 8, "bf16"),
 }
 _KV = {"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "disabled": 2.0, "int8": 1.0, "fp8": 1.0, "c8": 1.0}
 LINEAR_CHOICES = tuple(sorted(_LINEAR))

@@ -1,0 +1,59 @@
+"""The MoE architectures people deploy now, parsed from their published config.json, and the
+sliding-window attention of gpt-oss priced by hand."""
+
+import numpy as np
+import pytest
+
+from latency import ForwardKey, build_latency_model, load_model
+from latency.estimator import _causal_pairs
+from latency.model import ModelSpec
+
+
+def test_shipped_moe_architectures_parse_as_published():
+    oss = load_model("openai/gpt-oss-120b")
+    assert (oss.num_experts, oss.experts_per_token, oss.moe_intermediate_size) == (128, 4, 2880)
+    assert oss.num_dense_layers == 0
+    assert (oss.sliding_window, oss.num_sliding_layers, oss.num_full_layers) == (128, 18, 18)
+    minimax = load_model("MiniMaxAI/MiniMax-M2.5")
+    assert (minimax.num_experts, minimax.experts_per_token, minimax.moe_intermediate_size) == (256, 8, 1536)
+    assert minimax.num_sliding_layers == 0 and minimax.num_shared_experts == 0
+    kimi = load_model("moonshotai/Kimi-K2.5")  # a DeepSeek-V3 text model inside a multimodal wrapper
+    assert (kimi.num_experts, kimi.num_shared_experts, kimi.num_dense_layers, kimi.num_layers) == (384, 1, 1, 61)
+    assert kimi.is_mla and kimi.kv_lora_rank == 512 and kimi.hidden_size == 7168
+    qwen = load_model("Qwen/Qwen3-32B")  # a window declared but switched off
+    assert qwen.num_sliding_layers == 0
+
+
+@pytest.mark.parametrize(("key", "what"), [("ssm_cfg", "state-space"), ("linear_attn_config", "linear")])
+def test_an_architecture_we_do_not_price_is_named(key, what):
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+              "vocab_size": 100, key: {}}
+    with pytest.raises(ValueError, match=f"has '{key}': servesweep does not model {what}"):
+        ModelSpec.from_config(config, "odd")
+    config = {**config, key: None}
+    del config[key]
+    with pytest.raises(ValueError, match=r"layer_types \['mamba'\]"):
+        ModelSpec.from_config({**config, "layer_types": ["mamba", "full_attention"]}, "odd")
+
+
+@pytest.mark.parametrize(("q", "s", "window", "expect"), [
+    (4, 4, 0, 10),      # 1 + 2 + 3 + 4
+    (4, 4, 2, 7),       # 1 + 2 + 2 + 2
+    (1, 1000, 128, 128),  # a decode token sees the window
+    (3, 10, 128, 27),   # 8 + 9 + 10, all under the window
+    (3, 130, 128, 128 * 2 + 128),  # positions 127, 128, 129 see 128 each
+])
+def test_causal_pairs_under_a_window_hand_computed(q, s, window, expect):
+    assert _causal_pairs(np.array([q]), np.array([s]), window)[0] == expect
+
+
+def test_sliding_layers_read_only_their_window():
+    lm = build_latency_model("openai/gpt-oss-120b", device="H200_SXM", tp=1)
+    m = lm.model
+    # KV per token of context: the 18 full-attention layers, 8 KV heads x 64 x (K, V) x bf16
+    assert lm.memory.kv_bytes_per_token == 18 * 2 * 8 * 64 * 2
+    short, long_ = lm.breakdown([ForwardKey(True, 64, 1, 1024), ForwardKey(True, 64, 1, 65536)]).pipe(
+        lambda t: t[t["op"] == "attention"]["ms"].tolist())
+    # a 64x longer context: the full layers read 64x the KV, the sliding ones the same 128 tokens
+    assert 30 < long_ / short < 64
+    assert m.num_full_layers + m.num_sliding_layers == m.num_layers
