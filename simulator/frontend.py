@@ -30,34 +30,30 @@ class Frontend:
     prompt_token_us: float = 0.0  # tokenisation per prompt token, serial with the above
     return_ms: float = 0.0        # a token from the end of its step to the client (detokenise, stream)
     lookahead_steps: int = 0      # 1: async scheduling, a step is scheduled while the one before runs
+    client_ms: float = 0.0        # mean time a closed-loop client takes to send a replacement (exponential)
 
     def __post_init__(self) -> None:
-        for name in ("request_ms", "prompt_token_us", "return_ms"):
+        for name in ("request_ms", "prompt_token_us", "return_ms", "client_ms"):
             check_number(name, getattr(self, name), low=0)
         check_int("lookahead_steps", self.lookahead_steps, 0, 1)
 
     @property
     def active(self) -> bool:
         """Whether it changes any time (a zero front end leaves a plan as the engine alone plays it)."""
-        return bool(self.request_ms or self.prompt_token_us or self.return_ms or self.lookahead_steps)
+        return bool(self.request_ms or self.prompt_token_us or self.return_ms or self.lookahead_steps
+                    or self.client_ms)
 
-    def service_ms(self, prompt_tokens) -> np.ndarray:
-        """API server time of each request (a number or an array of prompt lengths)."""
-        return self.request_ms + self.prompt_token_us * 1e-3 * np.asarray(prompt_tokens, dtype=np.float64)
+    def client_delay(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """How long after it may send each of n requests the client sends it (not in its TTFT: the
+        client's clock starts at the send): exponential with mean `client_ms`, drawn in order from
+        the workload's seeded stream."""
+        if not self.client_ms:
+            return np.zeros(n)
+        return rng.exponential(self.client_ms, n)
 
-    def admit(self, sent_ms: np.ndarray, prompt_tokens: np.ndarray, free_ms: float) -> tuple[np.ndarray, float]:
-        """When requests sent at `sent_ms` (in send order) reach the scheduler, through a one-server
-        FIFO that is busy until `free_ms`; returns (arrival times, when it is free again).
-        Arrival i = max(sent_i, arrival_{i-1}) + service_i, in closed form: the service sums plus
-        the running maximum of (sent_j - service sums before j)."""
-        sent = np.asarray(sent_ms, dtype=np.float64)
-        if not len(sent):
-            return sent, free_ms
-        service = np.cumsum(self.service_ms(prompt_tokens) * np.ones(len(sent)))
-        before = np.concatenate(([0.0], service[:-1]))
-        start = np.maximum.accumulate(np.maximum(sent - before, free_ms))
-        arrive = start + service
-        return arrive, float(arrive[-1])
+    def service_ms(self, prompt_tokens: int) -> float:
+        """API server time of one request of `prompt_tokens` tokens."""
+        return self.request_ms + self.prompt_token_us * 1e-3 * prompt_tokens
 
 
 NONE = Frontend()

@@ -9,6 +9,7 @@ in decode `[count, end_tick, first_step]`.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ DECODE_CONTEXT_ROUND = 128
 #: float slack when rounding a mean context up: a mean a hair above a multiple stays on it
 CONTEXT_EPS = 1e-9
 PHASES = ("both", "prefill", "decode")
+#: the seed stream of the front end's handling times (apart from arrival times' and lengths')
+FRONTEND_STREAM = 2
 #: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
 STEADY_MARGIN = 0.1
 DECODE_CONTEXTS = ("mean", "mid")
@@ -262,9 +265,12 @@ class _Arrivals:
         self.steady: list[bool] = []
         self.sent = 0  # requests handed to the scheduler
         self.frontend = w.frontend if w.frontend is not None and w.frontend.active else NO_FRONTEND
-        self.sent_ms: list[float] = []  # timed: client send time of every request sent so far
+        self.waiting: list[tuple] = []  # timed: (send time, order made, prompt) not through the API server yet
+        self.made = 0                   # timed: requests the client has made
+        self.sent_ms: list[float] = []  # timed: send time of every request through the API server
         self.at: list[float] = []       # timed: when each reaches the scheduler
-        self.free_ms = 0.0              # when the front end is free of the requests before
+        self.free_ms = 0.0              # when the API server is free of the requests before
+        self.rng = np.random.default_rng([w.seed, FRONTEND_STREAM])
         if w.arrival == "poisson":
             self.create(w.arrival_times_ms())
 
@@ -289,31 +295,49 @@ class _Arrivals:
 
     @property
     def created(self) -> int:
-        """Requests the client has sent: handed to the scheduler, or still in the front end (timed)."""
-        return len(self.at) if self.at else self.sent
+        """Requests the client has made: handed to the scheduler, or still on their way (timed)."""
+        return self.made if self.made else self.sent
 
     def replacements(self, finished: int) -> int:
         """Closed loop: requests sent to replace `finished` ones (until all prompts are sent)."""
         return min(finished, self.total - self.created)
 
-    def create(self, sent_ms) -> None:
-        """Timed: the client sends requests at `sent_ms` (in order); the front end lets them through."""
-        lo = len(self.at)
-        sent = np.asarray(sent_ms, dtype=np.float64)
-        kinds = self.w.kinds
-        ids = np.zeros(len(sent), dtype=np.int64) if kinds.kind_of is None else kinds.kind_of[lo:lo + len(sent)]
-        at, self.free_ms = self.frontend.admit(sent, np.asarray(kinds.input)[ids], self.free_ms)
-        self.sent_ms.extend(sent.tolist())
-        self.at.extend(at.tolist())
+    def create(self, ready_ms) -> None:
+        """Timed: the client may send requests at `ready_ms`; it sends each after its client delay,
+        and the API server takes them in the order sent."""
+        sent = np.asarray(ready_ms, dtype=np.float64) + self.frontend.client_delay(self.rng, len(ready_ms))
+        kind_of, prompt = self.w.kinds.kind_of, self.w.kinds.input
+        for t in sent.tolist():
+            heapq.heappush(self.waiting, (t, self.made, prompt[0 if kind_of is None else kind_of[self.made]]))
+            self.made += 1
 
-    def due(self, clock: float) -> list[float]:
-        """Timed: send times of the requests that reached the scheduler by `clock`, not handed to it yet."""
-        end = bisect.bisect_right(self.at, clock, lo=self.sent)
+    def _serve(self, until: float) -> None:
+        """The API server takes the requests sent by `until`, one at a time in send order (none sent
+        later can come before them: the client sends only at or after the clock)."""
+        while self.waiting and self.waiting[0][0] <= until:
+            self._serve_next()
+
+    def _serve_next(self) -> None:
+        t, _, prompt = heapq.heappop(self.waiting)
+        self.free_ms = max(t, self.free_ms) + self.frontend.service_ms(prompt)
+        self.at.append(self.free_ms)
+        self.sent_ms.append(t)
+
+    def due(self, seen: float, clock: float) -> list[float]:
+        """Timed: send times of the requests that reached the scheduler by `seen`, not handed to it yet."""
+        self._serve(clock)
+        end = bisect.bisect_right(self.at, seen, lo=self.sent)
         return self.sent_ms[self.sent:end]
 
     def next_time(self) -> float | None:
-        """Timed: when the next request not handed to the scheduler reaches it (None: none is coming yet)."""
-        return self.at[self.sent] if self.sent < len(self.at) else None
+        """Timed: when the next request reaches the scheduler, if nothing new is sent before it (the
+        engine idle, or within a run that finishes nobody); None when none is on its way."""
+        if self.sent < len(self.at):
+            return self.at[self.sent]
+        if not self.waiting:
+            return None
+        t, _, prompt = self.waiting[0]
+        return max(t, self.free_ms) + self.frontend.service_ms(prompt)
 
 
 class _Cycle:
@@ -461,7 +485,7 @@ def plan(
                 clock = seen = max(clock, arrivals.next_time())
             elif lookahead and step_end:
                 seen = step_end[-1] - shape_ms[step_shape[-1]]
-            for t in arrivals.due(seen):
+            for t in arrivals.due(seen, clock):
                 send(1, step - 1, t)
         view.ready_decode = pool.ready
         sp = ahead or scheduler.plan_step(view)

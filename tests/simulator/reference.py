@@ -48,14 +48,21 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
     sends = list(w.arrival_times_ms()) if w.arrival == "poisson" else []
     reqs, fifo, decoding = [], [], []
     fe = w.frontend if w.frontend is not None and w.frontend.active else None
-    behind = []  # front end: (when it reaches the scheduler, when the client sent it), in order
-    free = [0.0]
+    made = []    # front end: every request the client made, as [send time, index, at the scheduler]
+    rng = np.random.default_rng([w.seed, 2])
 
-    def client_sends(t):  # the API server takes requests one at a time, in the order sent
-        i = len(reqs) + len(behind)
-        start = max(t, free[0])
-        free[0] = start + fe.request_ms + fe.prompt_token_us * 1e-3 * int(prompts[i])
-        behind.append((free[0], t))
+    def client_sends(ready):  # each sent after its client delay
+        for t in (np.array(ready, dtype=float) + fe.client_delay(rng, len(ready))).tolist():
+            made.append([t, len(made), None])
+
+    def through(until):  # the API server takes them one at a time, in send order
+        free = 0.0
+        for r in sorted(made):
+            if r[0] > until:
+                break
+            free = max(r[0], free) + fe.request_ms + fe.prompt_token_us * 1e-3 * int(prompts[r[1]])
+            r[2] = free
+        return sorted((r[2], r[0]) for r in made if r[2] is not None and r[0] <= until)
 
     def send(t):
         i = len(reqs)
@@ -69,8 +76,7 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
             fifo.append(len(reqs) - 1)
 
     if fe is not None:
-        for t0 in sends if w.arrival == "poisson" else [0.0] * min(w.concurrency, total):
-            client_sends(t0)
+        client_sends(sends if w.arrival == "poisson" else [0.0] * min(w.concurrency, total))
     elif w.arrival != "poisson":
         for _ in range(min(w.concurrency, total)):
             send(0.0)
@@ -79,9 +85,10 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         if fe is not None:
             seen = t - dur if fe.lookahead_steps and step_ends else t  # async: scheduled a step ahead
             if not fifo and not decoding:
-                t = seen = max(t, behind[0][0])
-            while behind and behind[0][0] <= seen:
-                send(behind.pop(0)[1])
+                t = seen = max(t, through(math.inf)[len(reqs)][0])
+            for at, sent in through(t)[len(reqs):]:
+                if at <= seen:
+                    send(sent)
         elif w.arrival == "poisson":
             if not fifo and not decoding:
                 t = max(t, sends[len(reqs)])
@@ -142,8 +149,11 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         for r in reqs:
             r.gone = r.finish is not None
         if w.arrival == "closed":
-            for _ in range(min(finished_now, total - len(reqs) - len(behind))):
-                client_sends(t + fe.return_ms) if fe is not None else send(t)
+            new = min(finished_now, total - (len(made) if fe is not None else len(reqs)))
+            if fe is not None and new:
+                client_sends([t + fe.return_ms] * new)
+            for _ in range(new if fe is None else 0):
+                send(t)
     if fe is not None and phase != "decode":  # the client sees every token return_ms after its step
         for r in reqs:
             r.first += fe.return_ms
