@@ -1,12 +1,17 @@
 """End-to-end fidelity against measured serving runs (closed loop at fixed concurrency).
 
     python bench/fidelity_e2e.py [--reference ../shared/reference/measured_serving.csv] [--fit]
+                                 [--benchmark aiperf|vllm-bench|steady]
 
 Every row of `measured_serving.csv` (vLLM, SGLang, TensorRT-LLM on H100/H200) is simulated as a
-burst (the RFC's window) and as the benchmark ran it (PROTOCOL: a closed loop of num_prompts =
-10 x concurrency with every request measured, as benchmark clients report; SGLang's rows match a
-single wave, num_prompts = concurrency), with the token-budget scheduler at the engines' default
-budget, and compared with the measured mean TTFT and TPOT.
+burst (the RFC's window) and as the benchmark ran it (`--benchmark`, default aiperf: 2C warm-up
+requests, then 20C measured, as AIConfigurator's bench_run.sh runs aiperf), with the token-budget
+scheduler at the engines' default budget, and compared with the measured mean TTFT and TPOT. The
+last prediction adds the engine's front end (its profile's [frontend] times: the client's and API
+server's time between steps, `simulator.frontend`), which makes the closed loop timed.
+
+`--fit` also fits each engine's front end on its FIT rows (a grid over return_ms and client_ms;
+the step times as fitted first), and prints the [frontend] tables to ship.
 
 `--fit` fits, on the FIT rows only, the NVLink all-reduce efficiency of H100/H200 (a grid) and per
 engine its framework time (latency/data/engines/*.toml: step_ms per step + request_us per request
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -31,6 +37,7 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow
 
 from latency import EngineProfile, RooflineModel, build_latency_model, load_device, load_engine  # noqa: E402
 from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, replay, step_times  # noqa: E402
+from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
@@ -41,7 +48,9 @@ BUDGET, MAX_SEQS = 8192, 1024
 #: the NVLink all-reduce efficiency before calibration (what "kernels only" is priced with)
 BEFORE_COMM = 0.65
 #: how the measured runs were driven, as the data show it: (arrival, prompts per unit of concurrency)
-PROTOCOL = {"vllm": ("closed", 10), "trtllm": ("closed", 10), "sglang": ("closed", 10)}
+BENCHMARK = "aiperf"
+#: the front-end grid `--fit` searches per engine: (return_ms, client_ms)
+FRONTEND_GRID = tuple((r, c) for r in (0.0, 2.0, 5.0) for c in (0.0, 3.0, 10.0, 30.0))
 #: candidate NVLink all-reduce efficiencies (H100 and H200 share NVLink 4)
 COMM_GRID = (0.65, 0.8, 0.9, 1.0)
 #: the rows a profile is fitted on; every other row is held out
@@ -71,18 +80,18 @@ class Row:
     """One measured run, planned once as a burst and as the benchmark ran it, priced per candidate
     all-reduce efficiency (kernels only; the engine's overhead is added per step when replayed)."""
 
-    def __init__(self, r):
+    def __init__(self, r, benchmark: str = BENCHMARK):
         self.r = r
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
                                       quantization="fp8" if r.precision == "fp8" else "bf16")
         self.devices = self.lm.devices_per_instance
         scheduler = TokenBudget(max_num_seqs=MAX_SEQS)
-        arrival, per = PROTOCOL[r.engine]
         c = int(r.batch_size)
+        prompts, warmup, measured = protocol(benchmark).load("closed", c, 0, "steady")
         self.plans, self.workloads, self.scheduler = {}, {}, scheduler
         for label, w in (("burst", Workload(int(r.isl), int(r.osl), BUDGET, c)),
-                         ("bench", Workload(int(r.isl), int(r.osl), BUDGET, c, arrival=arrival,
-                                            num_prompts=per * c if arrival == "closed" else 0, measure="all"))):
+                         ("bench", Workload(int(r.isl), int(r.osl), BUDGET, c, arrival="closed",
+                                            num_prompts=prompts, measure=measured, warmup_requests=warmup))):
             self.workloads[label] = w
             p = plan(w, scheduler)
             requests = np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
@@ -123,10 +132,10 @@ class Row:
         return m.ttft_ms, m.tpot_ms
 
 
-def errors(rows, comm, params_of, label="bench") -> pd.DataFrame:
+def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None) -> pd.DataFrame:
     out = []
     for row in rows:
-        ttft, tpot = row.predict(label, comm, *params_of(row.r.engine))
+        ttft, tpot = row.predict(label, comm, *params_of(row.r.engine), frontend_of(row.r.engine))
         out.append({"ttft_err": ttft / row.r.silicon_ttft_ms - 1, "tpot_err": tpot / row.r.silicon_tpot_ms - 1})
     return pd.DataFrame(out)
 
@@ -163,17 +172,36 @@ def fit(rows):
     return best[1], best[2]
 
 
-def table(rows, comm, params_of) -> pd.DataFrame:
+def fit_frontend(rows, engine: str, comm: float, params) -> tuple[Frontend | None, float]:
+    """The front end of FRONTEND_GRID with the lowest median |log(predicted / measured)| TTFT over the
+    FIT rows of one engine (TPOT hardly moves with it); returns (front end, that median)."""
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound]
+    best = (None, math.inf)
+    for return_ms, client_ms in FRONTEND_GRID:
+        fe = Frontend(return_ms=return_ms, client_ms=client_ms)
+        err = float(np.median([abs(np.log(row.predict("bench", comm, *params, fe)[0] / row.r.silicon_ttft_ms))
+                               for row in mine])) if mine else 0.0
+        print(f"  [{engine}] return_ms {return_ms:g}, client_ms {client_ms:g}: median |log TTFT ratio| {err:.3f}",
+              file=sys.stderr)
+        if err < best[1]:
+            best = (fe if fe.active else None, err)
+    return best
+
+
+def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     keys = pd.DataFrame([{"split": r.r.split + (" KV-bound" if r.kv_bound else ""), "model": r.r.model_path,
                           "GPU": r.r.system, "engine": r.r.engine} for r in rows])
     parts = []
     shipped_comm = {r.r.device: load_device(r.r.device).eff_communication for r in rows}
     assert len(set(shipped_comm.values())) == 1, "H100 and H200 share one NVLink efficiency"
     before = next(iter(shipped_comm.values())) if comm is None else BEFORE_COMM
-    for label, plan_label, c, params in (("burst, kernels only", "burst", before, lambda e: (0, 0)),
-                                         ("as run, kernels only", "bench", before, lambda e: (0, 0)),
-                                         ("as run, calibrated", "bench", comm or before, params_of)):
-        e = errors(rows, c, params, plan_label).abs()
+    none = lambda e: None  # noqa: E731
+    for label, plan_label, c, params, fe in (("burst, kernels only", "burst", before, lambda e: (0, 0), none),
+                                             ("as run, kernels only", "bench", before, lambda e: (0, 0), none),
+                                             ("as run, calibrated", "bench", comm or before, params_of, none),
+                                             ("as run, calibrated + front end", "bench", comm or before, params_of,
+                                              frontend_of)):
+        e = errors(rows, c, params, plan_label, fe).abs()
         parts.append(pd.concat([keys, e], axis=1).assign(model_=label))
     full = pd.concat(parts)
     g = full.groupby(["split", "model", "GPU", "engine", "model_"], sort=False)
@@ -191,12 +219,14 @@ def main() -> None:
     ap.add_argument("--reference", type=Path, default=REFERENCE, help="measured_serving.csv")
     ap.add_argument("--fit", action="store_true", help="fit the engine profiles on the FIT rows and print them")
     ap.add_argument("--max-rows", type=int, default=0, help="use every k-th row only (quick look), 0 = all")
+    ap.add_argument("--benchmark", choices=BENCHMARKS, default=BENCHMARK,
+                    help=f"the protocol the measured runs are simulated as (default {BENCHMARK})")
     a = ap.parse_args()
     d = configs(a.reference)
     if a.max_rows:
         d = d.iloc[:: max(1, len(d) // a.max_rows)]
     started = time.perf_counter()
-    rows = [Row(r) for r in d.itertuples()]
+    rows = [Row(r, a.benchmark) for r in d.itertuples()]
     print(f"{len(rows)} measured runs planned in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if a.fit:
         comm, fitted = fit(rows)
@@ -206,13 +236,25 @@ def main() -> None:
 
         def params_of(e):
             return fitted[e]
+
+        fronts = {e: fit_frontend(rows, e, comm, fitted[e]) for e in ENGINES.values()}
+        for e, (fe, err) in fronts.items():
+            times = "" if fe is None else f"return_ms = {fe.return_ms:g}, client_ms = {fe.client_ms:g}"
+            print(f"[{e}.frontend] {times or '(none)'}  # fit median |log TTFT ratio| {err:.3f}")
+
+        def frontend_of(e):
+            return fronts[e][0]
     else:
         comm = None
 
         def params_of(e):
             p = load_engine(e)
             return p.step_ms, p.request_us
-    out = table(rows, comm, params_of)
+
+        def frontend_of(e):
+            times = dict(load_engine(e).frontend)
+            return Frontend(**times) if times else None
+    out = table(rows, comm, params_of, frontend_of)
     fmt = {"TTFT |err|": "{:.1%}".format, "TPOT |err|": "{:.1%}".format}
     print(out.to_string(index=False, formatters=fmt))
 

@@ -19,16 +19,22 @@ else:  # pragma: no cover
 DATA = Path(__file__).parent / "data" / "engines"
 
 
+#: a profile's front-end times (`simulator.frontend.Frontend`: what a request spends outside the
+#: forward steps, between client and scheduler); read here so that one file describes an engine
+FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "lookahead_steps")
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """A step costs `step_ms` + `request_us` per request in it + `token_us` per token it computes,
-    on top of its kernels."""
+    on top of its kernels. `frontend` holds the [frontend] table's times (FRONTEND_KEYS)."""
 
     name: str = "none"
     step_ms: float = 0.0
     request_us: float = 0.0
     token_us: float = 0.0
     source: str = ""
+    frontend: tuple = ()  # ((key, value), ...) of the [frontend] table
 
     def overhead_ms(self, requests, tokens):
         return self.step_ms + (self.request_us * requests + self.token_us * tokens) * 1e-3
@@ -50,4 +56,17 @@ def load_engine(name: str) -> EngineProfile:
             values[key] = float(check_number(f"{path.name}: {key}", data.get(key, 0.0), low=0))
         except RangeError as err:
             raise ValueError(str(err)) from None
-    return EngineProfile(name=name, source=str(data.get("source", "")), **values)
+    table = data.get("frontend", {})
+    unknown = sorted(set(table) - set(FRONTEND_KEYS))
+    if unknown:
+        raise ValueError(f"{path.name}: [frontend] has unknown keys {unknown}; known: {', '.join(FRONTEND_KEYS)}")
+    frontend = []
+    for key in FRONTEND_KEYS:
+        if key in table:
+            try:
+                high = 1 if key == "lookahead_steps" else None
+                frontend.append((key, check_number(f"{path.name}: [frontend] {key}", table[key], low=0, high=high,
+                                                   integer=key == "lookahead_steps")))
+            except RangeError as err:
+                raise ValueError(str(err)) from None
+    return EngineProfile(name=name, source=str(data.get("source", "")), frontend=tuple(frontend), **values)

@@ -10,10 +10,11 @@ from collections import OrderedDict
 from dataclasses import replace
 from functools import lru_cache
 
+from latency import load_engine
 from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
-from simulator import StepPricer, Workload, plan, price, step_times
+from simulator import Frontend, StepPricer, Workload, plan, price, step_times
 from simulator.benchmarks import protocol
 from simulator.metrics import goodput, measure
 
@@ -62,7 +63,14 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
                     burstiness=s.burstiness, seed=s.seed, measure=measured, mix=s.request_mix,
-                    warmup_requests=warmup)
+                    warmup_requests=warmup, frontend=_frontend(s.engine) if s.arrival != "burst" else None)
+
+
+@lru_cache(maxsize=16)
+def _frontend(engine: str) -> Frontend | None:
+    """The engine's front end (its profile's [frontend] times); None when it has none."""
+    times = dict(load_engine(engine).frontend)
+    return Frontend(**times) if times else None
 
 
 def direct_pricer(lm, keys, fused: bool):

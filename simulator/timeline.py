@@ -67,6 +67,8 @@ class Plan:
     event_ms: np.ndarray | None = None
     step_end_ms: np.ndarray | None = None
     token_delay_ms: float = 0.0  # a token reaches the client this long after its step ends (front end)
+    preemptions: int = 0  # KV-bound plans: running requests preempted (freed, recomputed later)
+    kv_blocks: int = 0    # KV-bound plans: the pool they were admitted to (blocks of 16 tokens); 0: unbounded
 
     @property
     def num_steps(self) -> int:
@@ -412,6 +414,11 @@ def plan(
     if not isinstance(context_round, int) or context_round < 1:
         raise ValueError(f"context_round must be an integer >= 1, got {context_round!r}")
     w = workload
+    if w.kv_blocks:
+        from simulator.kvbound import plan_kv_bound
+
+        return plan_kv_bound(w, scheduler, w.kv_blocks, phase=phase, decode_context=decode_context,
+                             context_round=context_round, step_ms=step_ms)
     timed, closed = w.timed, w.arrival == "closed"
     if timed and step_ms is None:
         raise ValueError("a timed workload (Poisson, or a closed loop behind a front end) is planned with its "

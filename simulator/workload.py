@@ -63,6 +63,7 @@ class Workload:
     measure: str = "steady"       # "all": every request counts, warm-up and drain too (as benchmark clients)
     mix: RequestMix | None = None  # per-request lengths; None: every request input_length / output_length
     warmup_requests: int = 0      # measure "all": the first this many requests are a benchmark's warm-up, not measured
+    kv_blocks: int = 0            # a KV pool of this many 16-token blocks admits requests as vLLM does; 0: unbounded
     frontend: Frontend | None = None  # the API server between client and scheduler (closed, poisson); None: none
 
     def __post_init__(self) -> None:
@@ -96,6 +97,7 @@ class Workload:
             raise ValueError(f"measure must be one of {MEASURES}, got {self.measure!r}")
         check_int("num_prompts", self.num_prompts, 0)
         check_int("warmup_requests", self.warmup_requests, 0)
+        check_int("kv_blocks", self.kv_blocks, 0)
         if self.warmup_requests and self.measure != "all":
             raise ValueError(f"warmup_requests={self.warmup_requests} is a benchmark protocol's: "
                              "it needs measure 'all'")
