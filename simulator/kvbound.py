@@ -121,74 +121,183 @@ class KVBoundPlanner:
         r.blocks = 0
 
 
-def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_context: str = "mean",
-                  context_round: int = 128, step_ms=None):
-    """Plan `w` under `scheduler` (token-budget) with a KV pool of `kv_blocks` blocks; a `Plan` like
-    `simulator.timeline.plan`'s, with its `preemptions` and `kv_blocks` set."""
-    from simulator.timeline import NO_FRONTEND, Plan, _Arrivals, _round_context
+class DecodeRun:
+    """Fast-forward over pure decode steps. Claim: a step in which every running request decoded
+    and nobody was preempted, admitted or finished is followed by the same step, one token further,
+    while nobody finishes, the running requests' blocks fit the pool (free blocks only shrink then,
+    so a waiting request that did not fit still does not), the decode key's rounded mean context
+    holds and (timed) no request reaches the scheduler. `enabled = False` plays every step."""
 
-    _check(w, scheduler, kv_blocks, phase)
-    timed, closed = w.timed, w.arrival == "closed"
-    if timed and step_ms is None:
-        raise ValueError("a timed workload is planned with its prices: pass step_ms")
-    kinds = w.kinds
-    planner = KVBoundPlanner(w, scheduler, kv_blocks)
-    arrivals = _Arrivals(w)
-    lookahead = arrivals.frontend.lookahead_steps if arrivals.frontend is not NO_FRONTEND else 0
+    enabled = True
 
-    def send(count: int, step: int, ms: float = 0.0) -> None:
-        first = arrivals.sent
-        event = arrivals.add(count, step, ms)
+    def steps(self, planner: KVBoundPlanner, d: int, ctx: int, fixed, round_to: int) -> int:
+        """How many such steps follow (0: none)."""
+        running = planner.running
+        R = len(running)
+        if not self.enabled or d != R or not R:
+            return 0
+        tokens = np.fromiter((r.tokens for r in running), dtype=np.int64, count=R)
+        finish = min(r.output - r.out for r in running) - 1
+        return max(0, min(finish, _fitting_steps(tokens, planner.pool),
+                          math.inf if fixed is not None else _same_context(int(tokens.sum()), R, ctx, round_to)))
+
+
+def _fitting_steps(tokens: np.ndarray, pool: int) -> int:
+    """The first j >= 0 at which requests of `tokens` tokens, each j further, need more than `pool`
+    blocks: sum ceil((t + j) / B) = Q + R m + #{a >= B - s} for j = B m + s, with a = (t + B - 1) % B."""
+    R = len(tokens)
+    q, a = np.divmod(tokens + BLOCK_SIZE - 1, BLOCK_SIZE)
+    Q = int(q.sum())
+    over = np.concatenate(([0], np.cumsum(np.bincount(a, minlength=BLOCK_SIZE)[::-1])[:-1]))  # #{a >= B - s}
+    m = np.maximum(0, (pool - Q - over) // R + 1)
+    return int((BLOCK_SIZE * m + np.arange(BLOCK_SIZE)).min())
+
+
+def _same_context(total: int, R: int, ctx: int, round_to: int) -> int:
+    """Steps j >= 0 whose decode context (total + R j) / R rounds to `ctx` (the key grows with j)."""
+    from simulator.timeline import _round_context
+
+    def same(j: int) -> bool:
+        return _round_context((total + R * j) / R, round_to) == ctx
+
+    if not same(0):
+        return 0
+    j = max(0, int(ctx - total / R))
+    while j > 0 and not same(j):
+        j -= 1
+    while same(j + 1):
+        j += 1
+    return j + 1
+
+
+class _KVPlan:
+    """One KV-bound plan being made: the planner, the arrivals, the steps and their shapes, the clock."""
+
+    def __init__(self, w, scheduler, kv_blocks: int, step_ms, decode_context: str, context_round: int,
+                 run: DecodeRun):
+        from simulator.timeline import NO_FRONTEND, _Arrivals, _round_context
+
+        self.w, self.step_ms, self.run, self.round_context = w, step_ms, run, _round_context
+        self.planner = KVBoundPlanner(w, scheduler, kv_blocks)
+        self.arrivals = _Arrivals(w)
+        self.timed = w.timed
+        self.lookahead = self.arrivals.frontend.lookahead_steps if self.arrivals.frontend is not NO_FRONTEND else 0
+        self.fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
+        self.round_to = context_round
+        self.book, self.shape_ms = ShapeBook(1), []
+        self.step_shape, self.step_decode, self.step_end, self.finished = [], [], [], []
+        self.clock = 0.0
+
+    def send(self, count: int, step: int, ms: float = 0.0) -> None:
+        a, kinds = self.arrivals, self.w.kinds
+        first = a.sent
+        event = a.add(count, step, ms)
         for kind, n in kinds.runs(first, first + count):
             for _ in range(n):
-                planner.waiting.append(_Request(kind, kinds.input[kind], kinds.output[kind], kinds.cached[kind],
-                                                event))
+                self.planner.waiting.append(_Request(kind, kinds.input[kind], kinds.output[kind],
+                                                     kinds.cached[kind], event))
 
-    if not timed:
-        send(min(w.concurrency, arrivals.total), -1)
-    elif closed:
-        arrivals.create(np.zeros(min(w.concurrency, arrivals.total)))
-    fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
-    book, shape_ms = ShapeBook(1), []
-    step_shape, step_decode, step_end, finished = [], [], [], []
-    clock, left = 0.0, arrivals.total
-    while left:
-        step = len(step_shape)
-        if timed:
-            seen = clock
-            if not planner.waiting and not planner.running:
-                clock = seen = max(clock, arrivals.next_time())
-            elif lookahead and step_end:
-                seen = step_end[-1] - shape_ms[step_shape[-1]]
-            for t in arrivals.due(seen, clock):
-                send(1, step - 1, t)
-        scheduled = planner.step()
+    def arrive(self, step: int) -> None:
+        """Timed: hand the scheduler what reached it (jumping the clock when the engine is idle)."""
+        seen = self.clock
+        if not self.planner.waiting and not self.planner.running:
+            self.clock = seen = max(self.clock, self.arrivals.next_time())
+        elif self.lookahead and self.step_end:
+            seen = self.step_end[-1] - self.shape_ms[self.step_shape[-1]]
+        for t in self.arrivals.due(seen, self.clock):
+            self.send(1, step - 1, t)
+
+    def play(self) -> int:
+        """One step (and the decode run after it); returns the requests that finished."""
+        step, before = len(self.step_shape), self.planner.preemptions
+        scheduled = self.planner.step()
         if not scheduled:
-            raise RuntimeError(f"a KV pool of {kv_blocks} blocks cannot hold one request of the workload")
-        shape_id, d = _register(book, scheduled, fixed, context_round, _round_context)
-        if timed and shape_id == len(shape_ms):
-            shape_ms.append(step_ms(book.shape(shape_id)))
-        step_shape.append(shape_id)
-        step_decode.append(d)
-        if timed:
-            clock += shape_ms[shape_id]
-            step_end.append(clock)
-        done = _advance(planner, scheduled, step, finished, phase)
+            raise RuntimeError(f"a KV pool of {self.planner.pool + NULL_BLOCKS} blocks cannot hold one request "
+                               "of the workload")
+        shape_id, d, ctx = _register(self.book, scheduled, self.fixed, self.round_to, self.round_context)
+        self._record(shape_id, d, 1)
+        done = _advance(self.planner, scheduled, step, self.finished)
+        if not done and self.planner.preemptions == before and len(scheduled) == d:
+            self._decode_run(shape_id, d, ctx)
+        return done
+
+    def _decode_run(self, shape_id: int, d: int, ctx: int) -> None:
+        k = self.run.steps(self.planner, d, ctx, self.fixed, self.round_to)
+        if self.timed:
+            k = self._before_arrival(k)
+        if k <= 0:
+            return
+        for r in self.planner.running:
+            r.computed += k
+            r.out += k
+            self.planner._take(r, r.computed)
+        self.planner.peak_blocks = max(self.planner.peak_blocks, self.planner.pool - self.planner.free)
+        self._record(shape_id, d, k)
+
+    def _before_arrival(self, k: int) -> int:
+        """Of k steps, those that start before the next request reaches the scheduler."""
+        nxt = self.arrivals.next_time()
+        if nxt is None:
+            return k
+        dur = self.shape_ms[self.step_shape[-1]]
+        for j in range(k):
+            start = self.clock + j * dur
+            if nxt <= (start - dur if self.lookahead else start):
+                return j
+        return k
+
+    def _record(self, shape_id: int, d: int, k: int) -> None:
+        if self.timed and shape_id == len(self.shape_ms):
+            self.shape_ms.append(self.step_ms(self.book.shape(shape_id)))
+        self.step_shape.extend([shape_id] * k)
+        self.step_decode.extend([d] * k)
+        if self.timed:
+            for _ in range(k):
+                self.clock += self.shape_ms[shape_id]
+                self.step_end.append(self.clock)
+
+    def replace(self, done: int) -> None:
+        """Closed loop: the client replaces the requests that finished."""
+        a = self.arrivals
+        new = a.replacements(done)
+        if new and self.timed:
+            a.create(np.full(new, self.clock + a.frontend.return_ms))
+        elif new:
+            self.send(new, len(self.step_shape) - 1)
+
+
+def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_context: str = "mean",
+                  context_round: int = 128, step_ms=None, run: DecodeRun | None = None):
+    """Plan `w` under `scheduler` (token-budget) with a KV pool of `kv_blocks` blocks; a `Plan` like
+    `simulator.timeline.plan`'s, with its `preemptions` and `kv_blocks` set. `run` is the decode-run
+    fast-forward (DecodeRun(); one with enabled False plays every step)."""
+    from simulator.timeline import Plan
+
+    _check(w, scheduler, kv_blocks, phase)
+    if w.timed and step_ms is None:
+        raise ValueError("a timed workload is planned with its prices: pass step_ms")
+    k = _KVPlan(w, scheduler, kv_blocks, step_ms, decode_context, context_round, run or DecodeRun())
+    a, closed = k.arrivals, w.arrival == "closed"
+    if not k.timed:
+        k.send(min(w.concurrency, a.total), -1)
+    elif closed:
+        a.create(np.zeros(min(w.concurrency, a.total)))
+    left = a.total
+    while left:
+        if k.timed:
+            k.arrive(len(k.step_shape))
+        done = k.play()
         left -= done
         if closed and done:
-            new = arrivals.replacements(done)
-            if new and timed:
-                arrivals.create(np.full(new, clock + arrivals.frontend.return_ms))
-            elif new:
-                send(new, step)
-    counts = np.ones(len(finished), dtype=np.int64)
-    arrival, first, finish, kind = (np.array(col, dtype=np.int64) for col in zip(*finished, strict=True))
-    return Plan(w, scheduler, phase, book.table(), np.array(step_shape, dtype=np.int64), counts, first, finish,
-                float(planner.peak_blocks * BLOCK_SIZE), arrival, np.array(arrivals.steps, dtype=np.int64),
-                np.array(arrivals.steady), np.array(step_decode, dtype=np.int64), kind,
-                np.array(arrivals.ms) if timed else None, np.array(step_end) if timed else None,
-                arrivals.frontend.return_ms if timed else 0.0, preemptions=planner.preemptions,
-                kv_blocks=kv_blocks)
+            k.replace(done)
+    counts = np.ones(len(k.finished), dtype=np.int64)
+    arrival, first, finish, kind = (np.array(col, dtype=np.int64) for col in zip(*k.finished, strict=True))
+    timed = k.timed
+    return Plan(w, scheduler, phase, k.book.table(), np.array(k.step_shape, dtype=np.int64), counts, first, finish,
+                float(k.planner.peak_blocks * BLOCK_SIZE), arrival, np.array(a.steps, dtype=np.int64),
+                np.array(a.steady), np.array(k.step_decode, dtype=np.int64), kind,
+                np.array(a.ms) if timed else None, np.array(k.step_end) if timed else None,
+                a.frontend.return_ms if timed else 0.0, preemptions=k.planner.preemptions, kv_blocks=kv_blocks)
 
 
 def _check(w, scheduler, kv_blocks: int, phase: str) -> None:
@@ -203,8 +312,8 @@ def _check(w, scheduler, kv_blocks: int, phase: str) -> None:
         raise ValueError(f"kv_blocks must be an integer >= 1, got {kv_blocks!r}")
 
 
-def _register(book: ShapeBook, scheduled, fixed, context_round: int, round_context) -> tuple[int, int]:
-    """The step's shape id and its decode count: prefill entries by (tokens, context after), decodes
+def _register(book: ShapeBook, scheduled, fixed, context_round: int, round_context) -> tuple[int, int, int]:
+    """The step's shape id, its decode count and decode context: prefill entries by (tokens, context after), decodes
     (one token of a request whose prompt and tokens are all in KV) with the mean context after."""
     entries: dict[tuple[int, int], int] = {}
     d = context = 0
@@ -216,10 +325,10 @@ def _register(book: ShapeBook, scheduled, fixed, context_round: int, round_conte
             key = (n, r.computed + n)
             entries[key] = entries.get(key, 0) + 1
     ctx = 0 if not d else fixed if fixed is not None else round_context(context / d, context_round)
-    return book.one(tuple(sorted(entries.items())), d, ctx), d
+    return book.one(tuple(sorted(entries.items())), d, ctx), d, ctx
 
 
-def _advance(planner: KVBoundPlanner, scheduled, step: int, finished: list, phase: str) -> int:
+def _advance(planner: KVBoundPlanner, scheduled, step: int, finished: list) -> int:
     """Run the step: tokens computed, a token sampled by every request whose tokens are all in KV;
     the requests done leave (finish records: arrival event, first step, finish step, kind)."""
     done = 0

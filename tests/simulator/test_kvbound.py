@@ -134,3 +134,48 @@ def test_kv_bound_refusals_name_what_is_not_modelled():
         plan(Workload(64, 4, 64, 1, kv_blocks=2), TokenBudget())
     assert np.array_equal(plan(Workload(16, 4, 64, 3, kv_blocks=1000), TokenBudget()).step_shape,
                           plan(Workload(16, 4, 64, 3), TokenBudget()).step_shape)
+
+
+def _same_plan(a, b) -> None:
+    assert [a.shapes[i] for i in a.step_shape] == [b.shapes[i] for i in b.step_shape]
+    for name in ("counts", "first_step", "finish_step", "arrival", "event_step", "step_decode", "kind"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert (a.peak_kv_tokens, a.preemptions) == (b.peak_kv_tokens, b.preemptions)
+    if a.step_end_ms is not None:
+        assert np.allclose(a.step_end_ms, b.step_end_ms) and np.allclose(a.event_ms, b.event_ms)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(case=bound_workloads(), seqs=st.integers(1, 6), timed=st.sampled_from([None, "closed", "poisson"]),
+       ctx=st.sampled_from(["mean", "mid"]), round_to=st.sampled_from([1, 8, 128]))
+def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx, round_to):
+    import dataclasses
+
+    from simulator import Frontend, StepPricer
+    from simulator.kvbound import DecodeRun, plan_kv_bound
+    from tests.simulator.test_timeline import affine
+
+    w, blocks = case
+    if timed == "closed":
+        w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2),
+                                frontend=Frontend(return_ms=0.5, client_ms=2.0))
+    elif timed == "poisson":
+        w = dataclasses.replace(w, arrival="poisson", num_prompts=max(w.prompts, 2), request_rate=200.0)
+    scheduler = TokenBudget(max_num_seqs=seqs)
+    off = DecodeRun()
+    off.enabled = False
+    plans = [plan_kv_bound(w, scheduler, blocks, decode_context=ctx, context_round=round_to, run=run,
+                           step_ms=StepPricer(affine, scheduler) if w.timed else None) for run in (DecodeRun(), off)]
+    _same_plan(*plans)
+
+
+@pytest.mark.parametrize(("tokens", "pool", "expect"), [
+    ([16, 16], 2, 1),    # a block each holds 16 tokens; one more token needs a second block each
+    ([17, 17], 4, 16),   # 2 blocks each, until 33 tokens need a third
+    ([16, 30], 4, 3),    # 1 + 2 blocks; at +1 the first needs 2 (4 in all), at +3 the second needs 3
+    ([1], 10, 160),      # 10 blocks hold 160 tokens: the 161st needs an 11th
+])
+def test_fitting_steps_hand_computed(tokens, pool, expect):
+    from simulator.kvbound import _fitting_steps
+
+    assert _fitting_steps(np.array(tokens), pool) == expect
