@@ -391,6 +391,10 @@ def cmd_estimate(a) -> int:
           f"({row['peak_kv_tokens']:.0f} of {row['kv_capacity_tokens']} tokens), activations "
           f"{row['activation_gib']:.2f} GiB, free {row['available_gib']:.2f} GiB"
           f"{'' if row['fits_memory'] else '  -- DOES NOT FIT'}")
+    if row["kv_bound"]:
+        print(f"KV cache bound the load: requests waited for blocks as vLLM queues them; "
+              f"{row['decoding_requests']:.1f} decoding on average of {row['concurrency']} in flight, "
+              f"{row['preemptions']} preemptions (recomputed)")
     table = breakdown(s, row)
     print("\nper-op breakdown of a typical step:")
     print(table.to_string(index=False, formatters={"ms": "{:.3f}".format, "share": "{:.1%}".format}))

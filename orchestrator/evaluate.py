@@ -14,8 +14,9 @@ from latency import load_engine
 from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
-from simulator import Frontend, StepPricer, Workload, plan, price, step_times
+from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, step_times
 from simulator.benchmarks import protocol
+from simulator.kvbound import BLOCK_SIZE
 from simulator.metrics import goodput, measure
 
 PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
@@ -89,10 +90,34 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     on time, so its steps are priced while planned (a per-process step pricer remembers them)."""
     w = workload(s, job.max_batched_tokens, n, rate)
     lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
+    planned = _planned(w, scheduler, job.role, s.decode_context, lm)
+    blocks = _kv_blocks(w, scheduler, job, lm, planned)
+    if blocks:
+        try:
+            return lm, _planned(replace(w, kv_blocks=blocks), scheduler, job.role, s.decode_context, lm)
+        except RuntimeError:  # the pool cannot hold one request: the point does not fit
+            pass
+    return lm, planned
+
+
+def _planned(w: Workload, scheduler, role: str, decode_context: str, lm):
+    """The plan of a workload: memoised when it depends on counts only, priced while planned when timed."""
     if w.timed:
-        return lm, plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context,
-                        step_ms=_step_pricer(lm, scheduler))
-    return lm, _plan(w, scheduler, phase=PHASE[job.role], decode_context=s.decode_context)
+        return plan(w, scheduler, phase=PHASE[role], decode_context=decode_context, step_ms=_step_pricer(lm, scheduler))
+    return _plan(w, scheduler, phase=PHASE[role], decode_context=decode_context)
+
+
+def _kv_blocks(w: Workload, scheduler, job: Job, lm, planned) -> int:
+    """The KV pool (blocks) to admit the workload into when the engine's cache may bind: the plan
+    without one holds more than the cache, its blocks rounded up a block a request. 0: it never
+    binds, or admission is not modelled here (decode-first, MTP, a prefill or decode instance)."""
+    if not isinstance(scheduler, TokenBudget) or job.role != "agg" or w.mtp_tokens:
+        return 0
+    capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
+    in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
+    if planned.peak_kv_tokens + BLOCK_SIZE * in_flight <= capacity:
+        return 0
+    return int(capacity // BLOCK_SIZE)
 
 
 def point_key(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple:
@@ -200,6 +225,7 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
         "goodput": m.goodput * ranks * dp,
         "measured_requests": m.measured_requests * ranks, "steady": m.steady,
         "num_steps": m.num_steps, "prefill_num_chunks": m.prefill_num_chunks,
+        "decoding_requests": m.decoding_requests * ranks, "kv_bound": m.kv_bound, "preemptions": m.preemptions * ranks,
         "effective_input_length": m.effective_input_length,
         "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": mem.kv_capacity_tokens,
         "weights_gib": mem.weights_gib, "kv_gib": kv_gib, "activation_gib": mem.activation_gib,

@@ -43,6 +43,10 @@ POINT_COLUMNS = {
     "weights_gib": "weights per device", "kv_gib": "KV at the fullest step per device",
     "activation_gib": "activation peak per device", "available_gib": "HBM left at the fullest step",
     "fits_memory": "peak KV within capacity",
+    "decoding_requests": "mean requests decoding per step, time-weighted, all attention ranks (below the "
+                         "concurrency when the KV cache bound admission)",
+    "kv_bound": "the KV cache bound admission: requests waited for blocks as vLLM queues them",
+    "preemptions": "running requests preempted for KV blocks (freed, recomputed later)",
     "usd_per_hour": "what the deployment's devices cost per hour (--device-price or the device file; NaN: unknown)",
     "usd_per_mtok": "USD per million output tokens at this throughput (NaN: no price known)",
 }
@@ -51,10 +55,10 @@ POINT_COLUMNS = {
 #: integer and boolean result columns (scenario columns take their type from the field table)
 INT_COLUMNS = {"tp", "pp", "dp", "ep", "attention_dp", "moe_tp", "concurrency", "max_batched_tokens", "num_steps",
                "prefill_num_chunks",
-               "num_prompts", "measured_requests",
+               "num_prompts", "measured_requests", "preemptions",
                "effective_input_length", "kv_capacity_tokens", "prefill_tp", "decode_tp", "prefill_concurrency",
                "decode_concurrency", "prefill_instances", "decode_instances", "devices_used", "cached_tokens"}
-BOOL_COLUMNS = {"fits_memory", "feasible", "steady", "measured"}
+BOOL_COLUMNS = {"fits_memory", "feasible", "steady", "measured", "kv_bound"}
 STR_COLUMNS = {"role", "scenario_id", "mode", "message", "model", "device"}
 
 

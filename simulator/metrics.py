@@ -20,7 +20,9 @@ class Metrics:
     then every request counts). Throughputs of a steady run are completions over the window from
     the first to the last measured arrival, while the load is full; of a burst, N over the makespan.
     `ttft_slo_ms` / `tpot_slo_ms` are at the SLO percentile (the mean when none is given);
-    `goodput` is the request throughput times the share of measured requests within both limits."""
+    `goodput` is the request throughput times the share of measured requests within both limits.
+    `kv_bound`: the KV cache bound admission (requests waited for blocks; `preemptions` running ones
+    were preempted and recomputed)."""
 
     concurrency: int
     ttft_ms: float
@@ -48,6 +50,9 @@ class Metrics:
     goodput: float
     num_devices: int
     num_steps: int
+    decoding_requests: float
+    preemptions: int
+    kv_bound: bool
     prefill_num_chunks: int
     effective_input_length: int
     max_batched_tokens: int
@@ -173,6 +178,8 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
         goodput=goodput(judged, limits),
         num_devices=num_devices,
         num_steps=plan.num_steps,
+        decoding_requests=_decoding(plan, ends),
+        preemptions=plan.preemptions, kv_bound=bool(plan.kv_blocks),
         prefill_num_chunks=w.prefill_num_chunks,
         effective_input_length=w.effective_input_length,
         max_batched_tokens=w.max_batched_tokens,
@@ -180,6 +187,14 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
         arrival=w.arrival, num_prompts=w.prompts, request_rate=w.request_rate,
         measured_requests=int(c.sum()), steady=bool(steady.any()),
     ), judged
+
+
+def _decoding(plan, ends: np.ndarray) -> float:
+    """Requests decoding per step, weighted by the step's time: the load the engine ran (below the
+    concurrency when the KV cache let fewer in)."""
+    durations = np.diff(ends)
+    total = durations.sum()
+    return float((plan.step_decode * durations).sum() / total) if total > 0 else 0.0
 
 
 def _record_times(plan, durations: np.ndarray):
