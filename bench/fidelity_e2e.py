@@ -35,26 +35,45 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from latency import EngineProfile, RooflineModel, build_latency_model, load_device, load_engine  # noqa: E402
+from latency import EngineProfile, RooflineModel, build_latency_model, load_engine, load_model  # noqa: E402
 from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, replay, step_times  # noqa: E402
 from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
-DEVICES = {"h100_sxm": "H100_SXM", "h200_sxm": "H200_SXM"}
+DEVICES = {"h100_sxm": "H100_SXM", "h200_sxm": "H200_SXM", "b200_sxm": "B200"}
 #: engines' default token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
 #: TensorRT-LLM max_num_tokens) and vLLM's max_num_seqs
-BUDGET, MAX_SEQS = 8192, 1024
+BUDGET, BUDGET_LARGE, MAX_SEQS = 8192, 16384, 1024
 #: the NVLink all-reduce efficiency before calibration (what "kernels only" is priced with)
 BEFORE_COMM = 0.65
 #: how the measured runs were driven, as the data show it: (arrival, prompts per unit of concurrency)
 BENCHMARK = "aiperf"
 #: the front-end grid `--fit` searches per engine: (return_ms, client_ms)
 FRONTEND_GRID = tuple((r, c) for r in (0.0, 2.0, 5.0) for c in (0.0, 3.0, 10.0, 30.0))
+NVLINK4 = ("H100_SXM", "H200_SXM")
 #: candidate NVLink all-reduce efficiencies (H100 and H200 share NVLink 4)
 COMM_GRID = (0.65, 0.8, 0.9, 1.0)
 #: the rows a profile is fitted on; every other row is held out
-FIT_MODELS = {("Qwen/Qwen3-32B", "h100_sxm"), ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm")}
+FIT_MODELS = {("Qwen/Qwen3-32B", "h100_sxm"), ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm"),
+              ("MiniMaxAI/MiniMax-M2.5", "h100_sxm"), ("MiniMaxAI/MiniMax-M2.5", "h200_sxm"),
+              ("MiniMaxAI/MiniMax-M2.5", "b200_sxm")}
+MOE_REFERENCE = REFERENCE.with_name("measured_serving_moe.csv")
+#: (gemm_quant_mode, moe_quant_mode) of measured_serving_moe.csv -> our quantisation: the NVFP4 and
+#: MXFP4 checkpoints keep attention in bf16 (their configs exclude self_attn); gpt-oss's "nvfp4" rows
+#: are its MXFP4 checkpoint (weight-only on Hopper, FP4 on B200)
+QUANT = {("fp8", "fp8"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4", ("int4_wo", "int4_wo"): "bf16+int4_wo"}
+
+
+def family(model: str) -> str:
+    spec = load_model(model)
+    return "MLA" if spec.is_mla else "MoE" if spec.is_moe else "dense"
+
+
+def quantization(r) -> str:
+    if isinstance(getattr(r, "moe_quant_mode", None), str):
+        return QUANT[(r.gemm_quant_mode, r.moe_quant_mode)]
+    return "fp8" if r.precision == "fp8" else "bf16"
 
 
 def our_model(path: str) -> str:
@@ -69,8 +88,10 @@ def configs(reference: Path) -> pd.DataFrame:
     d["device"] = d["system"].map(DEVICES)
     d["engine"] = d["backend"].map(ENGINES)
     d["ep"] = d["moe_ep_size"].fillna(1).astype(int)
-    plain = d["attention_dp_size"].isna() | (d["attention_dp_size"] <= 1)
-    d = d[plain & (d["tp_size"] == d["moe_tp_size"].fillna(1) * d["ep"]) | (d["ep"] == 1)]
+    d["attention_dp"] = d["attention_dp_size"].fillna(1).astype(int)
+    d = d[d["tp_size"] * d["attention_dp"] == d["moe_tp_size"].fillna(1) * d["ep"]]
+    d["quantization"] = [quantization(r) for r in d.itertuples()]
+    d["family"] = d["model"].map(family)
     pairs = zip(d["model_path"], d["system"], strict=True)
     d["split"] = ["fit" if pair in FIT_MODELS else "held-out" for pair in pairs]
     return d.reset_index(drop=True)
@@ -83,14 +104,15 @@ class Row:
     def __init__(self, r, benchmark: str = BENCHMARK):
         self.r = r
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
-                                      quantization="fp8" if r.precision == "fp8" else "bf16")
+                                      attention_dp=int(r.attention_dp), quantization=r.quantization)
+        budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
         self.devices = self.lm.devices_per_instance
         scheduler = TokenBudget(max_num_seqs=MAX_SEQS)
         c = int(r.batch_size)
         prompts, warmup, measured = protocol(benchmark).load("closed", c, 0, "steady")
         self.plans, self.workloads, self.scheduler = {}, {}, scheduler
-        for label, w in (("burst", Workload(int(r.isl), int(r.osl), BUDGET, c)),
-                         ("bench", Workload(int(r.isl), int(r.osl), BUDGET, c, arrival="closed",
+        for label, w in (("burst", Workload(int(r.isl), int(r.osl), budget, c)),
+                         ("bench", Workload(int(r.isl), int(r.osl), budget, c, arrival="closed",
                                             num_prompts=prompts, measure=measured, warmup_requests=warmup))):
             self.workloads[label] = w
             p = plan(w, scheduler)
@@ -100,13 +122,19 @@ class Row:
         self.base: dict = {}
         # the engine queues requests the KV cache cannot hold; we do not model that queue, so such
         # runs are reported apart and never fitted
-        self.kv_bound = self.plans["bench"][0].peak_kv_tokens > self.lm.memory_for(BUDGET).kv_capacity_tokens
+        self.kv_bound = self.plans["bench"][0].peak_kv_tokens > self.lm.memory_for(budget).kv_capacity_tokens
+
+    def _device(self, comm: float | None):
+        """The device with the NVLink-4 all-reduce efficiency `comm` (H100, H200; None: the file's own)."""
+        if comm is None or self.r.device not in NVLINK4:
+            return self.lm.device
+        return dataclasses.replace(self.lm.device, eff_communication=comm)
 
     def kernel_prices(self, label: str, comm: float) -> np.ndarray:
         key = (label, comm)
         if key not in self.base:
-            device = dataclasses.replace(self.lm.device, eff_communication=comm)
-            lm = RooflineModel(self.lm.model, device, self.lm.parallel, self.lm.quant, self.lm.reserved_memory_gib)
+            lm = RooflineModel(self.lm.model, self._device(comm), self.lm.parallel, self.lm.quant,
+                               self.lm.reserved_memory_gib)
             self.base[key] = price(lm, self.plans[label][0].price_keys, True)
         return self.base[key]
 
@@ -122,10 +150,9 @@ class Row:
 
     def timed(self, comm: float, step_ms: float, request_us: float, frontend: Frontend) -> tuple[float, float]:
         """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
-        device = dataclasses.replace(self.lm.device, eff_communication=comm)
         engine = EngineProfile("fit", step_ms, request_us)
-        lm = RooflineModel(self.lm.model, device, self.lm.parallel, self.lm.quant, self.lm.reserved_memory_gib,
-                           engine=engine)
+        lm = RooflineModel(self.lm.model, self._device(comm), self.lm.parallel, self.lm.quant,
+                           self.lm.reserved_memory_gib, engine=engine)
         pricer = StepPricer(lm, self.scheduler)
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
         m = replay(p, step_times(p, pricer.prices(p)), self.devices)
@@ -192,9 +219,7 @@ def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     keys = pd.DataFrame([{"split": r.r.split + (" KV-bound" if r.kv_bound else ""), "model": r.r.model_path,
                           "GPU": r.r.system, "engine": r.r.engine} for r in rows])
     parts = []
-    shipped_comm = {r.r.device: load_device(r.r.device).eff_communication for r in rows}
-    assert len(set(shipped_comm.values())) == 1, "H100 and H200 share one NVLink efficiency"
-    before = next(iter(shipped_comm.values())) if comm is None else BEFORE_COMM
+    before = None if comm is None else BEFORE_COMM  # None: each device file's own
     none = lambda e: None  # noqa: E731
     for label, plan_label, c, params, fe in (("burst, kernels only", "burst", before, lambda e: (0, 0), none),
                                              ("as run, kernels only", "bench", before, lambda e: (0, 0), none),

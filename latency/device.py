@@ -75,7 +75,12 @@ class DeviceSpec:
     def scale_up_domain(self) -> int:
         return self.scale_up_devices or self.devices_per_node
 
+    fp4_tflops: float = 0.0  # dense FP4 peak ([compute_tflops] fp4); 0: no FP4 tensor cores
+
     def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s of `dtype`; FP4 on a device without FP4 tensor cores runs as bf16 (weight-only)."""
+        if dtype == "fp4" and not self.fp4_tflops:
+            dtype = "bf16"
         return getattr(self, f"{dtype}_tflops") * 1e12
 
     @property
@@ -112,13 +117,16 @@ class DeviceSpec:
         price = data.get("cost", {}).get("usd_per_hour", 0.0)
         if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
             raise ValueError(f"device file {path}: [cost] usd_per_hour must be a number >= 0, got {price!r}")
+        fp4 = data.get("compute_tflops", {}).get("fp4", 0.0)
+        if isinstance(fp4, bool) or not isinstance(fp4, (int, float)) or fp4 < 0:
+            raise ValueError(f"device file {path}: [compute_tflops] fp4 must be a number >= 0 (0 = none), got {fp4!r}")
         quant = data.get("defaults", {}).get("quantization", "bf16")
         try:
             parse_quantization(quant)
         except ValueError as err:
             raise ValueError(f"device file {path}: [defaults] quantization: {err}") from None
         return cls(name=name, source=str(data.get("source", "")), default_quantization=quant,
-                   scale_up_devices=scale_up, usd_per_hour=float(price), **values)
+                   scale_up_devices=scale_up, usd_per_hour=float(price), fp4_tflops=float(fp4), **values)
 
 
 @lru_cache(maxsize=256)

@@ -55,6 +55,8 @@ def pricing_code_version() -> str:
     for source in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(source.read_bytes())
     return digest.hexdigest()[:12]
+#: an EP all-to-all per MoE layer each way: dispatch the tokens to their experts, combine the results
+A2A_ROUNDS = 2
 OPS = ("qkv_proj", "attention", "o_proj", "mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm",
        "pp_comm", "overhead")
 
@@ -196,7 +198,7 @@ class RooflineModel:
         ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, bf16, detail)
         absent = (np.zeros(n_steps), np.full(n_steps, "-") if detail else None)
         ops["mlp"] = linear(self.mlp_params, self.dense_layers, KERNELS["mlp"]) if self.dense_layers else absent
-        ops["moe"] = self._moe(tokens, lin_peak, detail) if self.moe_layers else absent
+        ops["moe"] = self._moe(tokens, d.peak_flops(qz.experts_dtype), detail) if self.moe_layers else absent
         inter = (self.dense_layers * m.intermediate_size / p.tp
                  + self.moe_layers * m.experts_per_token * m.moe_intermediate_size / p.tp) / L
         ew_bytes = tokens * (HIDDEN_PASSES * h + MLP_ACT_PASSES * inter) * ACT_BYTES
@@ -250,7 +252,7 @@ class RooflineModel:
         k, E = m.experts_per_token, m.num_experts
         routed = tokens * p.attention_dp
         active_frac = 1.0 - (1.0 - k / E) ** routed  # chance that a given expert is picked at least once
-        expert_bytes = m.expert_params / self.expert_tp * self.quant.weight_bytes
+        expert_bytes = m.expert_params / self.expert_tp * self.quant.experts_bytes
         w_bytes = self.local_experts * active_frac * expert_bytes + (self.shared_params + self.router_params) \
             * self.quant.weight_bytes
         per_device = routed * k / p.moe_devices * self.imbalance  # token-expert pairs on the busiest device
@@ -266,6 +268,20 @@ class RooflineModel:
             return d.intra_node_bandwidth_gbps * 1e9 * d.eff_communication, d.intra_node_latency_us * 1e-6
         return d.inter_node_bandwidth_gbps * 1e9 * d.eff_communication, d.inter_node_latency_us * 1e-6
 
+    def _all_to_all(self, sent):
+        """Seconds of one dispatch (or combine) of `sent` bytes per device over the moe_devices of the
+        layer, as DeepEP-style kernels send it: every peer's share in one batched message, the peers
+        in the scale-up domain over its links and the others over the scale-out network at once
+        (whichever takes longer), one latency per round, not per peer."""
+        d, group = self.device, self.parallel.moe_devices
+        local = min(group, d.scale_up_domain)
+        intra_bw, intra_lat = self._link(local)
+        ms = sent * (local - 1) / group / intra_bw
+        if group <= local:
+            return ms + intra_lat
+        inter_bw, inter_lat = self._link(group)
+        return np.maximum(ms, sent * (group - local) / group / inter_bw) + inter_lat
+
     def _comm(self, tokens, detail: bool):
         m, p = self.model, self.parallel
         msg = tokens * m.hidden_size * ACT_BYTES
@@ -276,9 +292,7 @@ class RooflineModel:
             n_allreduce = 2 * m.num_layers - (self.moe_layers if spread else 0)
             tp_ms = _ring(p.tp, msg, *self._link(p.tp)) * n_allreduce * 1e3
         if p.ep > 1:  # all-to-all: dispatch each token to its k experts, combine the results back
-            bw, lat = self._link(p.moe_devices)
-            a2a = 2 * (msg * m.experts_per_token * (p.ep - 1) / p.ep / bw + (p.ep - 1) * lat)
-            ep_ms = a2a * self.moe_layers * 1e3
+            ep_ms = A2A_ROUNDS * self._all_to_all(msg * m.experts_per_token) * self.moe_layers * 1e3
         elif p.attention_dp > 1:  # experts split by tensor parallelism over all ranks: gather, reduce-scatter
             ep_ms = _ring(p.moe_devices, msg * p.attention_dp, *self._link(p.moe_devices)) * self.moe_layers * 1e3
         if p.pp > 1:

@@ -52,8 +52,8 @@ class MemoryAccount:
         w = self.quant.weight_bytes
         per_layer_attn = (sh.qkv_params + sh.o_params) * w
         dense = sh.dense_layers * sh.mlp_params * w
-        moe = sh.moe_layers * (sh.local_experts * m.expert_params / sh.expert_tp + sh.shared_params
-                               + sh.router_params) * w
+        moe = sh.moe_layers * (sh.local_experts * m.expert_params / sh.expert_tp * self.quant.experts_bytes
+                               + (sh.shared_params + sh.router_params) * w)
         layers = (m.num_layers * per_layer_attn + dense + moe) / p.pp
         vocab = m.vocab_size * m.hidden_size / p.tp * 2  # bf16
         vocab_total = vocab * (1 if m.tie_word_embeddings else 2)

@@ -37,6 +37,7 @@ class ModelSpec:
     max_position_embeddings: int = 0   # longest context the model was trained for; 0: not stated
     sliding_window: int = 0            # tokens a sliding-window layer attends to (0: none)
     num_sliding_layers: int = 0        # layers with sliding-window attention (the others attend to all)
+    checkpoint_quantization: str = ""  # the published checkpoint's format (latency.quant names; "": bf16)
 
     @property
     def is_moe(self) -> bool:
@@ -118,6 +119,7 @@ class ModelSpec:
             qk_rope_head_dim=config.get("qk_rope_head_dim") or 0,
             v_head_dim=config.get("v_head_dim") or 0,
             max_position_embeddings=_context_length(config),
+            checkpoint_quantization=_checkpoint_quantization(config),
             **_sliding(config, layers),
         )
         spec.validate()
@@ -154,6 +156,28 @@ def _refuse_unknown(config: dict, name: str) -> None:
     if unknown:
         raise ValueError(f"model config {name!r} has layer_types {sorted(unknown)}: servesweep models "
                          "full_attention and sliding_attention layers only")
+
+
+def _checkpoint_quantization(config: dict) -> str:
+    """The format a checkpoint's `quantization_config` declares, as a quantisation name: block FP8
+    (fp8), MXFP4 experts (bf16+mxfp4, gpt-oss), 4-bit groups of compressed-tensors (int4_wo for
+    integers, nvfp4 for floats), the linear layers kept in bf16 when attention is left out."""
+    qc = config.get("quantization_config") or {}
+    method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
+    ignored = " ".join(str(x) for x in (qc.get("ignore") or qc.get("exclude_modules")
+                                        or qc.get("modules_to_not_convert") or []))
+    kept = "bf16+" if "self_attn" in ignored else ""
+    if method == "fp8":
+        return kept + "fp8" if kept else "fp8"
+    if method == "mxfp4":
+        return "bf16+mxfp4"
+    if method == "nvfp4":
+        return kept + "nvfp4"
+    if method == "compressed-tensors" or (not method and qc.get("config_groups")):
+        weights = [g.get("weights") or {} for g in (qc.get("config_groups") or {}).values()]
+        if weights and all(w.get("num_bits") == 4 for w in weights):
+            return kept + ("nvfp4" if weights[0].get("type") == "float" else "int4_wo")
+    return ""
 
 
 def _sliding(config: dict, layers: int) -> dict:

@@ -70,8 +70,8 @@ class _ScenarioMethods:
             device = load_device(self.device)
         except ValueError:
             return  # validate() names the device
-        if self.quantization is None:  # the device's default (the reference tool's on Ascend devices)
-            object.__setattr__(self, "quantization", device.default_quantization)
+        if self.quantization is None:  # the checkpoint's on GPUs, else the device's (the reference tool's on Ascend)
+            object.__setattr__(self, "quantization", _default_quantization(self.model, device))
         if not self.max_batched_tokens:
             budgets = (engine_default_budget(device),) if self.scheduler == "token-budget" else AUTO_MAX_BATCHED_TOKENS
             object.__setattr__(self, "max_batched_tokens", budgets)
@@ -297,6 +297,16 @@ def _trace_or_none(path: str) -> Trace | None:
         return _load_trace(path)
     except MixError:
         return None
+
+
+def _default_quantization(model: str, device) -> str:
+    """A published checkpoint's format where the device serves checkpoints as they are (bf16 default:
+    the GPUs); the device file's otherwise, and for a model that cannot be read (validate names it)."""
+    try:
+        checkpoint = load_model(model).checkpoint_quantization
+    except ValueError:
+        checkpoint = ""
+    return checkpoint if checkpoint and device.default_quantization == "bf16" else device.default_quantization
 
 
 @lru_cache(maxsize=256)

@@ -161,13 +161,25 @@ def test_moe_decode_reads_the_experts_its_tokens_activate_and_exchanges_them():
     flops = 2 * (busiest * expert + t * router)
     moe = layers * roof_ms(flops, weights + (2 * t + 2 * busiest) * h * 2)
     msg = t * h * 2
-    ep_comm = layers * 2 * (msg * k * 3 / 4 / INTRA + 3 * INTRA_HOP) * 1e3
+    ep_comm = layers * 2 * (msg * k * 3 / 4 / INTRA + INTRA_HOP) * 1e3  # dispatch + combine, one latency each
     tp_comm = (2 * layers - layers) * (2 * 3 / 4 * msg / INTRA + 2 * 3 * INTRA_HOP) * 1e3  # no all-reduce after EP
     got = _by_op(lm, ForwardKey(True, t, 1, 2048))
     assert got["moe"] == pytest.approx(moe, rel=1e-9)
     assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
     assert got["tp_comm"] == pytest.approx(tp_comm, rel=1e-9)
     assert "mlp" not in got  # every layer is a MoE layer
+
+
+def test_an_all_to_all_beyond_a_node_sends_both_ways_at_once():
+    """Qwen3-30B-A3B on 16 TEST_DEVICEs (nodes of 8): attention tp 1 x 16 ranks, experts over ep 16.
+    A token's k copies go to 16 devices evenly: 7/16 to peers in its node over NVLink, 8/16 to the
+    other node over the network, both at once; one round latency (the slower link's) each way."""
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, ep=16, attention_dp=16, quantization="bf16")
+    t, h, k, layers = 16, 2048, 8, 48
+    sent = t * h * 2 * k
+    each_way = max(sent * 7 / 16 / INTRA, sent * 8 / 16 / INTER) + INTER_HOP
+    assert _by_op(lm, ForwardKey(True, t, 1, 2048))["ep_comm"] == pytest.approx(layers * 2 * each_way * 1e3,
+                                                                                 rel=1e-9)
 
 
 def test_attention_dp_with_wide_ep_routes_every_rank_s_tokens_over_all_devices():
@@ -183,7 +195,7 @@ def test_attention_dp_with_wide_ep_routes_every_rank_s_tokens_over_all_devices()
     busiest = 1.2 * routed * k / 8
     moe = layers * roof_ms(2 * (busiest * expert + t * router), weights + (2 * t + 2 * busiest) * h * 2)
     msg = t * h * 2
-    ep_comm = layers * 2 * (msg * k * 7 / 8 / INTRA + 7 * INTRA_HOP) * 1e3
+    ep_comm = layers * 2 * (msg * k * 7 / 8 / INTRA + INTRA_HOP) * 1e3
     got = _by_op(lm, ForwardKey(True, t, 1, 2048))
     assert got["moe"] == pytest.approx(moe, rel=1e-9)
     assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
