@@ -38,15 +38,15 @@ POINT_COLUMNS = {
     "measured_requests": "requests the latencies are over (warm-up and drain left out)",
     "steady": "a steady window existed (else every request is measured)",
     "num_steps": "forward steps simulated", "prefill_num_chunks": "chunks per prompt",
+    "decoding_requests": "mean requests decoding per step, time-weighted, all attention ranks (below the "
+                         "concurrency when the KV cache bound admission)",
+    "kv_bound": "the KV cache bound admission: requests waited for blocks as vLLM queues them",
+    "preemptions": "running requests preempted for KV blocks (freed, recomputed later)",
     "effective_input_length": "prompt tokens left after the prefix cache",
     "peak_kv_tokens": "KV tokens held at the fullest step", "kv_capacity_tokens": "KV tokens that fit per instance",
     "weights_gib": "weights per device", "kv_gib": "KV at the fullest step per device",
     "activation_gib": "activation peak per device", "available_gib": "HBM left at the fullest step",
     "fits_memory": "peak KV within capacity",
-    "decoding_requests": "mean requests decoding per step, time-weighted, all attention ranks (below the "
-                         "concurrency when the KV cache bound admission)",
-    "kv_bound": "the KV cache bound admission: requests waited for blocks as vLLM queues them",
-    "preemptions": "running requests preempted for KV blocks (freed, recomputed later)",
     "usd_per_hour": "what the deployment's devices cost per hour (--device-price or the device file; NaN: unknown)",
     "usd_per_mtok": "USD per million output tokens at this throughput (NaN: no price known)",
 }
