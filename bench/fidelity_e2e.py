@@ -1,9 +1,10 @@
 """End-to-end fidelity against measured serving runs (closed loop at fixed concurrency).
 
-    python bench/fidelity_e2e.py [--reference ../shared/reference/measured_serving.csv] [--fit]
+    python bench/fidelity_e2e.py [--reference CSV ...] [--fit]
                                  [--benchmark aiperf|vllm-bench|steady]
 
-Every row of `measured_serving.csv` (vLLM, SGLang, TensorRT-LLM on H100/H200) is simulated as a
+Every row of `measured_serving.csv` (vLLM, SGLang, TensorRT-LLM on H100/H200) and of
+`measured_serving_moe.csv` (three MoE models on vLLM, H100/H200/B200) is simulated as a
 burst (the RFC's window) and as the benchmark ran it (`--benchmark`, default aiperf: 2C warm-up
 requests, then 20C measured, as AIConfigurator's bench_run.sh runs aiperf), with the token-budget
 scheduler at the engines' default budget, and compared with the measured mean TTFT and TPOT. The
@@ -38,6 +39,7 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow
 from latency import EngineProfile, RooflineModel, build_latency_model, load_engine, load_model  # noqa: E402
 from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, replay, step_times  # noqa: E402
 from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
+from simulator.kvbound import BLOCK_SIZE  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
@@ -120,9 +122,19 @@ class Row:
             tokens = np.array([sum(k.tokens for k in s) for s in p.shapes], dtype=np.float64)
             self.plans[label] = (p, requests, tokens)
         self.base: dict = {}
-        # the engine queues requests the KV cache cannot hold; we do not model that queue, so such
-        # runs are reported apart and never fitted
-        self.kv_bound = self.plans["bench"][0].peak_kv_tokens > self.lm.memory_for(budget).kv_capacity_tokens
+        # the engine queues requests the KV cache cannot hold: such runs are planned with vLLM's
+        # admission and preemption (simulator.kvbound), reported apart and never fitted
+        capacity = self.lm.memory_for(budget).kv_capacity_tokens
+        self.kv_bound = self.plans["bench"][0].peak_kv_tokens > capacity
+        if self.kv_bound and capacity // BLOCK_SIZE > 1:
+            self.workloads["bench"] = w = dataclasses.replace(self.workloads["bench"],
+                                                              kv_blocks=int(capacity // BLOCK_SIZE))
+            try:
+                p = plan(w, scheduler)
+                self.plans["bench"] = (p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=float),
+                                       None)
+            except RuntimeError:  # not one request fits: the plain plan stays
+                pass
 
     def _device(self, comm: float | None):
         """The device with the NVLink-4 all-reduce efficiency `comm` (H100, H200; None: the file's own)."""
@@ -130,33 +142,39 @@ class Row:
             return self.lm.device
         return dataclasses.replace(self.lm.device, eff_communication=comm)
 
-    def kernel_prices(self, label: str, comm: float) -> np.ndarray:
-        key = (label, comm)
+    def kernel_prices(self, label: str, comm: float, moe: tuple = (1.0, 1.0)) -> np.ndarray:
+        key = (label, comm, moe)
         if key not in self.base:
             lm = RooflineModel(self.lm.model, self._device(comm), self.lm.parallel, self.lm.quant,
-                               self.lm.reserved_memory_gib)
+                               self.lm.reserved_memory_gib, engine=_moe_engine(moe))
             self.base[key] = price(lm, self.plans[label][0].price_keys, True)
         return self.base[key]
 
-    def predict(self, label: str, comm: float, step_ms: float, request_us: float,
-                frontend: Frontend | None = None) -> tuple[float, float]:
+    def predict(self, label: str, comm: float, step_ms: float, request_us: float, moe_compute: float = 1.0,
+                moe_bandwidth: float = 1.0, frontend: Frontend | None = None) -> tuple[float, float]:
+        moe = (moe_compute, moe_bandwidth)
         if frontend is not None and frontend.active and label == "bench":
-            return self.timed(comm, step_ms, request_us, frontend)
+            return self.timed(comm, step_ms, request_us, moe, frontend)
         p, requests, _ = self.plans[label]
-        shape_ms = self.kernel_prices(label, comm) + step_ms + request_us * requests * 1e-3
+        shape_ms = self.kernel_prices(label, comm, moe) + step_ms + request_us * requests * 1e-3
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
 
 
-    def timed(self, comm: float, step_ms: float, request_us: float, frontend: Frontend) -> tuple[float, float]:
+    def timed(self, comm: float, step_ms: float, request_us: float, moe: tuple,
+              frontend: Frontend) -> tuple[float, float]:
         """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
-        engine = EngineProfile("fit", step_ms, request_us)
+        engine = EngineProfile("fit", step_ms, request_us, moe_compute=moe[0], moe_bandwidth=moe[1])
         lm = RooflineModel(self.lm.model, self._device(comm), self.lm.parallel, self.lm.quant,
                            self.lm.reserved_memory_gib, engine=engine)
         pricer = StepPricer(lm, self.scheduler)
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
         m = replay(p, step_times(p, pricer.prices(p)), self.devices)
         return m.ttft_ms, m.tpot_ms
+
+
+def _moe_engine(moe: tuple) -> EngineProfile:
+    return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1])
 
 
 def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None) -> pd.DataFrame:
@@ -174,7 +192,7 @@ def fit_engine(rows, engine: str, comm: float):
 
     mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound]
     if not mine:
-        return (0.0, 0.0), 0.0
+        return (0.0, 0.0, 1.0, 1.0), 0.0
 
     def residuals(x):
         res = []
@@ -183,8 +201,31 @@ def fit_engine(rows, engine: str, comm: float):
             res += [np.log(ttft / row.r.silicon_ttft_ms), np.log(tpot / row.r.silicon_tpot_ms)]
         return res
 
+    mine = [r for r in mine if r.r.family == "dense"] or mine  # MoE rows fit their own efficiencies (fit_moe)
     sol = least_squares(residuals, x0=[1.0, 10.0], bounds=([0, 0], [50, 500]), loss="soft_l1", f_scale=0.1)
-    return (float(sol.x[0]), float(sol.x[1])), float(sol.cost)
+    return (float(sol.x[0]), float(sol.x[1]), 1.0, 1.0), float(sol.cost)
+
+
+def fit_moe(rows, engine: str, comm: float, params) -> tuple:
+    """(moe_compute, moe_bandwidth) minimising the robust loss of log TTFT and TPOT ratios over the
+    FIT rows of MoE models of one engine, its step times as fitted on the dense rows; the params
+    with them (unchanged when the engine has no MoE fit rows)."""
+    from scipy.optimize import least_squares
+
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound
+            and r.r.family != "dense"]
+    if not mine:
+        return params
+
+    def residuals(x):
+        res = []
+        for row in mine:
+            ttft, tpot = row.predict("bench", comm, params[0], params[1], *x)
+            res += [np.log(ttft / row.r.silicon_ttft_ms), np.log(tpot / row.r.silicon_tpot_ms)]
+        return res
+
+    sol = least_squares(residuals, x0=[1.0, 1.0], bounds=([0.05, 0.05], [1.5, 1.5]), loss="soft_l1", f_scale=0.1)
+    return (params[0], params[1], float(sol.x[0]), float(sol.x[1]))
 
 
 def fit(rows):
@@ -217,12 +258,13 @@ def fit_frontend(rows, engine: str, comm: float, params) -> tuple[Frontend | Non
 
 def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     keys = pd.DataFrame([{"split": r.r.split + (" KV-bound" if r.kv_bound else ""), "model": r.r.model_path,
-                          "GPU": r.r.system, "engine": r.r.engine} for r in rows])
+                          "GPU": r.r.system, "engine": r.r.engine, "family": r.r.family} for r in rows])
     parts = []
     before = None if comm is None else BEFORE_COMM  # None: each device file's own
     none = lambda e: None  # noqa: E731
-    for label, plan_label, c, params, fe in (("burst, kernels only", "burst", before, lambda e: (0, 0), none),
-                                             ("as run, kernels only", "bench", before, lambda e: (0, 0), none),
+    kernels = lambda e: (0, 0, 1.0, 1.0)  # noqa: E731
+    for label, plan_label, c, params, fe in (("burst, kernels only", "burst", before, kernels, none),
+                                             ("as run, kernels only", "bench", before, kernels, none),
                                              ("as run, calibrated", "bench", comm or before, params_of, none),
                                              ("as run, calibrated + front end", "bench", comm or before, params_of,
                                               frontend_of)):
@@ -232,22 +274,27 @@ def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     g = full.groupby(["split", "model", "GPU", "engine", "model_"], sort=False)
     out = g.agg(rows=("ttft_err", "size"), ttft=("ttft_err", "median"), tpot=("tpot_err", "median")).reset_index()
     out = out.rename(columns={"model_": "prediction", "ttft": "TTFT |err|", "tpot": "TPOT |err|"})
-    total = full.groupby(["split", "model_"], sort=False).agg(
-        rows=("ttft_err", "size"), ttft=("ttft_err", "median"), tpot=("tpot_err", "median")).reset_index()
-    total = total.rename(columns={"model_": "prediction", "ttft": "TTFT |err|", "tpot": "TPOT |err|"})
-    total.insert(1, "model", "ALL")
-    return pd.concat([out, total.assign(GPU="", engine="")], ignore_index=True)
+    totals = []
+    for by in (["split", "engine", "family", "model_"], ["split", "model_"]):
+        total = full.groupby(by, sort=False).agg(
+            rows=("ttft_err", "size"), ttft=("ttft_err", "median"), tpot=("tpot_err", "median")).reset_index()
+        total = total.rename(columns={"model_": "prediction", "ttft": "TTFT |err|", "tpot": "TPOT |err|"})
+        label = ("ALL " + total.pop("family")) if "family" in total else "ALL"
+        total.insert(1, "model", label)
+        totals.append(total.assign(GPU="", **({} if "engine" in total else {"engine": ""})))
+    return pd.concat([out, *totals], ignore_index=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reference", type=Path, default=REFERENCE, help="measured_serving.csv")
+    ap.add_argument("--reference", type=Path, nargs="+", default=[REFERENCE, MOE_REFERENCE],
+                    help="measured runs (default: measured_serving.csv and measured_serving_moe.csv)")
     ap.add_argument("--fit", action="store_true", help="fit the engine profiles on the FIT rows and print them")
     ap.add_argument("--max-rows", type=int, default=0, help="use every k-th row only (quick look), 0 = all")
     ap.add_argument("--benchmark", choices=BENCHMARKS, default=BENCHMARK,
                     help=f"the protocol the measured runs are simulated as (default {BENCHMARK})")
     a = ap.parse_args()
-    d = configs(a.reference)
+    d = pd.concat([configs(path) for path in a.reference], ignore_index=True)
     if a.max_rows:
         d = d.iloc[:: max(1, len(d) // a.max_rows)]
     started = time.perf_counter()
@@ -256,8 +303,10 @@ def main() -> None:
     if a.fit:
         comm, fitted = fit(rows)
         print(f"H100_SXM / H200_SXM [efficiency] communication = {comm}")
-        for e, (step, req) in fitted.items():
-            print(f"[{e}] step_ms = {step:.3f}, request_us = {req:.3f}")
+        fitted = {e: fit_moe(rows, e, comm, p) for e, p in fitted.items()}
+        for e, (step, req, moe_c, moe_b) in fitted.items():
+            print(f"[{e}] step_ms = {step:.3f}, request_us = {req:.3f}; [{e}.moe] compute = {moe_c:.3f}, "
+                  f"bandwidth = {moe_b:.3f}")
 
         def params_of(e):
             return fitted[e]
@@ -274,7 +323,7 @@ def main() -> None:
 
         def params_of(e):
             p = load_engine(e)
-            return p.step_ms, p.request_us
+            return p.step_ms, p.request_us, p.moe_compute, p.moe_bandwidth
 
         def frontend_of(e):
             times = dict(load_engine(e).frontend)

@@ -35,6 +35,8 @@ class EngineProfile:
     token_us: float = 0.0
     source: str = ""
     frontend: tuple = ()  # ((key, value), ...) of the [frontend] table
+    moe_compute: float = 1.0    # share of the device's GEMM efficiency its grouped expert GEMMs reach
+    moe_bandwidth: float = 1.0  # share of the device's memory efficiency they reach streaming expert weights
 
     def overhead_ms(self, requests, tokens):
         return self.step_ms + (self.request_us * requests + self.token_us * tokens) * 1e-3
@@ -69,4 +71,14 @@ def load_engine(name: str) -> EngineProfile:
                                                    integer=key == "lookahead_steps")))
             except RangeError as err:
                 raise ValueError(str(err)) from None
+    moe = data.get("moe", {})
+    unknown = sorted(set(moe) - {"compute", "bandwidth"})
+    if unknown:
+        raise ValueError(f"{path.name}: [moe] has unknown keys {unknown}; known: compute, bandwidth")
+    for key in ("compute", "bandwidth"):
+        try:
+            values[f"moe_{key}"] = float(check_number(f"{path.name}: [moe] {key}", moe.get(key, 1.0), low=0,
+                                                      low_open=True, high=1.5))
+        except RangeError as err:
+            raise ValueError(str(err)) from None
     return EngineProfile(name=name, source=str(data.get("source", "")), frontend=tuple(frontend), **values)

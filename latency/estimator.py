@@ -164,11 +164,11 @@ class RooflineModel:
                     rows.append({"key": key, "op": op, "ms": ms, "share": ms / total, "bound": bound})
         return pd.DataFrame(rows)
 
-    def _roof(self, flops, bytes_, peak, eff_c, kernels_ms, detail: bool):
+    def _roof(self, flops, bytes_, peak, eff_c, kernels_ms, detail: bool, eff_m: float | None = None):
         """(ms, what bounds it: compute, memory or kernel overhead; None unless `detail`, as naming
-        it costs more than the roof itself)."""
+        it costs more than the roof itself). `eff_m`: the memory efficiency (default the device's)."""
         compute = flops / (peak * eff_c) * 1e3
-        memory = bytes_ / (self.device.hbm_bytes_per_s * self.device.eff_memory) * 1e3
+        memory = bytes_ / (self.device.hbm_bytes_per_s * (eff_m or self.device.eff_memory)) * 1e3
         roof = np.maximum(compute, memory)
         if not detail:
             return roof + kernels_ms, None
@@ -258,7 +258,9 @@ class RooflineModel:
         per_device = routed * k / p.moe_devices * self.imbalance  # token-expert pairs on the busiest device
         flops = 2 * (per_device * m.expert_params + tokens * (self.shared_params + self.router_params))
         bytes_ = w_bytes + (2 * tokens + 2 * per_device) * m.hidden_size * ACT_BYTES
-        ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail)
+        e = self.engine
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm * e.moe_compute,
+                               KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail, min(1.0, d.eff_memory * e.moe_bandwidth))
         return ms * self.moe_layers, bound
 
     def _link(self, group: int) -> tuple[float, float]:
@@ -268,19 +270,22 @@ class RooflineModel:
             return d.intra_node_bandwidth_gbps * 1e9 * d.eff_communication, d.intra_node_latency_us * 1e-6
         return d.inter_node_bandwidth_gbps * 1e9 * d.eff_communication, d.inter_node_latency_us * 1e-6
 
-    def _all_to_all(self, sent):
-        """Seconds of one dispatch (or combine) of `sent` bytes per device over the moe_devices of the
-        layer, as DeepEP-style kernels send it: every peer's share in one batched message, the peers
-        in the scale-up domain over its links and the others over the scale-out network at once
-        (whichever takes longer), one latency per round, not per peer."""
-        d, group = self.device, self.parallel.moe_devices
+    def _all_to_all(self, token_bytes):
+        """Seconds of one dispatch (or combine) of a device's tokens (`token_bytes` of hidden states)
+        to their k experts over the moe_devices of the layer, as DeepEP-style kernels send it: each
+        peer's share in one batched message, one latency per round (not per peer); the copies for
+        peers in the scale-up domain over its links and, at once, one copy per remote domain a token
+        has an expert in over the scale-out network (forwarded to its devices there over theirs)."""
+        d, group, k = self.device, self.parallel.moe_devices, self.model.experts_per_token
         local = min(group, d.scale_up_domain)
         intra_bw, intra_lat = self._link(local)
-        ms = sent * (local - 1) / group / intra_bw
+        seconds = token_bytes * k * (local - 1) / group / intra_bw
         if group <= local:
-            return ms + intra_lat
+            return seconds + intra_lat
+        domains = group / local
+        remote_copies = (domains - 1) * (1 - (1 - 1 / domains) ** k)  # remote domains a token's experts are in
         inter_bw, inter_lat = self._link(group)
-        return np.maximum(ms, sent * (group - local) / group / inter_bw) + inter_lat
+        return np.maximum(seconds, token_bytes * remote_copies / inter_bw) + inter_lat
 
     def _comm(self, tokens, detail: bool):
         m, p = self.model, self.parallel
@@ -292,7 +297,7 @@ class RooflineModel:
             n_allreduce = 2 * m.num_layers - (self.moe_layers if spread else 0)
             tp_ms = _ring(p.tp, msg, *self._link(p.tp)) * n_allreduce * 1e3
         if p.ep > 1:  # all-to-all: dispatch each token to its k experts, combine the results back
-            ep_ms = A2A_ROUNDS * self._all_to_all(msg * m.experts_per_token) * self.moe_layers * 1e3
+            ep_ms = A2A_ROUNDS * self._all_to_all(msg) * self.moe_layers * 1e3
         elif p.attention_dp > 1:  # experts split by tensor parallelism over all ranks: gather, reduce-scatter
             ep_ms = _ring(p.moe_devices, msg * p.attention_dp, *self._link(p.moe_devices)) * self.moe_layers * 1e3
         if p.pp > 1:

@@ -170,14 +170,15 @@ def test_moe_decode_reads_the_experts_its_tokens_activate_and_exchanges_them():
     assert "mlp" not in got  # every layer is a MoE layer
 
 
-def test_an_all_to_all_beyond_a_node_sends_both_ways_at_once():
+def test_an_all_to_all_beyond_a_node_sends_one_copy_per_remote_node():
     """Qwen3-30B-A3B on 16 TEST_DEVICEs (nodes of 8): attention tp 1 x 16 ranks, experts over ep 16.
-    A token's k copies go to 16 devices evenly: 7/16 to peers in its node over NVLink, 8/16 to the
-    other node over the network, both at once; one round latency (the slower link's) each way."""
+    A token's k = 8 copies go to 16 devices evenly: 7/16 of them to peers in its node over NVLink;
+    the other node gets one copy over the network unless all 8 experts are local (1 - (1/2)^8),
+    both at once; one round latency (the slower link's) each way."""
     lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, ep=16, attention_dp=16, quantization="bf16")
     t, h, k, layers = 16, 2048, 8, 48
-    sent = t * h * 2 * k
-    each_way = max(sent * 7 / 16 / INTRA, sent * 8 / 16 / INTER) + INTER_HOP
+    tokens = t * h * 2
+    each_way = max(tokens * k * 7 / 16 / INTRA, tokens * (1 - 0.5 ** 8) / INTER) + INTER_HOP
     assert _by_op(lm, ForwardKey(True, t, 1, 2048))["ep_comm"] == pytest.approx(layers * 2 * each_way * 1e3,
                                                                                  rel=1e-9)
 
