@@ -259,8 +259,9 @@ class RooflineModel:
         flops = 2 * (per_device * m.expert_params + tokens * (self.shared_params + self.router_params))
         bytes_ = w_bytes + (2 * tokens + 2 * per_device) * m.hidden_size * ACT_BYTES
         e = self.engine
+        eff_m = min(1.0, d.eff_memory * e.moe_bandwidth)
         ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm * e.moe_compute,
-                               KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail, min(1.0, d.eff_memory * e.moe_bandwidth))
+                               KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail, eff_m)
         return ms * self.moe_layers, bound
 
     def _link(self, group: int) -> tuple[float, float]:

@@ -1,14 +1,23 @@
 """`servesweep ui`: a local web page to build commands, run estimates and searches, and explore
 results. Flask serves one page and a small JSON API; the form is generated from the field table
 (`orchestrator.fields`), so it cannot drift from the CLI, and its messages are the CLI's.
+
+The page accepts only its own callers, as Jupyter does (a browser can reach loopback, and a page
+the user visits could otherwise start searches here or, by DNS rebinding, read results through it):
+the Host header must name the address served on; every API call needs the random token printed at
+start (in the URL, sent back as a header), a same-origin Origin (or none) and a JSON body; Explore
+and Compare open only the --results location and what lies under it.
 """
 
 from __future__ import annotations
 
+import hmac
 import math
+import secrets
 import shlex
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from orchestrator.fields import FIELD_BY_NAME, InputError, fields_for
 
@@ -16,6 +25,55 @@ PAGE = Path(__file__).with_name("ui_page.html")
 #: the commands the builder writes; their fields are the form
 COMMANDS = ("optimize", "estimate")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: the header the page sends its token in
+TOKEN_HEADER = "X-Servesweep-Token"
+
+
+class Guard:
+    """Who may call the page: a Host it serves on, a same-origin Origin, the token, and for Explore a
+    location under the results root. `refusal(...)` names what is wrong (None: allowed)."""
+
+    def __init__(self, host: str, results: str | None, token: str | None = None):
+        self.hosts = {h.strip("[]").lower() for h in (*LOOPBACK, host)}
+        self.results = results
+        self.token = token or secrets.token_urlsafe(32)
+
+    def host_refusal(self, host_header: str | None) -> str | None:
+        name = urlsplit(f"//{host_header or ''}").hostname or ""
+        return None if name.lower() in self.hosts else f"Host {host_header!r} is not an address this page serves on"
+
+    def api_refusal(self, headers, args, is_json: bool, method: str) -> str | None:
+        """An API call: same-origin (or no Origin), the token (a header; a download link's query), JSON."""
+        origin = headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc.lower() != (headers.get("Host") or "").lower():
+            return f"Origin {origin!r} is not this page's"
+        if not self.token_ok(headers.get(TOKEN_HEADER) or (args.get("token") if method == "GET" else "")):
+            return "a missing or wrong token (open the URL servesweep ui printed)"
+        if method == "POST" and not is_json:
+            return "a JSON body (Content-Type: application/json)"
+        return None
+
+    def token_ok(self, given: str | None) -> bool:
+        return hmac.compare_digest((given or "").encode(), self.token.encode())
+
+    def location_refusal(self, path: str) -> str | None:
+        """Explore and Compare read only the --results root and what lies under it."""
+        if not self.results:
+            return "no results location: start servesweep ui --results DIR (or URI) to explore it"
+        if not _under(str(path), self.results):
+            return f"{path!r} is not under the results location {self.results!r} given to servesweep ui"
+        return None
+
+
+def _under(path: str, root: str) -> bool:
+    if "://" in root or "://" in path:
+        root = root.rstrip("/")
+        return path.rstrip("/") == root or path.startswith(root + "/")
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def form_fields() -> list[dict]:
@@ -152,19 +210,41 @@ def _best_table(path: str, files: tuple[str, ...]):
     return best_per_scenario(read_table(path, "best"))
 
 
-def create_app(results: str | None = None):
-    """The Flask app; `results` preselects a results directory or URI in the Explore tab."""
+def create_app(results: str | None = None, guard: Guard | None = None):
+    """The Flask app; `results` is the results directory or URI the Explore tab may open (and what
+    lies under it); `guard` says who may call (default: loopback, a new random token)."""
     import json
 
-    from flask import Flask, Response, jsonify, request
+    from flask import Flask, Response, abort, jsonify, request
 
     app = Flask(__name__)
+    guard = guard or Guard("127.0.0.1", results)
     page = PAGE.read_text().replace("__FIELDS__", json.dumps(form_fields())).replace(
         "__RESULTS__", json.dumps(results or ""))
+
+    @app.before_request
+    def check_caller():
+        refusal = guard.host_refusal(request.headers.get("Host"))
+        if refusal is None and request.path.startswith("/api/"):
+            refusal = guard.api_refusal(request.headers, request.args, request.is_json, request.method)
+        if refusal is None and request.path == "/" and not guard.token_ok(request.args.get("token")):
+            refusal = "a missing or wrong token (open the URL servesweep ui printed)"
+        if refusal is not None:
+            abort(Response(f"refused: {refusal}\n", status=403, mimetype="text/plain"))
+
+    def location(path: str):
+        refusal = guard.location_refusal(path)
+        if refusal is not None:
+            abort(Response(f"refused: {refusal}\n", status=403, mimetype="text/plain"))
+        return path
 
     @app.get("/")
     def index():
         return Response(page, mimetype="text/html")
+
+    @app.get("/favicon.ico")
+    def favicon():
+        return Response(status=204)
 
     @app.get("/plotly.min.js")
     def plotly_js():
@@ -176,7 +256,7 @@ def create_app(results: str | None = None):
 
     @app.post("/api/command")
     def command():
-        texts = request.get_json(force=True).get("values", {})
+        texts = request.get_json().get("values", {})
         errors = {}
         for c in COMMANDS:
             errors |= parse_values(texts, c)[1]
@@ -185,23 +265,24 @@ def create_app(results: str | None = None):
 
     @app.post("/api/estimate")
     def estimate_api():
-        return jsonify(run_estimate(request.get_json(force=True).get("values", {})))
+        return jsonify(run_estimate(request.get_json().get("values", {})))
 
     @app.post("/api/optimize")
     def optimize_api():
-        return jsonify(run_optimize(request.get_json(force=True).get("values", {})))
+        return jsonify(run_optimize(request.get_json().get("values", {})))
 
     @app.post("/api/explore")
     def explore_api():
-        body = request.get_json(force=True)
-        return jsonify(explore(body.get("path", ""), body.get("filters", {})))
+        body = request.get_json()
+        return jsonify(explore(location(body.get("path", "")), body.get("filters", {})))
 
     @app.get("/api/explore.csv")
     def explore_csv():
         import pandas as pd
 
         args = request.args.to_dict()
-        got = explore(args.pop("path", ""), args)
+        args.pop("token", None)
+        got = explore(location(args.pop("path", "")), args)
         csv = pd.DataFrame(got.get("rows", [])).to_csv(index=False)
         return Response(csv, mimetype="text/csv", headers={"Content-Disposition": "attachment; filename=best.csv"})
 
@@ -209,18 +290,22 @@ def create_app(results: str | None = None):
     def compare_api():
         from orchestrator.report import compare
 
-        body = request.get_json(force=True)
+        body = request.get_json()
         try:
-            return jsonify({"lines": compare(body.get("a", ""), body.get("b", ""))})
+            return jsonify({"lines": compare(location(body.get("a", "")), location(body.get("b", "")))})
         except (OSError, ValueError) as err:
             return jsonify({"errors": {"compare": str(err).splitlines()[0]}})
 
     return app
 
 
-def serve(host: str, port: int, results: str | None = None):
-    """Run the page until interrupted (one process, threads for requests)."""
+def serve(host: str, port: int, results: str | None = None, token: str | None = None):
+    """The page's server (one process, threads for requests); `server.url` is the address to open,
+    with its token."""
     from werkzeug.serving import make_server
 
-    server = make_server(host, port, create_app(results), threaded=True)
+    guard = Guard(host, results, token)
+    server = make_server(host, port, create_app(results, guard), threaded=True)
+    shown = f"[{host}]" if ":" in host else host
+    server.url = f"http://{shown}:{server.server_port}/?token={guard.token}"
     return server

@@ -29,10 +29,10 @@ def server(tmp_path_factory):
                      "input_length": [1024, 2048], "output_length": 64, "max_batched_tokens": [4096],
                      "tpot_limit_ms": [30]}}
     run_sweep(expand(spec), results, backend="inline", progress=False)
-    srv = serve("127.0.0.1", 0)
+    srv = serve("127.0.0.1", 0, results=str(results.parent))
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}/", str(results)
+    yield srv.url, str(results)
     srv.shutdown()
 
 
@@ -49,10 +49,16 @@ def browser():
 @pytest.fixture
 def page(browser, server):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 and
+            "-missing" not in r.url else None)
     page.goto(server[0])
     page.wait_for_selector("input[name=model]")
     yield page
     page.close()
+    assert not [e for e in errors if "403" not in e], errors  # no console error, no failed load
 
 
 def fill(page, **values):
