@@ -115,6 +115,12 @@ def _mode(a) -> Mode:
     return make_mode("disagg" if a.disagg else "agg")
 
 
+#: what a burst result measures, printed with every one
+BURST_NOTE = ("burst: every request arrives at t=0 (the RFC's candidate window), so TTFT includes waiting behind "
+              "every prefill before it; for the steady load a deployment sees, use --arrival closed "
+              "(spec: arrival = \"closed\")")
+
+
 def cmd_optimize(a) -> int:
     from orchestrator.optimize import optimize
     from orchestrator.results import scenario_columns, write_parquet
@@ -129,7 +135,7 @@ def cmd_optimize(a) -> int:
         raise InputError("--processes", processes, "an integer >= 1")
     result = optimize(s, mode, processes=processes)
     elapsed = time.perf_counter() - started
-    for note in s.default_notes:
+    for note in s.default_notes + ([BURST_NOTE] if s.arrival == "burst" else []):
         print(f"note: {note}")
     for item in result.infeasible:
         print(item["message"])
@@ -232,6 +238,8 @@ def cmd_sweep(a) -> int:
     if best:
         print(f"best configuration per scenario (top {min(a.top_n, len(best))} by output tok/s/device):")
         print(_table(best[: a.top_n], scenario=True))
+        if any(b.get("arrival") == "burst" for b in best):
+            print(f"note: {BURST_NOTE}")
     for b in summary.infeasible[:5]:  # of this run
         print(f"{b['scenario_id']}: {b['message']}")
     print(f"results: {summary.output}/ (points/, best/, manifest.json)")
@@ -378,7 +386,7 @@ def cmd_estimate(a) -> int:
           f"{layout_label(row)}, {s.role}, "
           f"{s.arrival} at {load} ({row['num_prompts']} prompts), {lengths_label(s)}, "
           f"{s.scheduler} B={row['max_batched_tokens']}")
-    for note in s.default_notes:
+    for note in s.default_notes + ([BURST_NOTE] if s.arrival == "burst" else []):
         print(f"note: {note}")
     print(f"{'':10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
     for label, k in ESTIMATE_METRICS:

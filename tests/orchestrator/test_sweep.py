@@ -69,7 +69,7 @@ def test_spec_file_errors(tmp_path):
 
 
 def test_examples_expand():
-    assert len(expand(load_spec(ROOT / "examples" / "quickstart.toml"))) == 16
+    assert len(expand(load_spec(ROOT / "examples" / "quickstart.toml"))) == 32  # burst and closed
     items = expand(load_spec(ROOT / "examples" / "cluster_scale.toml"))
     assert len(items) == 8064 and len({i.id for i in items}) == 8064  # the README's figure
 
@@ -289,7 +289,8 @@ def test_cli_sweep_inline_and_bad_spec(tmp_path):
            "--output", str(out), "--inline", "--no-progress"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert "16 scenarios: 16 run" in p.stdout and f"results: {out}/" in p.stdout
+    assert "32 scenarios: 32 run" in p.stdout and f"results: {out}/" in p.stdout
+    assert "note: burst: every request arrives at t=0" in p.stdout and "--arrival closed" in p.stdout
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "--resume" in again.stderr and len(again.stderr.strip().splitlines()) == 1
     bad = tmp_path / "bad.toml"
@@ -338,7 +339,7 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
         while run.poll() is None and time.time() < deadline and not victims:
             if list(lost.glob("best/*/*/*.parquet")):
                 victims = running(nodes[1], "_evaluate_chunk")
-        assert victims and run.poll() is None and len(list(lost.glob("best/*/*/*.parquet"))) < 16  # mid-run
+        assert victims and run.poll() is None and len(list(lost.glob("best/*/*/*.parquet"))) < 32  # mid-run
         kill_node(nodes[1], victims)
         out_text, err_text = run.communicate(timeout=600)
         assert run.returncode == 0, err_text[-2000:]
