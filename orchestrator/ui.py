@@ -76,6 +76,14 @@ def _under(path: str, root: str) -> bool:
     return True
 
 
+def shipped() -> dict:
+    """The pickers' choices: shipped models and devices (a path to one's own config.json or device
+    TOML is typed in the same box)."""
+    from latency import shipped_devices, shipped_models
+
+    return {"model": shipped_models(), "device": shipped_devices()}
+
+
 def form_fields() -> list[dict]:
     """Every field of optimize or estimate, in table order, as the page renders it."""
     names = {f.name for c in COMMANDS for f in fields_for(c)}
@@ -220,7 +228,7 @@ def create_app(results: str | None = None, guard: Guard | None = None):
     app = Flask(__name__)
     guard = guard or Guard("127.0.0.1", results)
     page = PAGE.read_text().replace("__FIELDS__", json.dumps(form_fields())).replace(
-        "__RESULTS__", json.dumps(results or ""))
+        "__RESULTS__", json.dumps(results or "")).replace("__SHIPPED__", json.dumps(shipped()))
 
     @app.before_request
     def check_caller():

@@ -119,6 +119,24 @@ def test_optimize_draws_the_limits_and_the_frontier(page):
     page.wait_for_selector("#chart .main-svg")
     page.wait_for_selector("#chart2 .main-svg")
     assert page.locator("#chart .shapelayer path").count() >= 1  # the TPOT limit line
+    for chart in ("#chart", "#chart2"):  # every chart: both axis titles, with units, and a legend
+        titles = page.locator(f"{chart} .g-xtitle, {chart} .g-ytitle").all_text_contents()
+        assert len(titles) >= 2 and all(t.strip() for t in titles), titles
+        assert any("(ms)" in t or "tokens/s" in t for t in titles)
+        assert page.locator(f"{chart} .legend").count() == 1
+    # wide tables scroll inside their box: the page is no wider than the window
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], width
+
+
+def test_model_and_device_are_picked_from_the_shipped_ones(page):
+    from latency import shipped_devices, shipped_models
+
+    models = page.locator("#list-model option").evaluate_all("os => os.map(o => o.value)")
+    devices = page.locator("#list-device option").evaluate_all("os => os.map(o => o.value)")
+    assert models == shipped_models() and "openai/gpt-oss-120b" in models
+    assert devices == shipped_devices() and "H200_SXM" in devices
+    assert page.get_attribute("[name=model]", "list") == "list-model"
 
 
 def test_explore_opens_a_results_directory_and_filters_it(page, server):
