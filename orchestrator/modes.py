@@ -117,20 +117,29 @@ def make_mode(name: str, **options) -> Mode:
 
 
 def _explain_infeasible(s: Scenario, result: OptimizeResult) -> None:
-    """For a limit pair nothing meets: which limit fails first and the closest point (lowest concurrency)."""
+    """For a limit pair nothing meets: which limit fails first and the closest point (lowest
+    concurrency); for each instance role searched (a disaggregated search's decode side can fail
+    while its prefill side meets its limit)."""
+    roles = list(dict.fromkeys(p["role"] for p in result.points))
     for ttft, tpot in s.limit_pairs():
-        if any(b["ttft_limit_ms"] == ttft and b["tpot_limit_ms"] == tpot for b in result.best):
-            continue
-        lowest = [p for p in result.points if p["concurrency"] == p.get("attention_dp", 1)] or result.points
-        closest = min(lowest, key=lambda p: (p["ttft_ms"] if ttft else 0) + (p["tpot_ms"] if tpot else 0))
-        failure = first_failure(closest, ttft, tpot) or "limits"
-        limits = " and ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v is not None)
-        result.infeasible.append({"ttft_limit_ms": ttft, "tpot_limit_ms": tpot, "message": (
-            f"no configuration meets {limits or 'memory'}: {failure} fails first; closest point "
-            f"{closest['role']} tp{closest['tp']} concurrency {closest['concurrency']} "
-            f"B={closest['max_batched_tokens']}: "
-            f"TTFT {closest['ttft_ms']:.1f} ms, TPOT {closest['tpot_ms']:.2f} ms, "
-            f"KV {closest['peak_kv_tokens']:.0f} of {closest['kv_capacity_tokens']} tokens")})
+        for role in roles:
+            if any(b["role"] == role and b["ttft_limit_ms"] == ttft and b["tpot_limit_ms"] == tpot
+                   for b in result.best):
+                continue
+            mine = [p for p in result.points if p["role"] == role]
+            lowest = [p for p in mine if p["concurrency"] == p.get("attention_dp", 1)] or mine
+            closest = min(lowest, key=lambda p: (p["ttft_ms"] if ttft else 0) + (p["tpot_ms"] if tpot else 0))
+            failure = first_failure(closest, ttft, tpot) or "limits"
+            pairs = (("TTFT", ttft if role != "decode" else None), ("TPOT", tpot if role != "prefill" else None))
+            limits = " and ".join(f"{n} <= {v:g} ms" for n, v in pairs if v is not None)
+            who = "configuration" if role == "agg" else f"{role} instance"
+            side = "" if role == "agg" else "; the PD split needs both sides"
+            result.infeasible.append({"ttft_limit_ms": ttft, "tpot_limit_ms": tpot, "role": role, "message": (
+                f"no {who} meets {limits or 'memory'}: {failure} fails first; closest point "
+                f"{closest['role']} tp{closest['tp']} concurrency {closest['concurrency']} "
+                f"B={closest['max_batched_tokens']}: "
+                f"TTFT {closest['ttft_ms']:.1f} ms, TPOT {closest['tpot_ms']:.2f} ms, "
+                f"KV {closest['peak_kv_tokens']:.0f} of {closest['kv_capacity_tokens']} tokens{side}")})
 
 
 def _best_of(best: list[dict], role: str, ttft, tpot) -> dict | None:

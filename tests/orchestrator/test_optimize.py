@@ -206,3 +206,15 @@ def test_a_point_of_scenarios_differing_only_in_limits_is_replayed_once_and_judg
     lm, p = tight.latency_model(job.layout), plan(w, tight.make_scheduler())
     fresh = replay(p, step_times(p, price(lm, p.price_keys, p.scheduler.fused)), 1, None, (5000.0, 9.0))
     assert b["goodput"] == fresh.goodput < a["goodput"]
+
+
+def test_a_disaggregated_search_says_when_its_decode_side_fails():
+    from orchestrator.modes import Disaggregated
+
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 256, (8192,), ttft_limits=(5000.0,), tpot_limits=(1.0,))
+    result = optimize(s, Disaggregated())
+    assert any(b["role"] == "prefill" for b in result.best) and not any(b["role"] == "decode" for b in result.best)
+    (decode,) = [i for i in result.infeasible if i["role"] == "decode"]
+    assert decode["message"].startswith("no decode instance meets TPOT <= 1 ms: TPOT fails first; closest point decode")
+    assert decode["message"].endswith("the PD split needs both sides")
+    assert not result.splits
