@@ -57,3 +57,58 @@ def test_sliding_layers_read_only_their_window():
     # a 64x longer context: the full layers read 64x the KV, the sliding ones the same 128 tokens
     assert 30 < long_ / short < 64
     assert m.num_full_layers + m.num_sliding_layers == m.num_layers
+
+
+def test_gpt_oss_weights_hand_computed():
+    """gpt-oss-120b as shipped (bf16 attention, MXFP4 experts at 4.25 bits) on one device: 36 layers
+    of attention (64 heads, 8 KV heads of 64), 128 experts of 3 x 2880 x 2880 and a 2880 x 128 router,
+    untied 201088-token embeddings and LM head in bf16."""
+    lm = build_latency_model("openai/gpt-oss-120b", device="H200_SXM", tp=1, quantization="bf16+mxfp4")
+    h, layers = 2880, 36
+    attention = (h * 64 * (64 + 2 * 8) + 64 * 64 * h) * 2
+    experts = 128 * 3 * h * h * 4.25 / 8
+    router = h * 128 * 2
+    vocab = 201088 * h * 2 * 2
+    assert lm.memory_account.weights_bytes == pytest.approx(layers * (attention + experts + router) + vocab)
+
+
+def test_experts_quantised_apart_and_fp4_where_the_device_has_it():
+    from latency import load_device, parse_quantization
+
+    q = parse_quantization("bf16+nvfp4")
+    assert (q.weight_bytes, q.compute_dtype, q.experts_bytes, q.experts_dtype) == (2.0, "bf16", 0.5625, "fp4")
+    plain = parse_quantization("fp8")
+    assert (plain.experts_bytes, plain.experts_dtype) == (1.0, "fp8")
+    with pytest.raises(ValueError, match="LINEAR\\+EXPERTS"):
+        parse_quantization("bf16+fp3")
+    assert load_device("B200").peak_flops("fp4") == 9000e12
+    assert load_device("H200_SXM").peak_flops("fp4") == load_device("H200_SXM").peak_flops("bf16")  # weight-only
+    assert load_model("openai/gpt-oss-120b").checkpoint_quantization == "bf16+mxfp4"
+    assert load_model("moonshotai/Kimi-K2.5").checkpoint_quantization == "bf16+int4_wo"
+    assert load_model("MiniMaxAI/MiniMax-M2.5").checkpoint_quantization == "fp8"
+    assert load_model("Qwen/Qwen3-32B").checkpoint_quantization == ""
+
+
+def test_the_checkpoint_format_is_the_gpu_default_and_the_device_s_elsewhere():
+    from orchestrator.scenario import Scenario
+
+    assert Scenario("openai/gpt-oss-120b", "H200_SXM", 1, 1024, 16).quantization == "bf16+mxfp4"
+    assert Scenario("Qwen/Qwen3-32B", "H200_SXM", 1, 1024, 16).quantization == "bf16"
+    assert Scenario("openai/gpt-oss-120b", "TEST_DEVICE", 1, 1024, 16).quantization == "W8A8_DYNAMIC"
+
+
+def test_an_engine_s_grouped_gemm_efficiency_scales_the_expert_op_alone():
+    import dataclasses
+
+    from latency.engine import EngineProfile
+
+    lm = build_latency_model("MiniMaxAI/MiniMax-M2.5", device="H200_SXM", tp=4, quantization="fp8")
+    key = ForwardKey(True, 8, 1, 2048)  # a decode step: the experts' weights are streamed (memory-bound)
+    slow = lm.__class__(lm.model, lm.device, lm.parallel, lm.quant, engine=EngineProfile("x", moe_bandwidth=0.5))
+    a, b = (m.breakdown([key]).set_index("op")["ms"] for m in (lm, slow))
+    from latency.estimator import KERNELS
+
+    moe_kernels = KERNELS["moe"] * lm.device.kernel_overhead_us * 1e-3 * lm.model.num_moe_layers  # launches stay
+    assert b["moe"] - moe_kernels == pytest.approx(2 * (a["moe"] - moe_kernels), rel=1e-6)
+    assert (b.drop("moe") == a.drop("moe")).all()
+    assert dataclasses.replace(EngineProfile(), moe_compute=0.5).moe_compute == 0.5

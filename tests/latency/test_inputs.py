@@ -156,3 +156,23 @@ def test_activation_and_kv_capacity_by_hand():
     widest = max(moe.qkv_params / 2048, 2 * 8 * 768 / 4)  # no dense layer: q/k/v width vs routed gate+up
     assert moe.activation_bytes(512) == pytest.approx(512 * (2 * 2048 + widest) * 2 + 512 * 151936 / 4 * 4,
                                                       rel=1e-12)
+
+
+def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch):
+    import latency.engine as engine
+
+    monkeypatch.setattr(engine, "DATA", tmp_path)
+    engine.load_engine.cache_clear()
+    (tmp_path / "odd.toml").write_text('step_ms = 1.0\n[frontend]\nclient_ms = 10\nthink_ms = 3\n')
+    with pytest.raises(ValueError, match=r"odd.toml: \[frontend\] has unknown keys \['think_ms'\]"):
+        engine.load_engine("odd")
+    (tmp_path / "odd2.toml").write_text('[frontend]\nlookahead_steps = 2\n')
+    with pytest.raises(ValueError, match="lookahead_steps"):
+        engine.load_engine("odd2")
+    (tmp_path / "odd3.toml").write_text('[moe]\nbandwidth = 0\n')
+    with pytest.raises(ValueError, match=r"\[moe\] bandwidth"):
+        engine.load_engine("odd3")
+    (tmp_path / "ok.toml").write_text('[frontend]\nclient_ms = 10\n[moe]\ncompute = 0.5\n')
+    got = engine.load_engine("ok")
+    assert dict(got.frontend) == {"client_ms": 10} and got.moe_compute == 0.5 and got.moe_bandwidth == 1.0
+    engine.load_engine.cache_clear()
