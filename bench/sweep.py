@@ -47,6 +47,7 @@ with tempfile.TemporaryDirectory() as d:
     s = run_sweep(items, d + "/run", backend=backend, progress=False)
 print(json.dumps({"scenarios": s.total, "seconds": s.seconds, "startup": startup, "points": s.points,
                   "hit": 1 - s.priced / max(s.lookups, 1), "round_trips": s.round_trips, "retried": s.retried,
+                  "plans_made": s.plans_made, "distinct_plans": s.distinct_plans, "efficiency": s.efficiency,
                   "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 BACKENDS = {"inline": ("inline", "inline", 1), "ray1": ("ray, 1 CPU", "ray", 1), "ray2": ("ray, 2 CPUs", "ray", 2)}
@@ -80,15 +81,17 @@ def main() -> None:
         secs = statistics.median(r["seconds"] for r in results)
         rows.append((name, results[0]["scenarios"], results[0]["points"], secs, results[0]["scenarios"] / secs,
                      statistics.median(r["startup"] for r in results), results[0]["hit"],
-                     max(r["peak_mib"] for r in results), sum(r["retried"] for r in results)))
+                     max(r["peak_mib"] for r in results), sum(r["retried"] for r in results),
+                     results[0]["plans_made"] / max(results[0]["distinct_plans"], 1),
+                     statistics.median(r["efficiency"] for r in results)))
     base = {r[0]: r[4] for r in rows}
     print(f"latency backend {args.latency_backend}")
     print(f"{'backend':<12} {'scenarios':>9} {'points':>7} {'median s':>9} {'scen/s':>8} {'vs 1 CPU':>9} "
-          f"{'start s':>8} {'cache hit':>9} {'driver MiB':>10} {'retried':>7}")
-    for name, n, pts, secs, rate, start, hit, peak, retried in rows:
+          f"{'start s':>8} {'cache hit':>9} {'driver MiB':>10} {'retried':>7} {'plans/distinct':>14} {'busy':>6}")
+    for name, n, pts, secs, rate, start, hit, peak, retried, plans, busy in rows:
         ratio = f"{rate / base['ray, 1 CPU']:>8.2f}x" if "ray, 1 CPU" in base else f"{'-':>9}"
         print(f"{name:<12} {n:>9} {pts:>7} {secs:>9.2f} {rate:>8.1f} {ratio} {start:>8.1f} {100 * hit:>8.1f}% "
-              f"{peak:>10.0f} {retried:>7}")
+              f"{peak:>10.0f} {retried:>7} {plans:>14.2f} {100 * busy:>5.0f}%")
 
 
 if __name__ == "__main__":

@@ -233,7 +233,9 @@ def cmd_sweep(a) -> int:
     table = read_table(summary.output, "best")
     best = _best_per_scenario(table.to_dict("records") if len(table) else [])
     print(f"{summary.total} scenarios: {summary.written} run, {summary.skipped} already finished; "
-          f"{summary.points} points, {summary.priced} keys priced, {summary.seconds:.1f} s"
+          f"{summary.points} points, {summary.priced} keys priced, {summary.seconds:.1f} s; "
+          f"{summary.plans_made} plans made of {summary.distinct_plans} distinct, "
+          f"workers {summary.workers}, {100 * summary.efficiency:.0f} % busy"
           + (f"; {summary.retried} tasks run again after a lost worker or node" if summary.retried else ""))
     if best:
         print(f"best configuration per scenario (top {min(a.top_n, len(best))} by output tok/s/device):")

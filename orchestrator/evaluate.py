@@ -103,8 +103,32 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
 def _planned(w: Workload, scheduler, role: str, decode_context: str, lm):
     """The plan of a workload: memoised when it depends on counts only, priced while planned when timed."""
     if w.timed:
+        PLANS_MADE.append(_plan_signature(w, scheduler, role, decode_context, lm.fingerprint))
         return plan(w, scheduler, phase=PHASE[role], decode_context=decode_context, step_ms=_step_pricer(lm, scheduler))
-    return _plan(w, scheduler, phase=PHASE[role], decode_context=decode_context)
+    misses = _plan.cache_info().misses
+    planned = _plan(w, scheduler, phase=PHASE[role], decode_context=decode_context)
+    if _plan.cache_info().misses > misses:
+        PLANS_MADE.append(_plan_signature(w, scheduler, role, decode_context))
+    return planned
+
+
+#: signatures of the plans this process made since `take_plans_made` was last asked: a sweep counts
+#: plans made against distinct plans (two workers planning one family both count)
+PLANS_MADE: list[str] = []
+
+
+def _plan_signature(w, scheduler, role: str, decode_context: str, fingerprint: str = "") -> str:
+    """What a plan depends on, as a short digest (a timed plan also on the prices: the fingerprint)."""
+    import hashlib
+
+    text = repr((w, scheduler.name, sorted(vars(scheduler).items()), role, decode_context, fingerprint))
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def take_plans_made() -> list[str]:
+    made = PLANS_MADE[:]
+    PLANS_MADE.clear()
+    return made
 
 
 def _kv_blocks(w: Workload, scheduler, job: Job, lm, planned) -> int:

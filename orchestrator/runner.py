@@ -7,6 +7,7 @@ job results to `on_done`; only where a point is evaluated differs.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -18,6 +19,7 @@ from orchestrator.evaluate import (
     measured_before,
     plan_point,
     point_key,
+    take_plans_made,
     workload,
 )
 from orchestrator.jobs import Job, JobResult, SweepItem
@@ -154,6 +156,8 @@ def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> di
     collect_rarely()
     pricer = CachedPricer(None)
     active, queue = _Active(), deque()
+    started, work = time.perf_counter(), Work()
+    take_plans_made()
     for item in items:
         done = active.start(item, queue)
         while queue:
@@ -165,7 +169,26 @@ def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> di
                 progress.point(pricer.take_stats())
         for finished in done:
             on_done(*finished)
-    return {"nodes": {"inline": 1}, "retried": 0}
+    work.add("inline", time.perf_counter() - started, take_plans_made())
+    return {"nodes": {"inline": 1}, "retried": 0, "work": work}
+
+
+class Work:
+    """What the workers did: busy seconds per worker, plans made (every one) and distinct plans."""
+
+    def __init__(self):
+        self.busy: dict[str, float] = {}
+        self.plans_made = 0
+        self.distinct: set[str] = set()
+
+    def add(self, worker: str, seconds: float, plans: list[str]) -> None:
+        self.busy[worker] = self.busy.get(worker, 0.0) + seconds
+        self.plans_made += len(plans)
+        self.distinct.update(plans)
+
+    def efficiency(self, wall: float, workers: int) -> float:
+        """Busy time over the workers' time: busy / (workers x wall)."""
+        return sum(self.busy.values()) / (workers * wall) if wall > 0 and workers else 0.0
 
 
 def _evaluate_chunk(items, cache):
@@ -173,6 +196,7 @@ def _evaluate_chunk(items, cache):
     import ray
 
     global _WORKER_PRICER
+    started = time.perf_counter()
     collect_rarely()
     if _WORKER_PRICER is None or _WORKER_PRICER.cache != cache:
         _WORKER_PRICER = CachedPricer(cache)
@@ -191,7 +215,9 @@ def _evaluate_chunk(items, cache):
         else:  # measured here before, or by an item above (of another limit pair)
             row = evaluate_point(s, job, n, _WORKER_PRICER)
         rows.append((key, n, row))
-    return rows, _WORKER_PRICER.take_stats(), ray.get_runtime_context().get_node_id()
+    context = ray.get_runtime_context()
+    work = (context.get_worker_id(), time.perf_counter() - started, take_plans_made())
+    return rows, _WORKER_PRICER.take_stats(), context.get_node_id(), work
 
 
 _WORKER_PRICER: CachedPricer | None = None
@@ -219,7 +245,7 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
     log.info("Ray: %d CPUs, up to %d tasks in flight", cpus, max_in_flight)
     items = iter(items)
     active, queue, in_flight, nodes = _Active(), _Queue(), {}, {}
-    exhausted, retried = False, 0
+    exhausted, retried, work = False, 0, Work()
 
     while True:
         while not exhausted and (len(queue) < QUEUED_PER_CPU * cpus or queue.ms < 2 * TARGET_TASK_MS * cpus):
@@ -242,7 +268,7 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
         for ref in ready:
             chunk, attempt = in_flight.pop(ref)
             try:
-                rows, stats, node = ray.get(ref)
+                rows, stats, node, (worker, busy, plans) = ray.get(ref)
             except lost_errors as lost:
                 if attempt == TASK_RETRIES:
                     raise RuntimeError(f"a task of {len(chunk)} points was lost {attempt + 1} times; "
@@ -252,9 +278,10 @@ def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
                 retried += 1
                 continue
             nodes[node] = nodes.get(node, 0) + 1
+            work.add(worker, busy, plans)
             for key, n, row in rows:
                 for finished in active.answer(key, n, row, queue):
                     on_done(*finished)
             if progress:
                 progress.point(stats, len(rows))
-    return {"nodes": nodes, "retried": retried}
+    return {"nodes": nodes, "retried": retried, "work": work, "workers": cpus}

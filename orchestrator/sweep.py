@@ -36,6 +36,11 @@ class SweepSummary:
     round_trips: int = 0  # calls to the shared latency cache
     cache: list = field(default_factory=list)  # its shards' stats after a Ray sweep
     seconds: float = 0.0
+    plans_made: int = 0      # schedules planned, by every worker
+    distinct_plans: int = 0  # of them distinct: made > distinct is work done twice
+    busy: dict = field(default_factory=dict)  # busy seconds per worker
+    workers: int = 1
+    efficiency: float = 0.0  # busy / (workers x wall)
 
 
 def default_output() -> Path:
@@ -103,6 +108,10 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
             info = run_ray(todo, on_done, cache, progress=bar)
             summary.cache = cache.stats()
         summary.nodes, summary.retried = info["nodes"], info["retried"]
+        work, summary.workers = info["work"], info.get("workers", 1)
+        summary.plans_made, summary.distinct_plans = work.plans_made, len(work.distinct)
+        summary.busy = {w[:12]: round(b, 3) for w, b in sorted(work.busy.items())}
+        summary.efficiency = work.efficiency(time.perf_counter() - started, summary.workers)
     finally:
         bar.close()
         summary.points, summary.priced, summary.lookups = bar.points, bar.priced, bar.lookups
@@ -112,5 +121,8 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
                              "skipped": summary.skipped, "written": summary.written, "nodes": summary.nodes,
                              "tasks_retried": summary.retried,
                              "points": summary.points, "keys_priced": summary.priced,
-                             "cache_round_trips": summary.round_trips, "seconds": summary.seconds})
+                             "cache_round_trips": summary.round_trips, "seconds": summary.seconds,
+                             "plans_made": summary.plans_made, "distinct_plans": summary.distinct_plans,
+                             "workers": summary.workers, "busy_seconds": summary.busy,
+                             "efficiency": summary.efficiency})
     return summary

@@ -78,6 +78,18 @@ def test_ray_sweep_equals_inline_and_the_roofline_never_asks_the_shared_cache(ra
     first = run_sweep(expand(SPEC), tmp_path / "a", backend="ray", progress=False)
     assert first.written == 16 and first.priced > 0
     assert first.round_trips == 0  # pricing a roofline key costs less than asking for it
+    # what the workers did is visible: every plan made counted (a family planned by two workers
+    # twice), the distinct ones, each worker's busy seconds and the efficiency
+    # (a grid no process of the session has planned: plans are memoised per process)
+    fresh = {**SPEC, "grid": {**SPEC["grid"], "output_length": 97}}
+    inline = run_sweep(expand(fresh), tmp_path / "inline", backend="inline", progress=False)
+    ray_run = run_sweep(expand(fresh), tmp_path / "ray", backend="ray", progress=False)
+    assert inline.plans_made == inline.distinct_plans > 0 and inline.workers == 1
+    assert ray_run.distinct_plans == inline.distinct_plans <= ray_run.plans_made
+    assert ray_run.workers == 2 and 0 < ray_run.efficiency <= 1 and len(ray_run.busy) >= 1
+    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())["runs"][-1]
+    assert (manifest["plans_made"], manifest["distinct_plans"]) == (ray_run.plans_made, ray_run.distinct_plans)
+    assert manifest["efficiency"] == pytest.approx(ray_run.efficiency)
     pd.testing.assert_frame_equal(table(tmp_path / "a"), table(inline_run), check_exact=False, rtol=1e-12)
     pd.testing.assert_frame_equal(table(tmp_path / "a", "best"), table(inline_run, "best"), check_exact=False,
                                   rtol=1e-12)
