@@ -149,6 +149,12 @@ def cmd_optimize(a) -> int:
               f"{lengths_label(s)}, {s.scheduler}"
               f"{', ' + head if head else ''}: top {min(a.top_n, len(rows))}")
         print(_table(rows[: a.top_n], percentile=s.slo_percentile))
+        for r in rows[: a.top_n]:
+            if r.get("kv_bound"):
+                print(f"note: {r['role']} {layout_label(r)} B={r['max_batched_tokens']} "
+                      f"concurrency {r['concurrency']}: "
+                      f"the KV cache bound the load (requests waited for blocks, {r['preemptions']} preemptions; "
+                      f"{r['decoding_requests']:.1f} decoding on average); it meets the limits as the engine runs it")
     for split in result.splits:
         print(f"\nPD split (TTFT <= {split['ttft_limit_ms']}, TPOT <= {split['tpot_limit_ms']}): "
               f"{split['prefill_instances']} x P(tp{split['prefill_tp']}, conc {split['prefill_concurrency']}) + "
