@@ -72,12 +72,17 @@ class KVBoundPlanner:
 
     def step(self) -> list[tuple[_Request, int]]:
         """The (request, tokens) of one step, in the order the scheduler assigns them."""
-        budget, cap = self.w.max_batched_tokens, self.scheduler.long_prefill_token_threshold or 0
-        scheduled, before, i = [], self.preemptions, 0
-        while i < len(self.running) and budget > 0:
-            r = self.running[i]
-            n = min(r.tokens - r.computed, cap or math.inf, budget)
-            if not self._fit(r, r.computed + n):
+        budget = self.w.max_batched_tokens
+        cap = self.scheduler.long_prefill_token_threshold or budget
+        scheduled, before, i, running = [], self.preemptions, 0, self.running
+        while i < len(running) and budget > 0:  # written out: a KV-bound plan runs this per request per step
+            r = running[i]
+            n = min(r.prompt + r.out - r.computed, cap, budget)
+            need = (r.computed + n + BLOCK_SIZE - 1) // BLOCK_SIZE - r.blocks
+            if need <= self.free:
+                self.free -= need
+                r.blocks += need
+            elif not self._fit(r, r.computed + n):
                 break
             scheduled.append((r, n))
             budget -= n
@@ -85,7 +90,7 @@ class KVBoundPlanner:
         seats, preempted = self.scheduler.max_num_seqs or math.inf, self.preemptions > before
         while not preempted and self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
-            n = min(r.tokens - r.computed, cap or math.inf, budget)
+            n = min(r.tokens - r.computed, cap, budget)
             if blocks_for(r.tokens) - r.blocks > self.free:  # the whole prompt must fit to be admitted
                 break
             self.waiting.popleft()
@@ -318,9 +323,10 @@ def _register(book: ShapeBook, scheduled, fixed, context_round: int, round_conte
     entries: dict[tuple[int, int], int] = {}
     d = context = 0
     for r, n in scheduled:
-        if n == 1 and r.computed == r.tokens - 1 and r.out:
+        tokens = r.prompt + r.out
+        if n == 1 and r.computed == tokens - 1 and r.out:
             d += 1
-            context += r.tokens
+            context += tokens
         else:
             key = (n, r.computed + n)
             entries[key] = entries.get(key, 0) + 1
@@ -334,7 +340,7 @@ def _advance(planner: KVBoundPlanner, scheduled, step: int, finished: list) -> i
     done = 0
     for r, n in scheduled:
         r.computed += n
-        if r.computed < r.tokens:
+        if r.computed < r.prompt + r.out:
             continue  # a chunk of a prefill: nothing sampled
         r.out += 1
         if r.first == -2:
