@@ -67,6 +67,11 @@ MOE_REFERENCE = REFERENCE.with_name("measured_serving_moe.csv")
 QUANT = {("fp8", "fp8"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4", ("int4_wo", "int4_wo"): "bf16+int4_wo"}
 
 
+#: the KV cache a checkpoint brings: NVIDIA's NVFP4 checkpoints declare an FP8 KV cache
+#: (hf_quant_config.json: kv_cache_quant_algo FP8, shared/reference/models/), which vLLM uses
+KV_CACHE = {"bf16+nvfp4": "fp8"}
+
+
 def family(model: str) -> str:
     spec = load_model(model)
     return "MLA" if spec.is_mla else "MoE" if spec.is_moe else "dense"
@@ -107,7 +112,8 @@ class Row:
     def __init__(self, r, benchmark: str = BENCHMARK):
         self.r = r
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
-                                      attention_dp=int(r.attention_dp), quantization=r.quantization)
+                                      attention_dp=int(r.attention_dp), quantization=r.quantization,
+                                      kv_cache_dtype=KV_CACHE.get(r.quantization, "bf16"))
         budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
         self.devices = self.lm.devices_per_instance
         scheduler = TokenBudget(max_num_seqs=MAX_SEQS)

@@ -17,6 +17,7 @@ from simulator.kvbound import BLOCK_SIZE
 from tests.conftest import examples
 from tests.simulator.kv_reference import kv_reference
 from tests.simulator.test_timeline import one_ms
+from tests.simulator.test_vllm_traces import _expand, _planned_steps
 
 TRACES = Path(os.environ.get("SERVESWEEP_VLLM_KV_TRACES",
                              Path(__file__).parents[1] / "data" / "vllm_kv_traces_0.33.0.jsonl"))
@@ -36,20 +37,6 @@ def _kind(tokens: int, before: int, prompt: int) -> str:
     return "d" if tokens == 1 and before >= prompt else "p"
 
 
-def _steps(p) -> list[Counter]:
-    out = []
-    for shape_id in p.step_shape:
-        c = Counter()
-        for k in p.shapes[shape_id]:
-            c[(k.query_len, "d" if k.is_decode else "p")] += k.concurrency
-        out.append(c)
-    return out
-
-
-def _expand(values, counts) -> list[int]:
-    return sorted(v for v, n in zip(values, counts, strict=True) for _ in range(n))
-
-
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['mode']}-{c['input_length']}x{c['output_length']}-"
                                              f"{c['num_blocks']}blocks" for c in CASES])
 def test_kv_bound_trace_is_reproduced_step_for_step(case):
@@ -59,7 +46,7 @@ def test_kv_bound_trace_is_reproduced_step_for_step(case):
     recorded = [Counter((tok, _kind(tok, before, case["input_length"])) for _, tok, _, before in step)
                 for step in case["steps"]]
     assert p.num_steps == case["num_steps"]
-    for i, (ours, theirs) in enumerate(zip(_steps(p), recorded, strict=True)):
+    for i, (ours, theirs) in enumerate(zip(_planned_steps(p), recorded, strict=True)):
         assert ours == theirs, f"step {i}: ours {dict(ours)}, vLLM {dict(theirs)}"
     assert p.preemptions == case["preemptions"]
     assert _expand(p.first_step, p.counts) == sorted(case["first_token_step"])
