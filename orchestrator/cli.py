@@ -392,7 +392,9 @@ def cmd_estimate(a) -> int:
     load = rate if s.arrival == "poisson" else f"concurrency {s.concurrency}"
     print(f"{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
           f"{layout_label(row)}, {s.role}, "
-          f"{s.arrival} at {load} ({row['num_prompts']} prompts), {lengths_label(s)}, "
+          f"{s.arrival} at {load} ({row['num_prompts']} prompts"
+          f"{', measured as ' + s.benchmark if s.benchmark != 'steady' and s.arrival != 'burst' else ''}), "
+          f"{lengths_label(s)}, "
           f"{s.scheduler} B={row['max_batched_tokens']}")
     for note in s.default_notes + ([BURST_NOTE] if s.arrival == "burst" else []):
         print(f"note: {note}")
