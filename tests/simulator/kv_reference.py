@@ -13,7 +13,8 @@ def _blocks(tokens: int) -> int:
 
 def kv_reference(w, scheduler, kv_blocks: int):
     """Returns (steps, requests, preemptions, peak blocks): steps[s] is the list of (request index,
-    tokens, computed after) in scheduling order; requests[i] has 'first' and 'finish' steps."""
+    tokens, computed after, decode) in scheduling order, a decode being one token that completes a
+    request that has sampled before; requests[i] has 'first' and 'finish' steps."""
     usable = kv_blocks - 1  # vLLM's null block
     prompts, outputs, cached = (x.tolist() for x in w.request_lengths())
     reqs, waiting, running = [], [], []
@@ -71,8 +72,9 @@ def kv_reference(w, scheduler, kv_blocks: int):
         record = []
         for i, n in step:
             r = reqs[i]
+            decode = n == 1 and r["out"] > 0 and r["computed"] + 1 == r["prompt"] + r["out"]
             r["computed"] += n
-            record.append((i, n, r["computed"]))
+            record.append((i, n, r["computed"], decode))
             if r["computed"] == r["prompt"] + r["out"]:
                 r["out"] += 1
                 if r["first"] is None:
