@@ -124,10 +124,7 @@ class Row:
                          ("bench", Workload(int(r.isl), int(r.osl), budget, c, arrival="closed",
                                             num_prompts=prompts, measure=measured, warmup_requests=warmup))):
             self.workloads[label] = w
-            p = plan(w, scheduler)
-            requests = np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
-            tokens = np.array([sum(k.tokens for k in s) for s in p.shapes], dtype=np.float64)
-            self.plans[label] = (p, requests, tokens)
+            self.plans[label] = _with_requests(plan(w, scheduler))
         self.base: dict = {}
         # the engine queues requests the KV cache cannot hold: such runs are planned with vLLM's
         # admission and preemption (simulator.kvbound), reported apart and never fitted
@@ -137,9 +134,7 @@ class Row:
             self.workloads["bench"] = w = dataclasses.replace(self.workloads["bench"],
                                                               kv_blocks=int(capacity // BLOCK_SIZE))
             try:
-                p = plan(w, scheduler)
-                self.plans["bench"] = (p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=float),
-                                       None)
+                self.plans["bench"] = _with_requests(plan(w, scheduler))
             except RuntimeError:  # not one request fits: the plain plan stays
                 pass
 
@@ -162,7 +157,7 @@ class Row:
         moe = (moe_compute, moe_bandwidth)
         if frontend is not None and frontend.active and label == "bench":
             return self.timed(comm, step_ms, request_us, moe, frontend)
-        p, requests, _ = self.plans[label]
+        p, requests = self.plans[label]
         shape_ms = self.kernel_prices(label, comm, moe) + step_ms + request_us * requests * 1e-3
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
@@ -178,6 +173,11 @@ class Row:
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
         m = replay(p, step_times(p, pricer.prices(p)), self.devices)
         return m.ttft_ms, m.tpot_ms
+
+
+def _with_requests(p) -> tuple:
+    """A plan and the requests in each of its shapes (the engine's per-request time prices them)."""
+    return p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
 
 
 def _moe_engine(moe: tuple) -> EngineProfile:

@@ -180,13 +180,12 @@ class _KVPlan:
 
     def __init__(self, w, scheduler, kv_blocks: int, step_ms, decode_context: str, context_round: int,
                  run: DecodeRun):
-        from simulator.timeline import NO_FRONTEND, _Arrivals, _round_context
+        from simulator.timeline import _Arrivals, _round_context
 
         self.w, self.step_ms, self.run, self.round_context = w, step_ms, run, _round_context
         self.planner = KVBoundPlanner(w, scheduler, kv_blocks)
         self.arrivals = _Arrivals(w)
         self.timed = w.timed
-        self.lookahead = self.arrivals.frontend.lookahead_steps if self.arrivals.frontend is not NO_FRONTEND else 0
         self.fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
         self.round_to = context_round
         self.book, self.shape_ms = ShapeBook(1), []
@@ -204,12 +203,10 @@ class _KVPlan:
 
     def arrive(self, step: int) -> None:
         """Timed: hand the scheduler what reached it (jumping the clock when the engine is idle)."""
-        seen = self.clock
-        if not self.planner.waiting and not self.planner.running:
-            self.clock = seen = max(self.clock, self.arrivals.next_time())
-        elif self.lookahead and self.step_end:
-            seen = self.step_end[-1] - self.shape_ms[self.step_shape[-1]]
-        for t in self.arrivals.due(seen, self.clock):
+        last_start = self.step_end[-1] - self.shape_ms[self.step_shape[-1]] if self.step_end else None
+        idle = not self.planner.waiting and not self.planner.running
+        self.clock, due = self.arrivals.arrived(self.clock, idle, last_start)
+        for t in due:
             self.send(1, step - 1, t)
 
     def play(self) -> int:
@@ -247,7 +244,7 @@ class _KVPlan:
         dur = self.shape_ms[self.step_shape[-1]]
         for j in range(k):
             start = self.clock + j * dur
-            if nxt <= (start - dur if self.lookahead else start):
+            if nxt <= (start - dur if self.arrivals.frontend.lookahead_steps else start):
                 return j
         return k
 

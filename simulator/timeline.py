@@ -331,6 +331,17 @@ class _Arrivals:
         end = bisect.bisect_right(self.at, seen, lo=self.sent)
         return self.sent_ms[self.sent:end]
 
+    def arrived(self, clock: float, idle: bool, last_start: float | None) -> tuple[float, list[float]]:
+        """Timed: (the clock, send times of the requests the scheduler sees at a step starting then).
+        An idle engine's clock jumps to the next arrival; with async lookahead the scheduler sees
+        what had arrived when the last step (starting at `last_start`) began."""
+        seen = clock
+        if idle:
+            clock = seen = max(clock, self.next_time())
+        elif self.frontend.lookahead_steps and last_start is not None:
+            seen = last_start
+        return clock, self.due(seen, clock)
+
     def next_time(self) -> float | None:
         """Timed: when the next request reaches the scheduler, if nothing new is sent before it (the
         engine idle, or within a run that finishes nobody); None when none is on its way."""
@@ -445,7 +456,6 @@ def plan(
         send(min(w.concurrency, arrivals.total), -1)
     elif closed:
         arrivals.create(np.zeros(min(w.concurrency, arrivals.total)))
-    lookahead = arrivals.frontend.lookahead_steps
     # "mid": every decode key has the context of a request halfway through its output
     fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
     book = ShapeBook(qlen)
@@ -487,12 +497,9 @@ def plan(
                 cycle, step = None, len(step_shape)
             check = False
         if timed:
-            seen = clock  # what the scheduler sees: what arrived by now, or (async) by the last step's start
-            if not queue and not pool.ready:  # idle: jump to the next arrival
-                clock = seen = max(clock, arrivals.next_time())
-            elif lookahead and step_end:
-                seen = step_end[-1] - shape_ms[step_shape[-1]]
-            for t in arrivals.due(seen, clock):
+            last_start = step_end[-1] - shape_ms[step_shape[-1]] if step_end else None
+            clock, due = arrivals.arrived(clock, not queue and not pool.ready, last_start)
+            for t in due:
                 send(1, step - 1, t)
         view.ready_decode = pool.ready
         sp = ahead or scheduler.plan_step(view)
