@@ -1,7 +1,9 @@
-"""Drivers that run many scenarios' searches: inline (one process) or fanned out as Ray tasks.
+"""Drivers that run many scenarios' searches: inline (one process) or on Ray actors, one per CPU.
 
-Both drive the same search generators (orchestrator.search) and hand each finished scenario's
-job results to `on_done`; only where a point is evaluated differs.
+A scenario is searched whole where it is placed (orchestrator.optimize.job_search driven inline), so
+the driver does no per-point work: it hands out parts of plan families and collects finished
+scenarios. Plans depend only on a scenario's plan family (`Scenario.plan_family`) and are memoised
+per process, so a family's parts go to the worker that started it (`Placement`).
 """
 
 from __future__ import annotations
@@ -9,45 +11,36 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 
-from orchestrator.evaluate import (
-    collect_rarely,
-    evaluate_point,
-    finish_point,
-    measured_before,
-    plan_point,
-    point_key,
-    take_plans_made,
-    workload,
-)
-from orchestrator.jobs import Job, JobResult, SweepItem
-from orchestrator.optimize import job_search
+from orchestrator.evaluate import collect_rarely, evaluate_point, take_plans_made, workload
+from orchestrator.jobs import Job, OptimizeResult, SweepItem
+from orchestrator.optimize import job_search, memory_bound
 from orchestrator.pricer import CachedPricer, shared_backend
 from orchestrator.scenario import Scenario
+from orchestrator.search import drive
 from simulator.workload import sent_prompts
 
 log = logging.getLogger(__name__)
 
-#: estimated work a Ray task carries: far above the ~2 ms a task costs, and large enough that the points
-#: of one plan family meet in one task, so two workers plan the same schedule less often (576-scenario
-#: sweep on 2 CPUs: 50 ms tasks planned 3,950 schedules in 19.7 s, 800 ms tasks 2,970 in 15.1 s; inline
-#: plans 2,541); larger tasks leave workers idle at the end of a sweep
+#: the least estimated work of one part handed to a worker: far above the ~2 ms a Ray call costs
 TARGET_TASK_MS = 800.0
-#: rough cost of one simulated step plus a fixed cost per point, for packing tasks
+#: parts per worker a sweep is cut into at least, so the last parts are short: the idle tail at the
+#: end of a sweep is at most about one part (1 / PARTS_PER_WORKER of a worker's share)
+PARTS_PER_WORKER = 20
+#: rough cost of one simulated step plus a fixed cost per point, for estimating a scenario's work
 MS_PER_STEP, MS_PER_POINT = 0.008, 0.3
 POISSON_IN_FLIGHT = 16
-#: keys a point prices itself with an expensive backend (a guess: what the caches miss). Without it a
-#: 5 ms-a-key backend packed a sweep's points into a few long tasks, and searches waited on them
-#: (96 scenarios, slow-roofline, Ray on 2 CPUs: 57 s, no faster than inline)
+#: points a job's search evaluates, roughly (a bracket and a bisection over concurrency), and the
+#: concurrency a point is estimated at
+POINTS_PER_SEARCH, REFERENCE_LOAD = 12, 64
+#: keys a point prices itself with an expensive backend (a guess: what the caches miss)
 PRICED_KEYS_PER_POINT = 10
-#: times the driver re-runs a task whose worker, node or result was lost (a failure in our code is not retried)
+#: times the driver re-runs a part whose worker, node or result was lost (a failure in our code is not retried)
 TASK_RETRIES = 3
-#: tasks in flight per CPU, and points queued per CPU before more scenarios are admitted
-IN_FLIGHT_PER_CPU, QUEUED_PER_CPU = 2, 4
-
-OnDone = Callable[[SweepItem, list[JobResult]], None]
+#: infeasible best rows a worker sends back per scenario it wrote (the summary prints a few; all are on disk)
+INFEASIBLE_BACK = 20
 
 
 def estimate_ms(s: Scenario, job: Job, n: int) -> float:
@@ -63,9 +56,8 @@ def estimate_ms(s: Scenario, job: Job, n: int) -> float:
 
 @lru_cache(maxsize=4096)
 def _point_work(s: Scenario, job: Job) -> tuple:
-    """What a job's point estimates share, whatever its load (the driver estimates every point it
-    queues): arrival, num_prompts, a trace's requests, decode steps a request, prefill steps a
-    prompt, pricing ms."""
+    """What a job's point estimates share, whatever its load: arrival, num_prompts, a trace's
+    requests, decode steps a request, prefill steps a prompt, pricing ms."""
     w = workload(s, job.max_batched_tokens, 1)
     trace = w.mix.trace if w.mix is not None else None
     lm = s.latency_model(job.layout)
@@ -74,101 +66,38 @@ def _point_work(s: Scenario, job: Job) -> tuple:
             lm.cost_per_key_ms * PRICED_KEYS_PER_POINT if shared_backend(lm) else 0.0)
 
 
-class _Active:
-    """The running searches of the admitted scenarios."""
-
-    def __init__(self):
-        self.gens, self.waiting, self.results, self.left = {}, {}, {}, {}
-
-    def start(self, item: SweepItem, queue: deque) -> list:
-        self.results[item.id] = [None] * len(item.jobs)
-        self.left[item.id] = len(item.jobs)
-        finished = []
-        for j, job in enumerate(item.jobs):
-            gen = job_search(item.scenario, job)
-            self.gens[(item.id, j)] = (item, gen)
-            finished += self._advance((item.id, j), None, queue)
-        return finished
-
-    def answer(self, key, n, row, queue: deque) -> list:
-        pending = self.waiting[key]
-        pending["rows"][n] = row
-        if len(pending["rows"]) < len(pending["ns"]):
-            return []
-        return self._advance(key, pending["rows"], queue)
-
-    def _advance(self, key, rows, queue) -> list:
-        item, gen = self.gens[key]
-        try:
-            ns = next(gen) if rows is None else gen.send(rows)
-        except StopIteration as stop:
-            del self.gens[key]
-            self.waiting.pop(key, None)
-            self.results[item.id][key[1]] = stop.value
-            self.left[item.id] -= 1
-            if self.left[item.id] == 0:
-                del self.left[item.id]
-                return [(item, self.results.pop(item.id))]
-            return []
-        self.waiting[key] = {"ns": ns, "rows": {}}
-        queue.extend((key, item, n) for n in ns)
-        return []
+def scenario_ms(item: SweepItem) -> float:
+    """Rough work of one scenario's search: POINTS_PER_SEARCH points per job at a typical load."""
+    s = item.scenario
+    total = 0.0
+    for job in item.jobs:
+        bound = memory_bound(s, job)
+        n = max(1, min(REFERENCE_LOAD, s.max_concurrency, bound or REFERENCE_LOAD))
+        total += POINTS_PER_SEARCH * estimate_ms(s, job, n)
+    return total
 
 
-class _Queue(deque):
-    """Points waiting for a task, with their estimated work in ms kept as a running total (each
-    point's estimate computed once, when it is queued)."""
-
-    ms = 0.0
-
-    def extend(self, entries) -> None:
-        for key, item, n in entries:
-            job = item.jobs[key[1]]
-            ms = estimate_ms(item.scenario, job, n)
-            self.append((key, item, n, ms, (item.family, job.max_batched_tokens, job.role, n)))
-            self.ms += ms
-
-    def take(self, target_ms: float) -> list:
-        """The points of one task, >= `target_ms` of work unless the queue runs out: the oldest point
-        with every queued point that shares its plan, then the next oldest... Points of one plan in
-        one task are planned once; split over tasks, two workers may both plan it."""
-        by_plan: dict[tuple, list] = {}
-        for entry in self:
-            by_plan.setdefault(entry[4], []).append(entry)
-        chunk, ms, taken = [], 0.0, set()
-        for plan_key, entries in by_plan.items():
-            if ms >= target_ms:
-                break
-            chunk += entries
-            ms += sum(e[3] for e in entries)
-            taken.add(plan_key)
-        rest = [e for e in self if e[4] not in taken]
-        self.clear()
-        self.ms = 0.0
-        for e in rest:
-            self.append(e)
-            self.ms += e[3]
-        return chunk
+def search_item(item: SweepItem, pricer, progress=None) -> OptimizeResult:
+    """One scenario searched in this process: every job's search driven inline, then assembled."""
+    s, results = item.scenario, []
+    for job in item.jobs:
+        def evaluate(ns, job=job):
+            rows = [evaluate_point(s, job, n, pricer) for n in ns]
+            if progress is not None:
+                progress.point(pricer.take_stats(), len(rows))
+            return rows
+        results.append(drive(job_search(s, job), evaluate))
+    return item.mode.assemble(s, results)
 
 
-def run_inline(items: Iterable[SweepItem], on_done: OnDone, progress=None) -> dict:
-    """Every point evaluated in this process, with a local latency cache."""
+def run_inline(items: Iterable[SweepItem], sink, progress=None) -> dict:
+    """Every scenario searched in this process, with a local latency cache; each written by `sink`."""
     collect_rarely()
     pricer = CachedPricer(None)
-    active, queue = _Active(), deque()
     started, work = time.perf_counter(), Work()
     take_plans_made()
     for item in items:
-        done = active.start(item, queue)
-        while queue:
-            key, it, n = queue.popleft()
-            job = it.jobs[key[1]]
-            row = evaluate_point(it.scenario, job, n, pricer)
-            done += active.answer(key, n, row, queue)
-            if progress:
-                progress.point(pricer.take_stats())
-        for finished in done:
-            on_done(*finished)
+        sink.write(item, search_item(item, pricer, progress))
     work.add("inline", time.perf_counter() - started, take_plans_made())
     return {"nodes": {"inline": 1}, "retried": 0, "work": work}
 
@@ -191,97 +120,173 @@ class Work:
         return sum(self.busy.values()) / (workers * wall) if wall > 0 and workers else 0.0
 
 
-def _evaluate_chunk(items, cache):
-    """Ray task body: evaluate (key, scenario, job, n) items with the worker's cached pricer."""
-    import ray
+class Placement:
+    """Which part of the sweep a free worker searches next. The sweep is cut by plan family, each
+    family into parts of contiguous scenarios (>= TARGET_TASK_MS, <= total / (workers x
+    PARTS_PER_WORKER) where a scenario allows). A worker takes the next part of a family it started
+    (its plans are in that worker's memo), else starts the largest family nobody has, else helps
+    with the family that has the most work left (planning it again: only at the end of a sweep)."""
 
-    global _WORKER_PRICER
-    started = time.perf_counter()
-    collect_rarely()
-    if _WORKER_PRICER is None or _WORKER_PRICER.cache != cache:
-        _WORKER_PRICER = CachedPricer(cache)
-    fresh: dict[tuple, int] = {}  # a point not measured in this process -> its first item
-    for i, (_, s, job, n) in enumerate(items):
-        k = point_key(s, job, n)
-        if k not in fresh and not measured_before(k):
-            fresh[k] = i
-    planned = {i: plan_point(*items[i][1:]) for i in fresh.values()}
-    _WORKER_PRICER.prefetch([(lm, p.price_keys, p.scheduler.fused) for lm, p in planned.values()])
-    rows = []
-    for i, (key, s, job, n) in enumerate(items):
-        if i in planned:
-            lm, p = planned[i]
-            row = finish_point(s, job, p, _WORKER_PRICER.lookup(lm, p.price_keys), n)
-        else:  # measured here before, or by an item above (of another limit pair)
-            row = evaluate_point(s, job, n, _WORKER_PRICER)
-        rows.append((key, n, row))
-    context = ray.get_runtime_context()
-    work = (context.get_worker_id(), time.perf_counter() - started, take_plans_made())
-    return rows, _WORKER_PRICER.take_stats(), context.get_node_id(), work
+    def __init__(self, items: list[SweepItem], workers: int, cost=scenario_ms):
+        families: dict[str, list[tuple[SweepItem, float]]] = {}
+        for item in items:
+            families.setdefault(item.family, []).append((item, cost(item)))
+        total = sum(ms for members in families.values() for _, ms in members)
+        self.part_ms = max(TARGET_TASK_MS, total / max(1, workers * PARTS_PER_WORKER))
+        self.parts: dict[str, deque] = {f: deque(_cut(m, self.part_ms)) for f, m in families.items()}
+        self.left = {f: sum(ms for _, ms in m) for f, m in families.items()}
+        self.owners: dict[str, set] = {f: set() for f in families}
+
+    def take(self, worker) -> tuple[str, list[SweepItem], float] | None:
+        """(family, scenarios, estimated ms) for `worker`, or None when nothing is left."""
+        open_ = [f for f, parts in self.parts.items() if parts]
+        if not open_:
+            return None
+        mine = [f for f in open_ if worker in self.owners[f]]
+        free = [f for f in open_ if not self.owners[f]]
+        family = (mine or [max(free or open_, key=self.left.__getitem__)])[0]
+        self.owners[family].add(worker)
+        items, ms = self.parts[family].popleft()
+        self.left[family] -= ms
+        return family, items, ms
+
+    def give_back(self, family: str, items: list[SweepItem], ms: float, worker) -> None:
+        """A part whose worker was lost: first in its family again; the worker owns nothing now."""
+        self.parts[family].appendleft((items, ms))
+        self.left[family] += ms
+        for owners in self.owners.values():
+            owners.discard(worker)
 
 
-_WORKER_PRICER: CachedPricer | None = None
+def _cut(members: list[tuple[SweepItem, float]], part_ms: float) -> list[tuple[list[SweepItem], float]]:
+    """Contiguous parts of a family of >= part_ms each (the last may be less)."""
+    parts, items, ms = [], [], 0.0
+    for item, cost in members:
+        items.append(item)
+        ms += cost
+        if ms >= part_ms:
+            parts.append((items, ms))
+            items, ms = [], 0.0
+    if items:
+        parts.append((items, ms))
+    return parts
+
+
+class Searcher:
+    """A Ray actor: searches whole scenarios with one pricer and one plan memo for its lifetime, and
+    writes each to the dataset itself where it can reach it (a local output, on the driver's node);
+    otherwise it sends the assembled result back for the driver to write."""
+
+    def __init__(self, cache, root: str | None, per_request: bool, driver_node: str):
+        import ray
+
+        from orchestrator.dataset import Dataset
+
+        collect_rarely()
+        take_plans_made()
+        context = ray.get_runtime_context()
+        self.node, self.worker = context.get_node_id(), context.get_worker_id()
+        self.pricer = CachedPricer(cache)
+        self.data = Dataset(root) if root is not None and self.node == driver_node else None
+        self.per_request = per_request
+
+    def search(self, items: list[SweepItem]):
+        """Each scenario: (id, result to write or None if written here, its infeasible best rows)."""
+        started, counted, out = time.perf_counter(), _Counted(), []
+        for item in items:
+            result = search_item(item, self.pricer, counted)
+            if self.data is None:
+                out.append((item.id, result, None))
+                continue
+            best = self.data.write(item, result, self.per_request)
+            out.append((item.id, None, [b for b in best if not b["feasible"]][:INFEASIBLE_BACK]))
+        work = (self.worker, time.perf_counter() - started, take_plans_made())
+        return out, counted.stats, self.node, work
+
+
+class _Counted:
+    """The progress a worker sends back with a part: points and its pricer's counts."""
+
+    def __init__(self):
+        self.stats = {"points": 0, "priced": 0, "lookups": 0, "round_trips": 0}
+
+    def point(self, stats: dict, n: int) -> None:
+        self.stats["points"] += n
+        for k in ("priced", "lookups", "round_trips"):
+            self.stats[k] += stats.get(k, 0)
 
 
 def _lost_errors() -> tuple:
-    """Ray errors that say a task's worker, node or result copy was lost, not that the task failed."""
+    """Ray errors that say an actor, its node or a result copy was lost, not that the search failed."""
     from ray import exceptions as e
 
-    return (e.WorkerCrashedError, e.NodeDiedError, e.LocalRayletDiedError, e.ObjectLostError, e.OutOfMemoryError)
+    return (e.RayActorError, e.WorkerCrashedError, e.NodeDiedError, e.LocalRayletDiedError, e.ObjectLostError,
+            e.OutOfMemoryError)
 
 
-def run_ray(items: Iterable[SweepItem], on_done: OnDone, cache, progress=None,
-            max_in_flight: int | None = None) -> dict:
-    """Fan the points out as Ray tasks of >= TARGET_TASK_MS estimated work, a bounded number in
-    flight; admit scenarios while the queue is short. The driver re-runs lost tasks itself (Ray's
-    own retries are invisible to it) and counts them: `retried` in the result."""
+def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
+    """Search the scenarios on one Ray actor per CPU of the cluster, placed by plan family
+    (`Placement`), one part in flight per actor. A part whose actor was lost is searched again
+    elsewhere, on a new actor where the cluster still has room, and counted (`retried`)."""
     import ray
 
-    # SPREAD: a cluster's nodes share the tasks from the start (the default packs a node before using the next)
-    task = ray.remote(max_retries=0, scheduling_strategy="SPREAD")(_evaluate_chunk)
-    lost_errors = _lost_errors()
+    items = list(items)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    max_in_flight = max_in_flight or IN_FLIGHT_PER_CPU * cpus
-    log.info("Ray: %d CPUs, up to %d tasks in flight", cpus, max_in_flight)
-    items = iter(items)
-    active, queue, in_flight, nodes = _Active(), _Queue(), {}, {}
-    exhausted, retried, work = False, 0, Work()
+    placement = Placement(items, cpus)
+    actor = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(Searcher)
+    driver_node = ray.get_runtime_context().get_node_id()
+    by_id = {it.id: it for it in items}
 
-    while True:
-        while not exhausted and (len(queue) < QUEUED_PER_CPU * cpus or queue.ms < 2 * TARGET_TASK_MS * cpus):
-            item = next(items, None)
-            if item is None:
-                exhausted = True
-                break
-            for finished in active.start(item, queue):
-                on_done(*finished)
-        while queue and len(in_flight) < max_in_flight:
-            if in_flight and not exhausted and queue.ms < TARGET_TASK_MS:
-                break  # let work accumulate: a task should carry >= TARGET_TASK_MS
-            chunk = [(key, it.scenario, it.jobs[key[1]], n) for key, it, n, _, _ in queue.take(TARGET_TASK_MS)]
-            in_flight[task.remote(chunk, cache)] = (chunk, 0)
-        if not in_flight:
-            if exhausted and not queue:
-                break
-            continue
-        ready, _ = ray.wait(list(in_flight), num_returns=1)
-        for ref in ready:
-            chunk, attempt = in_flight.pop(ref)
+    def start():
+        return actor.remote(cache, sink.root, sink.per_request, driver_node)
+
+    actors = [start() for _ in range(min(cpus, len(items)))]
+    log.info("Ray: %d CPUs, %d searchers, parts of >= %.0f ms", cpus, len(actors), placement.part_ms)
+    in_flight: dict = {}  # ref -> (actor, family, items, ms, attempt)
+    attempts: dict[tuple, int] = {}
+    nodes, retried, work = {}, 0, Work()
+    lost_errors = _lost_errors()
+
+    def give(a) -> None:
+        taken = placement.take(a)
+        if taken is not None:
+            family, part, ms = taken
+            in_flight[a.search.remote(part)] = (a, family, part, ms)
+
+    try:
+        for a in actors:
+            give(a)
+        while in_flight:
+            [ref], _ = ray.wait(list(in_flight), num_returns=1)
+            a, family, part, ms = in_flight.pop(ref)
             try:
-                rows, stats, node, (worker, busy, plans) = ray.get(ref)
+                out, stats, node, (worker, busy, plans) = ray.get(ref)
             except lost_errors as lost:
-                if attempt == TASK_RETRIES:
-                    raise RuntimeError(f"a task of {len(chunk)} points was lost {attempt + 1} times; "
+                key = tuple(it.id for it in part)
+                attempts[key] = attempts.get(key, 0) + 1
+                if attempts[key] > TASK_RETRIES:
+                    raise RuntimeError(f"a part of {len(part)} scenarios was lost {attempts[key]} times; "
                                        f"last: {type(lost).__name__}") from lost
-                log.warning("task lost (%s); running it again", type(lost).__name__)
-                in_flight[task.remote(chunk, cache)] = (chunk, attempt + 1)
+                log.warning("searcher lost (%s); its part runs again", type(lost).__name__)
+                placement.give_back(family, part, ms, a)
                 retried += 1
+                actors.remove(a)
+                if not actors or ray.available_resources().get("CPU", 0) >= 1:  # its CPU is free again
+                    actors.append(start())
+                for idle in set(actors) - {v[0] for v in in_flight.values()}:
+                    give(idle)
                 continue
             nodes[node] = nodes.get(node, 0) + 1
             work.add(worker, busy, plans)
-            for key, n, row in rows:
-                for finished in active.answer(key, n, row, queue):
-                    on_done(*finished)
             if progress:
-                progress.point(stats, len(rows))
+                progress.point(stats, stats["points"])
+            for item_id, result, infeasible in out:
+                if result is None:
+                    sink.written(by_id[item_id], infeasible)
+                else:
+                    sink.write(by_id[item_id], result)
+            give(a)
+    finally:
+        for a in actors:
+            ray.kill(a)
     return {"nodes": nodes, "retried": retried, "work": work, "workers": cpus}

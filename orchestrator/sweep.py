@@ -43,6 +43,28 @@ class SweepSummary:
     efficiency: float = 0.0  # busy / (workers x wall)
 
 
+class _Sink:
+    """Where finished scenarios go: the dataset (written here, or by a worker that reached it) and the
+    summary's counts. The driver keeps no row it does not need: flat memory."""
+
+    def __init__(self, data: Dataset, per_request: bool, summary: SweepSummary, bar: Progress, lock):
+        self.data, self.per_request, self.summary, self.bar, self.lock = data, per_request, summary, bar, lock
+        # a local output is written by the workers on this node themselves (resolved: their working
+        # directory is not ours); an object store's by this driver (workers may lack its credentials)
+        self.root = data.base if "://" not in data.root else None
+
+    def write(self, item: SweepItem, result) -> None:
+        best = self.data.write(item, result, self.per_request)
+        self.written(item, [b for b in best if not b["feasible"]])
+
+    def written(self, item: SweepItem, infeasible: list[dict]) -> None:
+        room = MAX_INFEASIBLE - len(self.summary.infeasible)
+        self.summary.infeasible += infeasible[: max(room, 0)]
+        self.summary.written += 1
+        self.bar.scenario_done()
+        self.lock.beat()
+
+
 def default_output() -> Path:
     return Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
@@ -90,22 +112,15 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
 
     log.info("sweep %s: %d scenarios, %d already finished, backend %s", output, len(items), summary.skipped, backend)
 
-    def on_done(item, job_results):
-        best = data.write(item, item.mode.assemble(item.scenario, job_results), per_request)
-        room = MAX_INFEASIBLE - len(summary.infeasible)  # the driver keeps no row it does not need: flat memory
-        summary.infeasible += [b for b in best if not b["feasible"]][: max(room, 0)]
-        summary.written += 1
-        bar.scenario_done()
-        lock.beat()
-
+    sink = _Sink(data, per_request, summary, bar, lock)
     try:
         if backend == "inline":
-            info = run_inline(todo, on_done, progress=bar)
+            info = run_inline(todo, sink, progress=bar)
         else:
             from orchestrator.cache import get_cache
 
             cache = get_cache()
-            info = run_ray(todo, on_done, cache, progress=bar)
+            info = run_ray(todo, sink, cache, progress=bar)
             summary.cache = cache.stats()
         summary.nodes, summary.retried = info["nodes"], info["retried"]
         work, summary.workers = info["work"], info.get("workers", 1)

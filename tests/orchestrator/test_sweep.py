@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.cache import get_cache
 from orchestrator.dataset import read_table
@@ -178,7 +180,7 @@ def test_cache_actor_serves_a_fresh_worker(ray_session):
 
 
 def test_killed_worker_loses_and_duplicates_nothing(ray_session, inline_run, tmp_path, faults):
-    faults.kill_worker("_evaluate_chunk")
+    faults.kill_worker("Searcher.search")
     summary = run_sweep(expand(SPEC), tmp_path / "out", backend="ray", progress=False)
     assert len(faults.killed) == 1  # a worker did die in the middle of a task
     assert summary.retried == 1  # its task, run again by the driver, and only it
@@ -350,7 +352,7 @@ def test_two_node_cluster_sweep_matches_embedded(inline_run, tmp_path):
         victims = []  # the worker node's processes, once it runs a task after a scenario is written
         while run.poll() is None and time.time() < deadline and not victims:
             if list(lost.glob("best/*/*/*.parquet")):
-                victims = running(nodes[1], "_evaluate_chunk")
+                victims = running(nodes[1], "Searcher.search")
         assert victims and run.poll() is None and len(list(lost.glob("best/*/*/*.parquet"))) < 32  # mid-run
         kill_node(nodes[1], victims)
         out_text, err_text = run.communicate(timeout=600)
@@ -388,6 +390,16 @@ def test_sweep_rows_equal_the_optimize_run_of_the_same_scenario(ray_session, tmp
             assert len(match) == 1
             for col in ("concurrency", "ttft_ms", "tpot_ms", "output_throughput", "peak_kv_tokens"):
                 assert match.iloc[0][col] == pytest.approx(row[col], rel=1e-12)
+
+
+def test_ray_sweep_into_object_storage_is_written_by_the_driver(ray_session, inline_run, s3):
+    """Ray workers may lack the driver's object-store credentials (here they do: the endpoint is set
+    after Ray started), so the driver writes what they send: the same rows as a local inline run."""
+    uri = f"{s3}/runs/ray"
+    summary = run_sweep(expand(SPEC), uri, backend="ray", progress=False)
+    assert summary.written == 16
+    pd.testing.assert_frame_equal(table(uri), table(inline_run), check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(table(uri, "best"), table(inline_run, "best"), check_exact=False, rtol=1e-12)
 
 
 def test_results_go_to_object_storage_with_the_same_guarantees(inline_run, tmp_path, s3):
@@ -481,23 +493,61 @@ def test_cache_command_shows_and_clears_the_shards(ray_session, capsys):
         assert "--address" in capsys.readouterr().err
 
 
-def test_a_task_takes_the_oldest_point_with_every_queued_point_that_shares_its_plan():
-    """Points of one plan (same workload family, budget, role, concurrency) queued by different
-    scenarios go to one task, so one worker plans the schedule; oldest first otherwise, and a task
-    stops once it holds its share of work."""
-    from orchestrator.runner import _Queue
+def test_placement_keeps_a_family_on_the_worker_that_started_it():
+    """Hand-computed: families A (3 scenarios of 1,000 ms), B (one of 1,000) and C (two of 500) on two
+    workers. Parts hold >= TARGET_TASK_MS (800 ms): A's scenarios one a part, C's two in one. A worker
+    starts the largest family nobody has, keeps to its own, and helps with what is left at the end."""
+    from orchestrator.runner import TARGET_TASK_MS, Placement
+
+    assert TARGET_TASK_MS == 800.0
+    items = expand(SPEC)
+    fams = sorted({it.family for it in items})[:3]
+    a = [it for it in items if it.family == fams[0]][:3]
+    b = [it for it in items if it.family == fams[1]][:1]
+    c = [it for it in items if it.family == fams[2]][:2]
+    cost = {**{it.id: 1000.0 for it in a + b}, **{it.id: 500.0 for it in c}}
+    p = Placement(b + a + c, workers=2, cost=lambda it: cost[it.id])
+    assert p.part_ms == 800.0
+
+    def take(worker):
+        family, part, ms = p.take(worker)
+        return [it.id for it in part], ms
+
+    assert take(1) == ([a[0].id], 1000.0)  # the largest family: A
+    assert take(2) == ([b[0].id], 1000.0)  # A is taken: the largest free one (B ties C, B first)
+    assert take(2) == ([c[0].id, c[1].id], 1000.0)  # B is done: the next free family
+    assert take(1) == ([a[1].id], 1000.0)  # its own family
+    family, part, ms = p.take(2)  # nothing free: helps with A
+    assert [it.id for it in part] == [a[2].id]
+    p.give_back(family, part, ms, 2)  # worker 2 was lost: the part is first in A again
+    assert take(1) == ([a[2].id], 1000.0)
+    assert p.take(1) is None and p.take(2) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(costs=st.lists(st.floats(1.0, 5000.0), min_size=1, max_size=16), workers=st.integers(1, 5),
+       order=st.lists(st.integers(0, 4), min_size=1, max_size=200))
+def test_placement_hands_out_every_scenario_once(costs, workers, order):
+    """Conservation: whatever order free workers ask in, every scenario is handed out exactly once, and
+    a worker only helps with a started family when no family is free."""
+    from orchestrator.runner import Placement
 
     items = expand(SPEC)
-    a = items[0]
-    other = next(it for it in items if it.family != a.family)  # another input or output length
-    same = next(it for it in items if it.family == a.family and it is not a)  # other devices or limits
-    q = _Queue()
-    q.extend([((a.id, 0), a, 4), ((other.id, 0), other, 4), ((a.id, 0), a, 8), ((same.id, 0), same, 4)])
-    first = q.take(target_ms=0.001)  # one plan's worth: a's n=4 and same's n=4 (one plan), not other's
-    assert [(it.id, n) for _, it, n, _, _ in first] == [(a.id, 4), (same.id, 4)]
-    assert [(it.id, n) for _, it, n, _, _ in q] == [(other.id, 4), (a.id, 8)]  # the rest, in order
-    assert q.ms == pytest.approx(sum(e[3] for e in q))
-    assert len(q.take(target_ms=1e9)) == 2 and not q and q.ms == 0.0
+    chosen = [items[i % len(items)] for i in range(len(costs))]
+    chosen = list({it.id: it for it in chosen}.values())
+    cost = {it.id: ms for it, ms in zip(chosen, costs, strict=False)}
+    p = Placement(chosen, workers, cost=lambda it: cost[it.id])
+    handed = []
+    for w in order + list(range(workers)) * len(chosen):
+        free_before = {f for f, parts in p.parts.items() if parts and not p.owners[f]}
+        mine_before = {f for f, parts in p.parts.items() if parts and w % workers in p.owners[f]}
+        taken = p.take(w % workers)
+        if taken is None:
+            break
+        family = taken[0]
+        assert family in (mine_before or free_before or {family})
+        handed += [it.id for it in taken[1]]
+    assert sorted(handed) == sorted(it.id for it in chosen)
 
 
 def test_an_evaluating_process_collects_garbage_rarely(tmp_path):
