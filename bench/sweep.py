@@ -48,6 +48,7 @@ with tempfile.TemporaryDirectory() as d:
 print(json.dumps({"scenarios": s.total, "seconds": s.seconds, "startup": startup, "points": s.points,
                   "hit": 1 - s.priced / max(s.lookups, 1), "round_trips": s.round_trips, "retried": s.retried,
                   "plans_made": s.plans_made, "distinct_plans": s.distinct_plans, "efficiency": s.efficiency,
+                  "tail": s.idle_tail,
                   "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 BACKENDS = {"inline": ("inline", "inline", 1), "ray1": ("ray, 1 CPU", "ray", 1), "ray2": ("ray, 2 CPUs", "ray", 2)}
@@ -83,15 +84,17 @@ def main() -> None:
                      statistics.median(r["startup"] for r in results), results[0]["hit"],
                      max(r["peak_mib"] for r in results), sum(r["retried"] for r in results),
                      results[0]["plans_made"] / max(results[0]["distinct_plans"], 1),
-                     statistics.median(r["efficiency"] for r in results)))
+                     statistics.median(r["efficiency"] for r in results),
+                     statistics.median(r["tail"] for r in results)))
     base = {r[0]: r[4] for r in rows}
     print(f"latency backend {args.latency_backend}")
-    print(f"{'backend':<12} {'scenarios':>9} {'points':>7} {'median s':>9} {'scen/s':>8} {'vs 1 CPU':>9} "
-          f"{'start s':>8} {'cache hit':>9} {'driver MiB':>10} {'retried':>7} {'plans/distinct':>14} {'busy':>6}")
-    for name, n, pts, secs, rate, start, hit, peak, retried, plans, busy in rows:
-        ratio = f"{rate / base['ray, 1 CPU']:>8.2f}x" if "ray, 1 CPU" in base else f"{'-':>9}"
+    print(f"{'backend':<12} {'scenarios':>9} {'points':>7} {'median s':>9} {'scen/s':>8} {'vs inline':>9} "
+          f"{'start s':>8} {'cache hit':>9} {'driver MiB':>10} {'retried':>7} {'plans/distinct':>14} {'busy':>6} "
+          f"{'idle tail s':>11}")
+    for name, n, pts, secs, rate, start, hit, peak, retried, plans, busy, tail in rows:
+        ratio = f"{rate / base['inline']:>8.2f}x" if "inline" in base else f"{'-':>9}"
         print(f"{name:<12} {n:>9} {pts:>7} {secs:>9.2f} {rate:>8.1f} {ratio} {start:>8.1f} {100 * hit:>8.1f}% "
-              f"{peak:>10.0f} {retried:>7} {plans:>14.2f} {100 * busy:>5.0f}%")
+              f"{peak:>10.0f} {retried:>7} {plans:>14.2f} {100 * busy:>5.0f}% {tail:>11.1f}")
 
 
 if __name__ == "__main__":

@@ -21,12 +21,14 @@ __all__ = [
 
 def build_latency_model(model, device, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
                         attention_dp: int = 1, quantization: str = "bf16", kv_cache_dtype: str = "bf16",
-                        reserved_memory_gb: float = DEFAULT_RESERVED_GIB, engine: str = "none") -> RooflineModel:
+                        reserved_memory_gb: float = DEFAULT_RESERVED_GIB, engine: str = "none",
+                        redundant_experts: int = 0) -> RooflineModel:
     """The roofline model of one instance: `model` is a shipped name or a config.json path,
     `device` a device id or .toml path; `reserved_memory_gb` is GiB, as the reference tool counts;
     `engine` names the serving engine whose per-step overhead is added (latency/data/engines)."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     dev = device if isinstance(device, DeviceSpec) else load_device(device)
-    return RooflineModel(spec, dev, ParallelSpec(tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp),
+    return RooflineModel(spec, dev, ParallelSpec(tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
+                                                    redundant_experts=redundant_experts),
                          parse_quantization(quantization, kv_cache_dtype), reserved_memory_gb,
                          engine=engine if isinstance(engine, EngineProfile) else load_engine(engine))

@@ -5,8 +5,9 @@ table service, an op-level simulator, a traced graph) plug in here, registered i
 object is a factory.
 
 A factory is called as `factory(model, device, *, tp, pp, dp, ep, attention_dp, quantization,
-kv_cache_dtype, reserved_memory_gb, engine)` (model and device are names or paths) and returns an
-object with:
+kv_cache_dtype, reserved_memory_gb, engine)` (model and device are names or paths), and with
+`redundant_experts=N` only when a scenario asks for redundant experts (a backend that does not take
+it cannot price them: the scenario is refused, naming it); it returns an object with:
 
 - `latency_ms(keys) -> array`: each ForwardKey priced as a step of its own;
 - `step_latency_ms(shapes) -> array` (optional): each fused step priced as one pass; `shapes` is a
@@ -58,7 +59,17 @@ def make_backend(name: str, model, device, **options):
         factory = _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown latency backend {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    if "redundant_experts" in options and not _takes(factory, "redundant_experts"):
+        raise ValueError(f"latency backend {name!r} does not price redundant experts (its factory takes no "
+                         "redundant_experts)")
     return factory(model, device, **options)
+
+
+def _takes(factory: Callable, option: str) -> bool:
+    import inspect
+
+    params = inspect.signature(factory).parameters.values()
+    return any(p.name == option or p.kind is p.VAR_KEYWORD for p in params)
 
 
 _loaded = False

@@ -108,7 +108,7 @@ class RooflineModel:
         self.mlp_params = 3 * h * m.intermediate_size / tp
         self.shared_params = m.num_shared_experts * m.expert_params / tp
         self.expert_tp = p.moe_tp
-        self.local_experts = m.num_experts / p.ep if m.is_moe else 0.0
+        self.local_experts = p.expert_slots(m) / p.ep if m.is_moe else 0.0
         self.imbalance = EXPERT_IMBALANCE if p.ep > 1 else 1.0
         self.router_params = h * m.num_experts
         self.lm_head_params = m.vocab_size * h / tp
@@ -249,9 +249,10 @@ class RooflineModel:
         """`tokens` are one attention rank's; every rank runs a step of the same size in lockstep, so
         the layer routes attention_dp x tokens over all tp x attention_dp devices of the stage."""
         d, m, p = self.device, self.model, self.parallel
-        k, E = m.experts_per_token, m.num_experts
+        k, slots = m.experts_per_token, p.expert_slots(m)
         routed = tokens * p.attention_dp
-        active_frac = 1.0 - (1.0 - k / E) ** routed  # chance that a given expert is picked at least once
+        # chance that a given expert slot is picked at least once (a copy takes its share of its expert's tokens)
+        active_frac = 1.0 - (1.0 - k / slots) ** routed
         expert_bytes = m.expert_params / self.expert_tp * self.quant.experts_bytes
         w_bytes = self.local_experts * active_frac * expert_bytes + (self.shared_params + self.router_params) \
             * self.quant.weight_bytes

@@ -14,17 +14,24 @@ class ParallelSpec:
     side. The MoE layers of an instance span all tp x attention_dp devices of a stage: the routed
     experts are split over `ep` groups of `moe_tp` = tp x attention_dp / ep devices each (vLLM
     --data-parallel-size with --enable-expert-parallel, SGLang --enable-dp-attention). Dense models
-    keep attention_dp = 1 (their data parallelism is dp)."""
+    keep attention_dp = 1 (their data parallelism is dp). `redundant_experts` extra copies of the
+    busiest experts (EPLB's; vLLM --num-redundant-experts) make the ep groups share num_experts +
+    redundant_experts expert slots, so EP 320 runs 256 experts plus 64 copies, one slot a device."""
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
     ep: int = 1
     attention_dp: int = 1
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "ep", "attention_dp"):
             check_int(name, getattr(self, name))
+        check_int("redundant_experts", self.redundant_experts, low=0)
+        if self.redundant_experts and self.ep == 1:
+            raise ValueError(f"redundant_experts={self.redundant_experts} needs expert parallelism (ep > 1): "
+                             "without it every device holds every expert")
         if self.moe_devices % self.ep:
             raise ValueError(f"ep={self.ep} must divide tp x attention_dp = {self.moe_devices}")
 
@@ -37,6 +44,10 @@ class ParallelSpec:
     def moe_tp(self) -> int:
         """Devices each expert is split over."""
         return self.moe_devices // self.ep
+
+    def expert_slots(self, model: ModelSpec) -> int:
+        """Routed experts plus their redundant copies: what the ep groups share out."""
+        return model.num_experts + self.redundant_experts
 
     @property
     def rank_devices(self) -> int:
@@ -66,5 +77,9 @@ class ParallelSpec:
         if self.attention_dp > 1 and not model.is_moe:
             raise ValueError(f"attention_dp={self.attention_dp} needs a MoE model; {model.name} is dense "
                              "(its data parallelism is dp: instances side by side)")
-        if model.is_moe and model.num_experts % self.ep:
-            raise ValueError(f"ep={self.ep} must divide the {model.num_experts} experts of {model.name}")
+        if self.redundant_experts and not model.is_moe:
+            raise ValueError(f"redundant_experts={self.redundant_experts} needs a MoE model; {model.name} is dense")
+        if model.is_moe and self.expert_slots(model) % self.ep:
+            extra = f" + {self.redundant_experts} redundant" if self.redundant_experts else ""
+            raise ValueError(f"ep={self.ep} must divide the {model.num_experts}{extra} experts of {model.name} "
+                             "(redundant experts can make it divide: --redundant-experts)")

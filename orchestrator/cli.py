@@ -242,7 +242,8 @@ def cmd_sweep(a) -> int:
           f"{summary.points} points, {summary.priced} keys priced, {summary.seconds:.1f} s; "
           f"{summary.plans_made} plans made of {summary.distinct_plans} distinct, "
           f"workers {summary.workers}, {100 * summary.efficiency:.0f} % busy"
-          + (f"; {summary.retried} tasks run again after a lost worker or node" if summary.retried else ""))
+          + (f", idle tail {summary.idle_tail:.1f} s" if summary.workers > 1 else "")
+          + (f"; {summary.retried} parts run again after a lost worker or node" if summary.retried else ""))
     if best:
         print(f"best configuration per scenario (top {min(a.top_n, len(best))} by output tok/s/device):")
         print(_table(best[: a.top_n], scenario=True))

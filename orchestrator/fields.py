@@ -186,6 +186,9 @@ FIELDS: tuple[Field, ...] = (
     Field("ep", int, 0, "expert-parallel groups (MoE): the experts are split over ep groups of "
        "tp x attention_dp / ep devices; 0 = try both 1 and wide EP (ep = tp x attention_dp)", low=0,
        flag="--ep-size", group="parallelism", default_help="0: MoE models try 1 and tp x attention_dp; dense: 1"),
+    Field("redundant_experts", int, 0, "extra copies of experts (EPLB; vLLM --num-redundant-experts) the ep "
+       "groups share with the routed ones: ep must divide experts + copies (EP 320 over DeepSeek's 256 + 64); "
+       "layouts with ep = 1 have none", low=0, group="parallelism"),
     Field("moe_tp", int, 0, "devices each expert is split over (tp x attention_dp / ep); 0 = derived", low=0,
        group="parallelism", commands=("estimate",), column=None),
     Field("quantization", str, None, "linear-layer quantisation (bf16, W8A8_DYNAMIC, FP8, W4A16, ...)",

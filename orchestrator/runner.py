@@ -109,6 +109,7 @@ class Work:
         self.busy: dict[str, float] = {}
         self.plans_made = 0
         self.distinct: set[str] = set()
+        self.tail = 0.0  # seconds from the first worker running out of work to the end of the sweep
 
     def add(self, worker: str, seconds: float, plans: list[str]) -> None:
         self.busy[worker] = self.busy.get(worker, 0.0) + seconds
@@ -247,11 +248,15 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
     nodes, retried, work = {}, 0, Work()
     lost_errors = _lost_errors()
 
+    idle_since: dict = {}  # actor -> when it first found nothing left to take
+
     def give(a) -> None:
         taken = placement.take(a)
-        if taken is not None:
-            family, part, ms = taken
-            in_flight[a.search.remote(part)] = (a, family, part, ms)
+        if taken is None:
+            idle_since.setdefault(a, time.perf_counter())
+            return
+        family, part, ms = taken
+        in_flight[a.search.remote(part)] = (a, family, part, ms)
 
     try:
         for a in actors:
@@ -289,4 +294,5 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
     finally:
         for a in actors:
             ray.kill(a)
+    work.tail = time.perf_counter() - min(idle_since.values()) if len(actors) > 1 and idle_since else 0.0
     return {"nodes": nodes, "retried": retried, "work": work, "workers": cpus}

@@ -181,6 +181,10 @@ class _ScenarioMethods:
         if len(self.mtp_acceptance_rates) < self.mtp_tokens:
             raise InputError("mtp_acceptance_rates", list(self.mtp_acceptance_rates),
                              f"{self.mtp_tokens} rates in [0, 1], one per MTP token")
+        if self.redundant_experts and (self.ep == 1 or not load_model(self.model).is_moe):
+            raise InputError("redundant_experts", self.redundant_experts,
+                             "0 unless experts are split over ep > 1 groups of a MoE model (copies of experts "
+                             "need expert parallelism)")
         try:
             layouts = self.layouts()
         except ValueError as err:
@@ -212,7 +216,8 @@ class _ScenarioMethods:
                 eps = (self.ep,) if self.ep else ((1, tp * adp) if spec.is_moe else (1,))
                 for ep in dict.fromkeys(eps):
                     try:
-                        ParallelSpec(tp=tp, pp=pp, ep=ep, attention_dp=adp).validate(spec)
+                        ParallelSpec(tp=tp, pp=pp, ep=ep, attention_dp=adp,
+                                     redundant_experts=self.redundant_experts if ep > 1 else 0).validate(spec)
                     except ValueError:
                         if explicit:
                             raise
@@ -230,7 +235,8 @@ class _ScenarioMethods:
     def latency_model(self, layout: Layout):
         return _latency_model(self.latency_backend, self.model, self.device, layout.tp, layout.pp,
                               self.num_devices // layout.devices, layout.ep, layout.attention_dp, self.quantization,
-                              self.kv_cache_dtype, self.reserved_memory_gb, self.engine)
+                              self.kv_cache_dtype, self.reserved_memory_gb, self.engine,
+                              self.redundant_experts if layout.ep > 1 else 0)
 
     def make_scheduler(self) -> Scheduler:
         """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
@@ -311,7 +317,8 @@ def _default_quantization(model: str, device) -> str:
 
 @lru_cache(maxsize=256)
 def _latency_model(backend, model, device, tp, pp, dp, ep, attention_dp, quantization, kv_cache_dtype, reserved,
-                   engine):
+                   engine, redundant_experts):
+    extra = {"redundant_experts": redundant_experts} if redundant_experts else {}
     return make_backend(backend, model, device, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
                         quantization=quantization, kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved,
-                        engine=engine)
+                        engine=engine, **extra)

@@ -41,6 +41,7 @@ class SweepSummary:
     busy: dict = field(default_factory=dict)  # busy seconds per worker
     workers: int = 1
     efficiency: float = 0.0  # busy / (workers x wall)
+    idle_tail: float = 0.0  # seconds from the first worker running out of work to the end
 
 
 class _Sink:
@@ -127,6 +128,7 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
         summary.plans_made, summary.distinct_plans = work.plans_made, len(work.distinct)
         summary.busy = {w[:12]: round(b, 3) for w, b in sorted(work.busy.items())}
         summary.efficiency = work.efficiency(time.perf_counter() - started, summary.workers)
+        summary.idle_tail = work.tail
     finally:
         bar.close()
         summary.points, summary.priced, summary.lookups = bar.points, bar.priced, bar.lookups
@@ -139,5 +141,5 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
                              "cache_round_trips": summary.round_trips, "seconds": summary.seconds,
                              "plans_made": summary.plans_made, "distinct_plans": summary.distinct_plans,
                              "workers": summary.workers, "busy_seconds": summary.busy,
-                             "efficiency": summary.efficiency})
+                             "efficiency": summary.efficiency, "idle_tail_seconds": summary.idle_tail})
     return summary

@@ -170,6 +170,39 @@ def test_moe_decode_reads_the_experts_its_tokens_activate_and_exchanges_them():
     assert "mlp" not in got  # every layer is a MoE layer
 
 
+def test_redundant_experts_are_slots_of_their_own():
+    """Qwen3-30B-A3B (128 experts) with 8 redundant copies: 136 slots. ep 12 divides neither 128 nor
+    136 (refused, naming both), ep 17 divides 136. On 8 devices (tp 1 x 8 ranks, ep 8) a device holds
+    17 slots, each used by a token with chance k / 136 (a copy takes its share of its expert's
+    tokens): the expert op prices them, and the weights grow by one expert a device; nothing else
+    changes."""
+    from latency import ParallelSpec, load_model
+
+    spec = load_model("Qwen/Qwen3-30B-A3B")
+    with pytest.raises(ValueError, match=r"ep=12 must divide the 128 \+ 8 redundant experts"):
+        ParallelSpec(tp=1, ep=12, attention_dp=12, redundant_experts=8).validate(spec)
+    with pytest.raises(ValueError, match="needs expert parallelism"):
+        ParallelSpec(tp=8, redundant_experts=8)
+    ParallelSpec(tp=1, ep=17, attention_dp=17, redundant_experts=8).validate(spec)  # 136 = 17 x 8
+    plain = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, ep=8, attention_dp=8, quantization="bf16")
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, ep=8, attention_dp=8, quantization="bf16",
+                             redundant_experts=8)
+    t, h, k, slots, layers = 16, 2048, 8, 136, 48
+    expert, router = 3 * h * 768, h * 128
+    routed = 8 * t
+    active = 1 - (1 - k / slots) ** routed
+    weights = (slots / 8) * active * expert * 2 + router * 2
+    busiest = 1.2 * routed * k / 8
+    moe = layers * roof_ms(2 * (busiest * expert + t * router), weights + (2 * t + 2 * busiest) * h * 2)
+    got, before = _by_op(lm, ForwardKey(True, t, 1, 2048)), _by_op(plain, ForwardKey(True, t, 1, 2048))
+    assert got["moe"] == pytest.approx(moe, rel=1e-9)
+    assert {op: ms for op, ms in got.items() if op != "moe"} == pytest.approx(
+        {op: ms for op, ms in before.items() if op != "moe"}, rel=1e-12)
+    grown = lm.weights_bytes - plain.weights_bytes
+    assert grown == pytest.approx(layers * expert * 2, rel=1e-9)  # one more expert a device, every MoE layer
+    assert lm.fingerprint != plain.fingerprint
+
+
 def test_an_all_to_all_beyond_a_node_sends_one_copy_per_remote_node():
     """Qwen3-30B-A3B on 16 TEST_DEVICEs (nodes of 8): attention tp 1 x 16 ranks, experts over ep 16.
     A token's k = 8 copies go to 16 devices evenly: 7/16 of them to peers in its node over NVLink;

@@ -151,3 +151,28 @@ def test_a_device_count_the_layout_cannot_fill_names_both(args, message):
             "--output-length", "128", *args)
     assert p.returncode == 2
     assert message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ep_320_over_256_experts_with_redundant_copies():
+    """CloudMatrix384's decode layout (DeepSeek, EP 320 over 256 routed + 64 redundant experts, one
+    expert a die) is refused without the copies, naming the flag, and runs with them; a die then holds
+    what a die of EP 256 over 256 dies holds (one expert, the same attention), so their weights agree."""
+    args = ["estimate", "deepseek-ai/DeepSeek-V3", "--device", "ATLAS_800_A3_752T_128G_DIE", "--tp-sizes", "1",
+            "--input-length", "1024", "--output-length", "16", "--role", "decode", "--no-progress"]
+    wide = ["--attention-dp-sizes", "320", "--ep-size", "320", "--concurrency", "640"]
+    refused = run(*args, *wide)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "ep=320 must divide the 256 experts" in refused.stderr and "--redundant-experts" in refused.stderr
+    p = run(*args, *wide, "--redundant-experts", "64")
+    assert p.returncode == 0, p.stderr
+    assert "on 320 x ATLAS_800_A3_752T_128G_DIE, tp1adp320pp1dp1ep320" in p.stdout
+    q = run(*args, "--attention-dp-sizes", "256", "--ep-size", "256", "--concurrency", "512")
+    assert q.returncode == 0, q.stderr
+
+    def weights(out):
+        return next(line for line in out.splitlines() if line.startswith("memory per device")).split(",")[0]
+
+    assert weights(p.stdout) == weights(q.stdout)
+    on_one = run(*args, "--attention-dp-sizes", "1", "--ep-size", "1", "--concurrency", "8",
+                 "--redundant-experts", "8", "--num-devices", "1")
+    assert on_one.returncode == 2 and "--redundant-experts" in on_one.stderr and "Traceback" not in on_one.stderr

@@ -1,0 +1,199 @@
+"""Cluster scale on paper: what a sweep's dispatch policy would do on 8 to 512 workers.
+
+    python bench/cluster_replay.py record [--spec examples/cluster_scale.toml] [--limit N]
+    python bench/cluster_replay.py replay [--workers 2 8 32 128 512]
+    python bench/cluster_replay.py calibrate
+
+`record` searches every scenario of the spec inline, in the sweep's order (by plan family), and
+writes what each cost to bench/data/<spec>_costs.parquet: its family, its seconds, the seconds of it
+that made plans (a plan made once per process: the part a worker that never saw the family pays
+again), its points and the bytes of its assembled result (what a remote worker sends the driver).
+
+`replay` plays the runner's policy (`orchestrator.runner.Placement`, one part in flight per
+worker) as a small discrete-event model over W workers, with Ray's costs as measured here:
+
+- a worker pays its parts' recorded seconds without their plan seconds, plus, the first time it
+  touches a family, the family's plan seconds (all of its plans: a conservative bound for a helper);
+- every part costs ACTOR_CALL_S of dispatch; every worker ACTOR_START_S once, in parallel;
+- a scenario a worker on another node searched is written by the driver, one after another:
+  DRIVER_WRITE_S each plus its bytes at DRIVER_MB_S (on one machine the workers write their own).
+
+It prints the predicted wall time and efficiency (busy / (workers x wall)) per worker count; the
+2-worker line is checked against a real 2-CPU sweep of the recorded scenarios (`--check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import pickle
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
+
+#: measured here (bench/cluster_replay.py calibrate): an actor method call's round trip, an actor's
+#: start (its process imports numpy, pandas, pyarrow and our packages), the driver's write of one
+#: scenario's Parquet files and its reading of a result sent to it
+ACTOR_CALL_S, ACTOR_START_S, DRIVER_WRITE_S, DRIVER_MB_S = 0.0033, 1.7, 0.0145, 52.0
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def record(spec_path: Path, limit: int) -> Path:
+    from orchestrator import evaluate
+    from orchestrator.pricer import CachedPricer
+    from orchestrator.runner import search_item
+    from orchestrator.spec import expand, load_spec
+
+    planning = {"s": 0.0}
+    plain = evaluate._planned
+
+    def timed(*args, **kw):
+        made, t0 = len(evaluate.PLANS_MADE), time.perf_counter()
+        out = plain(*args, **kw)
+        if len(evaluate.PLANS_MADE) > made:
+            planning["s"] += time.perf_counter() - t0
+        return out
+
+    evaluate._planned = timed
+    evaluate.collect_rarely()
+    items = sorted(expand(load_spec(spec_path))[: limit or None], key=lambda it: it.family)
+    pricer, rows = CachedPricer(None), []
+    started = time.perf_counter()
+    for i, item in enumerate(items):
+        planning["s"], t0 = 0.0, time.perf_counter()
+        result = search_item(item, pricer)
+        rows.append({"scenario_id": item.id, "family": item.family, "seconds": time.perf_counter() - t0,
+                     "plan_seconds": planning["s"], "points": len(result.points),
+                     "result_bytes": len(pickle.dumps(result))})
+        if i % 200 == 0:
+            print(f"{i}/{len(items)} scenarios, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    out = DATA / f"{spec_path.stem}_costs.parquet"
+    DATA.mkdir(exist_ok=True)
+    pd.DataFrame(rows).to_parquet(out, index=False)
+    print(f"{len(rows)} scenarios in {time.perf_counter() - started:.1f} s -> {out}", file=sys.stderr)
+    return out
+
+
+class _Costed:
+    """A recorded scenario as Placement sees it (an id and a family)."""
+
+    def __init__(self, r):
+        self.id, self.family, self.r = r.scenario_id, r.family, r
+
+
+def replay(costs: pd.DataFrame, workers: int, remote: bool) -> dict:
+    """Predicted wall seconds, efficiency and plans made again of the policy on `workers` workers;
+    `remote`: the workers are on other nodes (the driver writes every scenario)."""
+    from orchestrator.runner import Placement
+
+    items = [_Costed(r) for r in costs.itertuples()]
+    plan_s = costs.groupby("family")["plan_seconds"].sum().to_dict()
+    placement = Placement(items, workers, cost=lambda it: 1000 * it.r.seconds)
+    seen = [set() for _ in range(workers)]
+    busy = [0.0] * workers
+    events = [(ACTOR_START_S, w) for w in range(workers)]  # (time the worker is free, worker)
+    driver_free, end, replanned = 0.0, 0.0, 0.0
+    while events:
+        now, w = heapq.heappop(events)
+        taken = placement.take(w)
+        if taken is None:
+            end = max(end, now)
+            continue
+        family, part, _ = taken
+        work = sum(it.r.seconds - it.r.plan_seconds for it in part)
+        if family not in seen[w]:
+            if any(family in s for s in seen):
+                replanned += plan_s[family]
+            seen[w].add(family)
+            work += plan_s[family]
+        busy[w] += work
+        done = now + ACTOR_CALL_S + work
+        if remote:  # the driver writes the part's scenarios when it gets them, one after another
+            write = sum(DRIVER_WRITE_S + it.r.result_bytes / (DRIVER_MB_S * 1e6) for it in part)
+            driver_free = max(driver_free, done) + write
+            end = max(end, driver_free)
+        heapq.heappush(events, (done, w))
+    return {"wall": end, "efficiency": sum(busy) / (workers * end), "replanned_s": replanned}
+
+
+def calibrate() -> None:
+    """Measure the model's Ray and driver costs on this machine (the constants above)."""
+    import statistics
+    import tempfile
+
+    import ray
+
+    from orchestrator.dataset import Dataset
+    from orchestrator.pricer import CachedPricer
+    from orchestrator.runner import Searcher, search_item
+    from orchestrator.spec import expand, load_spec
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    actor = ray.remote(num_cpus=1)(Searcher)
+    node = ray.get_runtime_context().get_node_id()
+    starts = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        a = actor.remote(None, None, False, node)
+        ray.get(a.search.remote([]))
+        starts.append(time.perf_counter() - t0)
+        calls = []
+        for _ in range(200):
+            t1 = time.perf_counter()
+            ray.get(a.search.remote([]))
+            calls.append(time.perf_counter() - t1)
+        ray.kill(a)
+    items = expand(load_spec(Path("examples/quickstart.toml")))[:16]
+    results = [search_item(it, CachedPricer(None)) for it in items]
+    blob = [pickle.dumps(r) for r in results]
+    t0 = time.perf_counter()
+    for b in blob:
+        pickle.loads(b)
+    mb_s = sum(map(len, blob)) / 1e6 / (time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as d:
+        data, writes = Dataset(d), []
+        for it, r in zip(items, results, strict=True):
+            t0 = time.perf_counter()
+            data.write(it, r)
+            writes.append(time.perf_counter() - t0)
+    print(f"ACTOR_START_S {statistics.median(starts):.3f}  ACTOR_CALL_S {statistics.median(calls):.4f}  "
+          f"DRIVER_WRITE_S {statistics.median(writes):.4f}  DRIVER_MB_S {mb_s:.0f}  "
+          f"(result {statistics.median(map(len, blob)) / 1e3:.0f} kB)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="search the spec inline and record each scenario's cost")
+    rec.add_argument("--spec", type=Path, default=Path("examples/cluster_scale.toml"))
+    rec.add_argument("--limit", type=int, default=0, help="only the first N scenarios (0: all)")
+    rep = sub.add_parser("replay", help="predict wall time and efficiency per worker count")
+    rep.add_argument("--costs", type=Path, default=DATA / "cluster_scale_costs.parquet")
+    rep.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8, 32, 128, 512])
+    sub.add_parser("calibrate", help="measure the Ray and driver costs the model uses")
+    a = ap.parse_args()
+    if a.command == "calibrate":
+        calibrate()
+        return
+    if a.command == "record":
+        record(a.spec, a.limit)
+        return
+    costs = pd.read_parquet(a.costs)
+    inline = costs["seconds"].sum()
+    print(f"{len(costs)} scenarios, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
+          f"({costs['plan_seconds'].sum():.1f} s of it planning)")
+    print(f"{'workers':>7} {'where':>13} {'wall s':>9} {'speed-up':>9} {'efficiency':>10} {'planned again s':>15}")
+    for w in a.workers:
+        for remote in (False, True):
+            r = replay(costs, w, remote)
+            where = "other nodes" if remote else "driver's node"
+            print(f"{w:>7} {where:>13} {r['wall']:>9.1f} {inline / r['wall']:>8.1f}x {r['efficiency']:>9.0%} "
+                  f"{r['replanned_s']:>15.1f}")
+
+
+if __name__ == "__main__":
+    main()
