@@ -6,17 +6,19 @@
 
 `record` searches every scenario of the spec inline, in the sweep's order (by plan family), and
 writes what each cost to bench/data/<spec>_costs.parquet: its family, its seconds, the seconds of it
-that made plans (a plan made once per process: the part a worker that never saw the family pays
-again), its points and the bytes of its assembled result (what a remote worker sends the driver).
+that made plans, the plans it used (their signatures; a plan is made once per process and memoised),
+its points and the bytes of its assembled result (what a worker sends the driver); and what each
+plan cost to make to bench/data/<spec>_plans.parquet.
 
 `replay` plays the runner's policy (`orchestrator.runner.Placement`, one part in flight per
 worker) as a small discrete-event model over W workers, with Ray's costs as measured here:
 
-- a worker pays its parts' recorded seconds without their plan seconds, plus, the first time it
-  touches a family, the family's plan seconds (all of its plans: a conservative bound for a helper);
+- a worker pays its parts' recorded seconds without their plan seconds, plus the cost of every plan
+  its scenarios use that it has not made before (its memo is taken to keep every plan);
 - every part costs ACTOR_CALL_S of dispatch; every worker ACTOR_START_S once, in parallel;
-- a scenario a worker on another node searched is written by the driver, one after another:
-  DRIVER_WRITE_S each plus its bytes at DRIVER_MB_S (on one machine the workers write their own).
+- who writes: the workers themselves (an object-store output on a cluster, or a local one on one
+  machine), or the driver, one scenario after another, DRIVER_WRITE_S each plus its result's bytes
+  at DRIVER_MB_S (a local output on a cluster, whose other nodes cannot reach the driver's disk).
 
 It prints the predicted wall time and efficiency (busy / (workers x wall)) per worker count; the
 2-worker line is checked against a real 2-CPU sweep of the recorded scenarios (`--check`).
@@ -48,14 +50,18 @@ def record(spec_path: Path, limit: int) -> Path:
     from orchestrator.runner import search_item
     from orchestrator.spec import expand, load_spec
 
-    planning = {"s": 0.0}
+    planning, used, plan_cost = {"s": 0.0}, set(), {}
     plain = evaluate._planned
 
-    def timed(*args, **kw):
+    def timed(w, scheduler, role, decode_context, lm):
         made, t0 = len(evaluate.PLANS_MADE), time.perf_counter()
-        out = plain(*args, **kw)
+        out = plain(w, scheduler, role, decode_context, lm)
+        signature = evaluate._plan_signature(w, scheduler, role, decode_context, lm.fingerprint if w.timed else "")
+        used.add(signature)
         if len(evaluate.PLANS_MADE) > made:
-            planning["s"] += time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
+            planning["s"] += seconds
+            plan_cost[signature] = plan_cost.get(signature, 0.0) + seconds
         return out
 
     evaluate._planned = timed
@@ -65,15 +71,18 @@ def record(spec_path: Path, limit: int) -> Path:
     started = time.perf_counter()
     for i, item in enumerate(items):
         planning["s"], t0 = 0.0, time.perf_counter()
+        used.clear()
         result = search_item(item, pricer)
         rows.append({"scenario_id": item.id, "family": item.family, "seconds": time.perf_counter() - t0,
-                     "plan_seconds": planning["s"], "points": len(result.points),
+                     "plan_seconds": planning["s"], "plans": sorted(used), "points": len(result.points),
                      "result_bytes": len(pickle.dumps(result))})
         if i % 200 == 0:
             print(f"{i}/{len(items)} scenarios, {time.perf_counter() - started:.0f} s", file=sys.stderr)
     out = DATA / f"{spec_path.stem}_costs.parquet"
     DATA.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_parquet(out, index=False)
+    pd.DataFrame({"plan": list(plan_cost), "seconds": list(plan_cost.values())}).to_parquet(
+        DATA / f"{spec_path.stem}_plans.parquet", index=False)
     print(f"{len(rows)} scenarios in {time.perf_counter() - started:.1f} s -> {out}", file=sys.stderr)
     return out
 
@@ -85,15 +94,15 @@ class _Costed:
         self.id, self.family, self.r = r.scenario_id, r.family, r
 
 
-def replay(costs: pd.DataFrame, workers: int, remote: bool) -> dict:
-    """Predicted wall seconds, efficiency and plans made again of the policy on `workers` workers;
-    `remote`: the workers are on other nodes (the driver writes every scenario)."""
+def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bool) -> dict:
+    """Predicted wall seconds, efficiency and seconds of plans made again of the policy on `workers`
+    workers; `driver_writes`: the driver writes every scenario, one after another."""
     from orchestrator.runner import Placement
 
     items = [_Costed(r) for r in costs.itertuples()]
-    plan_s = costs.groupby("family")["plan_seconds"].sum().to_dict()
     placement = Placement(items, workers, cost=lambda it: 1000 * it.r.seconds)
-    seen = [set() for _ in range(workers)]
+    memo = [set() for _ in range(workers)]
+    made: set = set()
     busy = [0.0] * workers
     events = [(ACTOR_START_S, w) for w in range(workers)]  # (time the worker is free, worker)
     driver_free, end, replanned = 0.0, 0.0, 0.0
@@ -103,16 +112,18 @@ def replay(costs: pd.DataFrame, workers: int, remote: bool) -> dict:
         if taken is None:
             end = max(end, now)
             continue
-        family, part, _ = taken
+        _, part, _ = taken
         work = sum(it.r.seconds - it.r.plan_seconds for it in part)
-        if family not in seen[w]:
-            if any(family in s for s in seen):
-                replanned += plan_s[family]
-            seen[w].add(family)
-            work += plan_s[family]
+        for it in part:
+            for p in it.r.plans:
+                if p not in memo[w]:
+                    memo[w].add(p)
+                    work += plan_cost.get(p, 0.0)  # a plan the recording found memoised costs nothing
+                    replanned += plan_cost.get(p, 0.0) if p in made else 0.0
+                    made.add(p)
         busy[w] += work
         done = now + ACTOR_CALL_S + work
-        if remote:  # the driver writes the part's scenarios when it gets them, one after another
+        if driver_writes:  # the driver writes the part's scenarios when it gets them, one after another
             write = sum(DRIVER_WRITE_S + it.r.result_bytes / (DRIVER_MB_S * 1e6) for it in part)
             driver_free = max(driver_free, done) + write
             end = max(end, driver_free)
@@ -138,7 +149,7 @@ def calibrate() -> None:
     starts = []
     for _ in range(3):
         t0 = time.perf_counter()
-        a = actor.remote(None, None, False, node)
+        a = actor.remote(None, tempfile.gettempdir(), False, node)
         ray.get(a.search.remote([]))
         starts.append(time.perf_counter() - t0)
         calls = []
@@ -183,15 +194,18 @@ def main() -> None:
         record(a.spec, a.limit)
         return
     costs = pd.read_parquet(a.costs)
+    plans = pd.read_parquet(a.costs.with_name(a.costs.name.replace("_costs", "_plans")))
+    plan_cost = dict(zip(plans["plan"], plans["seconds"], strict=True))
     inline = costs["seconds"].sum()
     print(f"{len(costs)} scenarios, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
           f"({costs['plan_seconds'].sum():.1f} s of it planning)")
-    print(f"{'workers':>7} {'where':>13} {'wall s':>9} {'speed-up':>9} {'efficiency':>10} {'planned again s':>15}")
+    print(f"{'workers':>7} {'who writes':>10} {'wall s':>9} {'speed-up':>9} {'efficiency':>10} "
+          f"{'planned again s':>15}")
     for w in a.workers:
-        for remote in (False, True):
-            r = replay(costs, w, remote)
-            where = "other nodes" if remote else "driver's node"
-            print(f"{w:>7} {where:>13} {r['wall']:>9.1f} {inline / r['wall']:>8.1f}x {r['efficiency']:>9.0%} "
+        for driver_writes in (False, True):
+            r = replay(costs, plan_cost, w, driver_writes)
+            who = "driver" if driver_writes else "workers"
+            print(f"{w:>7} {who:>10} {r['wall']:>9.1f} {inline / r['wall']:>8.1f}x {r['efficiency']:>9.0%} "
                   f"{r['replanned_s']:>15.1f}")
 
 

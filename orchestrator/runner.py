@@ -175,10 +175,12 @@ def _cut(members: list[tuple[SweepItem, float]], part_ms: float) -> list[tuple[l
 
 class Searcher:
     """A Ray actor: searches whole scenarios with one pricer and one plan memo for its lifetime, and
-    writes each to the dataset itself where it can reach it (a local output, on the driver's node);
-    otherwise it sends the assembled result back for the driver to write."""
+    writes each to the dataset itself where it can reach it: a local output from the driver's node; an
+    object store from a node of a cluster (its nodes are given the job's storage access; the processes
+    of one machine may not be: there the driver writes). Otherwise, or once a write of its fails, it
+    sends the assembled result back for the driver to write."""
 
-    def __init__(self, cache, root: str | None, per_request: bool, driver_node: str):
+    def __init__(self, cache, root: str, per_request: bool, driver_node: str, cluster: bool = False):
         import ray
 
         from orchestrator.dataset import Dataset
@@ -188,7 +190,8 @@ class Searcher:
         context = ray.get_runtime_context()
         self.node, self.worker = context.get_node_id(), context.get_worker_id()
         self.pricer = CachedPricer(cache)
-        self.data = Dataset(root) if root is not None and self.node == driver_node else None
+        writes = (cluster and self.node != driver_node) if "://" in root else self.node == driver_node
+        self.data = Dataset(root) if writes else None
         self.per_request = per_request
 
     def search(self, items: list[SweepItem]):
@@ -196,13 +199,25 @@ class Searcher:
         started, counted, out = time.perf_counter(), _Counted(), []
         for item in items:
             result = search_item(item, self.pricer, counted)
-            if self.data is None:
+            best = self._write(item, result)
+            if best is None:
                 out.append((item.id, result, None))
-                continue
-            best = self.data.write(item, result, self.per_request)
-            out.append((item.id, None, [b for b in best if not b["feasible"]][:INFEASIBLE_BACK]))
+            else:
+                out.append((item.id, None, [b for b in best if not b["feasible"]][:INFEASIBLE_BACK]))
         work = (self.worker, time.perf_counter() - started, take_plans_made())
         return out, counted.stats, self.node, work
+
+
+    def _write(self, item: SweepItem, result: OptimizeResult) -> list[dict] | None:
+        """The scenario written here (its best rows), or None: the driver is to write it."""
+        if self.data is None:
+            return None
+        try:
+            return self.data.write(item, result, self.per_request)
+        except OSError as err:  # whole or absent either way: the driver writes it all again
+            log.warning("a searcher cannot write %s (%s); the driver writes its results", self.data.root, err)
+            self.data = None
+            return None
 
 
 class _Counted:
@@ -236,10 +251,11 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
     placement = Placement(items, cpus)
     actor = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(Searcher)
     driver_node = ray.get_runtime_context().get_node_id()
+    cluster = sum(1 for n in ray.nodes() if n.get("Alive")) > 1
     by_id = {it.id: it for it in items}
 
     def start():
-        return actor.remote(cache, sink.root, sink.per_request, driver_node)
+        return actor.remote(cache, sink.root, sink.per_request, driver_node, cluster)
 
     actors = [start() for _ in range(min(cpus, len(items)))]
     log.info("Ray: %d CPUs, %d searchers, parts of >= %.0f ms", cpus, len(actors), placement.part_ms)

@@ -50,9 +50,9 @@ class _Sink:
 
     def __init__(self, data: Dataset, per_request: bool, summary: SweepSummary, bar: Progress, lock):
         self.data, self.per_request, self.summary, self.bar, self.lock = data, per_request, summary, bar, lock
-        # a local output is written by the workers on this node themselves (resolved: their working
-        # directory is not ours); an object store's by this driver (workers may lack its credentials)
-        self.root = data.base if "://" not in data.root else None
+        # where workers write themselves (orchestrator.runner.Searcher): a local output resolved (their
+        # working directory is not ours), an object store by its URI
+        self.root = data.root if "://" in data.root else data.base
 
     def write(self, item: SweepItem, result) -> None:
         best = self.data.write(item, result, self.per_request)

@@ -297,6 +297,50 @@ def test_cluster_yaml_matches_the_ray_schema():
     jsonschema.validate(yaml.safe_load((ROOT / "cluster.yaml").read_text()), schema)
 
 
+def _int_or_string(schema):
+    """Kubernetes' x-kubernetes-int-or-string as JSON Schema says it."""
+    if isinstance(schema, list):
+        return [_int_or_string(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _int_or_string(v) for k, v in schema.items()}
+    if out.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    return out
+
+
+def test_the_kuberay_rayjob_matches_the_crd_and_runs_our_sweep_with_token_auth():
+    """examples/rayjob.yaml against KubeRay's RayJob schema (tests/data, from its CRD; a misspelt
+    field or mode fails), with token authentication on, no searcher on the head, and an entrypoint
+    our sweep command parses, naming a spec the repository ships."""
+    import gzip
+    import shlex
+
+    import jsonschema
+    import yaml
+
+    from orchestrator.cli import build_parser
+
+    packed = (ROOT / "tests" / "data" / "kuberay_rayjob_schema.json.gz").read_bytes()
+    schema = _int_or_string(json.loads(gzip.decompress(packed)))
+    job = yaml.safe_load((ROOT / "examples" / "rayjob.yaml").read_text())
+    jsonschema.validate(job, schema)
+    cluster = job["spec"]["rayClusterSpec"]
+    assert cluster["authOptions"]["mode"] == "token"
+    assert tuple(map(int, cluster["rayVersion"].split(".")[:2])) >= (2, 52)  # token auth needs Ray 2.52
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    argv = shlex.split(job["spec"]["entrypoint"])
+    assert argv[:2] == ["servesweep", "sweep"]
+    args = build_parser().parse_args(argv[1:])
+    assert args.address == "auto" and args.output.startswith("s3://")
+    assert (ROOT / Path(args.spec).relative_to("/home/ray/servesweep")).is_file()
+    wrong = json.loads(json.dumps(job))
+    wrong["spec"]["rayClusterSpec"]["authOptions"]["mode"] = "tokens"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wrong, schema)
+
+
 def test_cli_sweep_inline_and_bad_spec(tmp_path):
     out = tmp_path / "r"
     cmd = [sys.executable, "-m", "orchestrator", "sweep", str(ROOT / "examples" / "quickstart.toml"),
@@ -564,3 +608,27 @@ def test_an_evaluating_process_collects_garbage_rarely(tmp_path):
         assert gc.get_threshold() == GC_THRESHOLDS
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_searcher_that_cannot_write_sends_its_results_to_the_driver(ray_session, tmp_path):
+    """A searcher on the driver's node writes a local output itself; where a write fails (here the
+    output is a regular file) it sends that scenario's result back, and every later one."""
+    import ray
+
+    from orchestrator.runner import Searcher
+
+    items = expand(SPEC)[:2]
+    node = ray.get_runtime_context().get_node_id()
+    good = Searcher(None, str(tmp_path / "out"), False, node)
+    out, stats, _, (_, busy, _) = good.search(items[:1])  # (its plans may be memoised by earlier tests)
+    assert out[0][0] == items[0].id and out[0][1] is None  # written here
+    assert read_table(tmp_path / "out", "best")["scenario_id"].unique().tolist() == [items[0].id]
+    assert stats["points"] > 0 and busy > 0
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    bad = Searcher(None, str(blocked), False, node)
+    out, _, _, _ = bad.search(items)
+    assert [(i, type(r).__name__) for i, r, _ in out] == [(it.id, "OptimizeResult") for it in items]
+    assert bad.data is None
+    elsewhere = Searcher(None, str(tmp_path / "out"), False, "another-node")
+    assert elsewhere.data is None  # a local output is not this node's to write
