@@ -6,8 +6,9 @@
 Every row of `measured_serving.csv` (vLLM, SGLang, TensorRT-LLM on H100/H200) and of
 `measured_serving_moe.csv` (three MoE models on vLLM, H100/H200/B200) is simulated as a
 burst (the RFC's window) and as the benchmark ran it (`--benchmark`, default aiperf: 2C warm-up
-requests, then 20C measured, as AIConfigurator's bench_run.sh runs aiperf), with the token-budget
-scheduler at the engines' default budget, and compared with the measured mean TTFT and TPOT. The
+requests, then 20C measured, as AIConfigurator's bench_run.sh runs aiperf), with each engine's own
+step policy (its profile's `scheduler`: token-budget for vLLM and TensorRT-LLM, prefill-first for
+SGLang) at the engines' default budget, and compared with the measured mean TTFT and TPOT. The
 last prediction adds the engine's front end (its profile's [frontend] times: the client's and API
 server's time between steps, `simulator.frontend`), which makes the closed loop timed.
 
@@ -37,7 +38,17 @@ import pandas as pd
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
 from latency import EngineProfile, RooflineModel, build_latency_model, load_engine, load_model  # noqa: E402
-from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, replay, step_times  # noqa: E402
+from simulator import (  # noqa: E402
+    Frontend,
+    StepPricer,
+    TokenBudget,
+    Workload,
+    make_scheduler,
+    plan,
+    price,
+    replay,
+    step_times,
+)
 from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
 from simulator.kvbound import BLOCK_SIZE  # noqa: E402
 
@@ -51,8 +62,9 @@ BUDGET, BUDGET_LARGE, MAX_SEQS = 8192, 16384, 1024
 BEFORE_COMM = 0.65
 #: how the measured runs were driven, as the data show it: (arrival, prompts per unit of concurrency)
 BENCHMARK = "aiperf"
-#: the front-end grid `--fit` searches per engine: (return_ms, client_ms)
-FRONTEND_GRID = ((0.0, 0.0), (0.0, 3.0), (0.0, 10.0), (0.0, 30.0), (2.0, 3.0), (2.0, 10.0))
+#: the front-end grid `--fit` searches per engine: (request_ms, return_ms, client_ms)
+FRONTEND_GRID = ((0.0, 0.0, 0.0), (0.0, 0.0, 3.0), (0.0, 0.0, 10.0), (0.0, 0.0, 30.0), (0.0, 2.0, 3.0),
+                 (0.0, 2.0, 10.0), (3.0, 0.0, 0.0), (6.0, 0.0, 0.0), (10.0, 0.0, 0.0), (6.0, 2.0, 10.0))
 NVLINK4 = ("H100_SXM", "H200_SXM")
 #: candidate NVLink all-reduce efficiencies (H100 and H200 share NVLink 4)
 COMM_GRID = (0.65, 0.8, 0.9, 1.0)
@@ -70,6 +82,28 @@ QUANT = {("fp8", "fp8"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4", ("int4_wo", "i
 #: the KV cache a checkpoint brings: NVIDIA's NVFP4 checkpoints declare an FP8 KV cache
 #: (hf_quant_config.json: kv_cache_quant_algo FP8, shared/reference/models/), which vLLM uses
 KV_CACHE = {"bf16+nvfp4": "fp8"}
+
+
+#: a run is beyond the compute bound when its measured token rate needs more than this share of the
+#: GPUs' dense peak for its linear layers alone (2 FLOP a parameter a token; attention left out, so
+#: the true need is higher): no schedule of the work it states does that, so such rows are reported
+#: apart ("beyond peak"), never fitted
+PEAK_SHARE = 0.8
+
+
+def peak_share(r, lm) -> float:
+    """The share of the instance's dense peak a dense run's measured throughput needs for its linear
+    layers alone: concurrency / (TTFT + (osl - 1) x TPOT) requests a second, isl + osl tokens each."""
+    m = lm.model
+    if m.is_moe:
+        return 0.0
+    attention = m.hidden_size * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)  # q, o and k, v projections
+    layer = attention + 3 * m.hidden_size * m.intermediate_size
+    params = m.num_layers * layer + m.vocab_size * m.hidden_size
+    seconds = (r.silicon_ttft_ms + (r.osl - 1) * r.silicon_tpot_ms) / 1e3
+    flops = 2 * params * (r.isl + r.osl) * r.batch_size / seconds
+    peak = lm.device.peak_flops(lm.quant.compute_dtype) * lm.devices_per_instance
+    return flops / peak
 
 
 def family(model: str) -> str:
@@ -116,7 +150,9 @@ class Row:
                                       kv_cache_dtype=KV_CACHE.get(r.quantization, "bf16"))
         budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
         self.devices = self.lm.devices_per_instance
-        scheduler = TokenBudget(max_num_seqs=MAX_SEQS)
+        self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
+        policy = load_engine(r.engine).scheduler or "token-budget"  # the engine's own step policy
+        scheduler = TokenBudget(max_num_seqs=MAX_SEQS) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
         prompts, warmup, measured = protocol(benchmark).load("closed", c, 0, "steady")
         self.plans, self.workloads, self.scheduler = {}, {}, scheduler
@@ -130,7 +166,7 @@ class Row:
         # admission and preemption (simulator.kvbound), reported apart and never fitted
         capacity = self.lm.memory_for(budget).kv_capacity_tokens
         self.kv_bound = self.plans["bench"][0].peak_kv_tokens > capacity
-        if self.kv_bound and capacity // BLOCK_SIZE > 1:
+        if self.kv_bound and isinstance(scheduler, TokenBudget) and capacity // BLOCK_SIZE > 1:
             self.workloads["bench"] = w = dataclasses.replace(self.workloads["bench"],
                                                               kv_blocks=int(capacity // BLOCK_SIZE))
             try:
@@ -198,7 +234,7 @@ def fit_engine(rows, engine: str, comm: float):
     phase and the client's time (see the front end), which per-step times must not absorb."""
     from scipy.optimize import least_squares
 
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound]
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound and not r.beyond_peak]
     if not mine:
         return (0.0, 0.0, 1.0, 1.0), 0.0
 
@@ -220,7 +256,7 @@ def fit_moe(rows, engine: str, comm: float, params) -> tuple:
     (unchanged when the engine has no MoE fit rows)."""
     from scipy.optimize import least_squares
 
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound and not r.beyond_peak
             and r.r.family != "dense"]
     if not mine:
         return params
@@ -248,21 +284,31 @@ def fit(rows):
 def fit_frontend(rows, engine: str, comm: float, params) -> tuple[Frontend | None, float]:
     """The front end of FRONTEND_GRID with the lowest median |log(predicted / measured)| TTFT over the
     FIT rows of one engine (TPOT hardly moves with it); returns (front end, that median)."""
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound]
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound and not r.beyond_peak]
     best = (None, math.inf)
-    for return_ms, client_ms in FRONTEND_GRID:
-        fe = Frontend(return_ms=return_ms, client_ms=client_ms)
+    for request_ms, return_ms, client_ms in FRONTEND_GRID:
+        fe = Frontend(request_ms=request_ms, return_ms=return_ms, client_ms=client_ms)
         err = float(np.median([abs(np.log(row.predict("bench", comm, *params, fe)[0] / row.r.silicon_ttft_ms))
                                for row in mine])) if mine else 0.0
-        print(f"  [{engine}] return_ms {return_ms:g}, client_ms {client_ms:g}: median |log TTFT ratio| {err:.3f}",
-              file=sys.stderr)
+        print(f"  [{engine}] request_ms {request_ms:g}, return_ms {return_ms:g}, client_ms {client_ms:g}: "
+              f"median |log TTFT ratio| {err:.3f}", file=sys.stderr)
         if err < best[1]:
             best = (fe if fe.active else None, err)
     return best
 
 
+def held_out_ttft(rows, engine: str, comm: float, params, frontend: Frontend | None = None) -> float:
+    """Median |TTFT error| of one engine's held-out rows (KV-bound and beyond-peak ones aside): a
+    front end fitted on the FIT rows ships only if it does not raise it."""
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "held-out" and not r.kv_bound
+            and not r.beyond_peak]
+    errs = [abs(row.predict("bench", comm, *params, frontend)[0] / row.r.silicon_ttft_ms - 1) for row in mine]
+    return float(np.median(errs)) if errs else 0.0
+
+
 def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
-    keys = pd.DataFrame([{"split": r.r.split + (" KV-bound" if r.kv_bound else ""), "model": r.r.model_path,
+    keys = pd.DataFrame([{"split": r.r.split + (" KV-bound" if r.kv_bound else "")
+                          + (" beyond peak" if r.beyond_peak else ""), "model": r.r.model_path,
                           "GPU": r.r.system, "engine": r.r.engine, "family": r.r.family} for r in rows])
     parts = []
     before = None if comm is None else BEFORE_COMM  # None: each device file's own
@@ -317,9 +363,15 @@ def main() -> None:
             return fitted[e]
 
         fronts = {e: fit_frontend(rows, e, comm, fitted[e]) for e in ENGINES.values()}
-        for e, (fe, err) in fronts.items():
-            times = "" if fe is None else f"return_ms = {fe.return_ms:g}, client_ms = {fe.client_ms:g}"
-            print(f"[{e}.frontend] {times or '(none)'}  # fit median |log TTFT ratio| {err:.3f}")
+        for e, (fe, err) in list(fronts.items()):
+            times = "" if fe is None else (f"request_ms = {fe.request_ms:g}, return_ms = {fe.return_ms:g}, "
+                                           f"client_ms = {fe.client_ms:g}")
+            with_it, without = held_out_ttft(rows, e, comm, fitted[e], fe), held_out_ttft(rows, e, comm, fitted[e])
+            ships = fe is not None and with_it <= without
+            print(f"[{e}.frontend] {times or '(none)'}  # fit median |log TTFT ratio| {err:.3f}; held-out TTFT "
+                  f"{with_it:.1%} with it, {without:.1%} without: {'ships' if ships else 'does not ship'}")
+            if not ships:
+                fronts[e] = (None, err)
 
         def frontend_of(e):
             return fronts[e][0]

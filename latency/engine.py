@@ -37,6 +37,7 @@ class EngineProfile:
     frontend: tuple = ()  # ((key, value), ...) of the [frontend] table
     moe_compute: float = 1.0    # share of the device's GEMM efficiency its grouped expert GEMMs reach
     moe_bandwidth: float = 1.0  # share of the device's memory efficiency they reach streaming expert weights
+    scheduler: str = ""  # the step policy the engine runs by default (a simulator.scheduler name; "": not said)
 
     def overhead_ms(self, requests, tokens):
         return self.step_ms + (self.request_us * requests + self.token_us * tokens) * 1e-3
@@ -81,4 +82,8 @@ def load_engine(name: str) -> EngineProfile:
                                                       low_open=True, high=1.5))
         except RangeError as err:
             raise ValueError(str(err)) from None
-    return EngineProfile(name=name, source=str(data.get("source", "")), frontend=tuple(frontend), **values)
+    scheduler = data.get("scheduler", "")
+    if not isinstance(scheduler, str):
+        raise ValueError(f"{path.name}: scheduler = {scheduler!r} is not allowed; expected a step policy's name")
+    return EngineProfile(name=name, source=str(data.get("source", "")), frontend=tuple(frontend),
+                         scheduler=scheduler, **values)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass, replace
 from functools import cached_property, lru_cache
 
-from latency import load_device, load_model, parse_quantization
+from latency import load_device, load_engine, load_model, parse_quantization
 from latency.backends import backend_names, has_backend, make_backend
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
@@ -117,6 +117,10 @@ class _ScenarioMethods:
                 load_device(self.device)),):
             notes.append(f"max_batched_tokens {self.max_batched_tokens[0]} and max_num_seqs {self.max_num_seqs} "
                          "are vLLM's defaults on this device unless given")
+        own = load_engine(self.engine).scheduler
+        if own and own != self.scheduler:
+            notes.append(f"{self.engine} schedules {own}, this answer {self.scheduler}: for {self.engine}'s own "
+                         f"schedule, --scheduler {own}")
         return notes
 
     def validate(self) -> None:

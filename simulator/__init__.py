@@ -9,6 +9,7 @@ from simulator.pricing import StepPricer, price, step_times
 from simulator.scheduler import (
     SCHEDULERS,
     DecodeFirstWithSlack,
+    PrefillFirst,
     Scheduler,
     SchedulerState,
     StepDecision,
@@ -19,7 +20,8 @@ from simulator.timeline import Plan, plan
 from simulator.workload import PrefillChunk, Workload, chunk_plan
 
 __all__ = [
-    "SCHEDULERS", "DecodeFirstWithSlack", "Frontend", "Metrics", "PDRatio", "Plan", "PrefillChunk", "Scheduler",
+    "SCHEDULERS", "DecodeFirstWithSlack", "Frontend", "Metrics", "PDRatio", "Plan", "PrefillChunk", "PrefillFirst",
+    "Scheduler",
     "SchedulerState", "StepDecision", "StepPricer", "TokenBudget", "Workload", "chunk_plan", "decode_qps",
     "make_scheduler", "pd_ratio", "per_request", "per_step", "plan", "prefill_qps", "price", "replay", "simulate",
     "step_times",

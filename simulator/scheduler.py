@@ -383,9 +383,39 @@ class TokenBudget(Scheduler):
         return max(1, chunks_before_last(remaining, chunk))
 
 
+@dataclass(frozen=True)
+class PrefillFirst(Scheduler):
+    """SGLang's default: while a request waits to prefill, the step is a prefill batch of up to B
+    tokens (started requests first, then whole prompts in FIFO order, the last one cut to what is
+    left: `chunked_prefill_size`) and nobody decodes; otherwise every ready request decodes. A step
+    never mixes the two (SGLang without --enable-mixed-chunk). One fused pass."""
+
+    name: str = "prefill-first"
+    fused: bool = True
+    requeue: bool = False
+
+    def plan_step(self, view: QueueView) -> StepPlan:
+        if not view.prefill:
+            return StepPlan((), view.ready_decode)
+        budget = view.max_batched_tokens
+        takes = []
+        for pos, group in enumerate(view.prefill):
+            need = view.remaining(group)
+            full = min(group[0], budget // need)
+            if full:
+                takes.append((pos, full, need))
+                budget -= full * need
+            if full < group[0]:
+                if budget > 0:
+                    takes.append((pos, 1, budget))
+                break
+        return StepPlan(tuple(takes), 0)
+
+
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "decode-first": DecodeFirstWithSlack,
     "token-budget": TokenBudget,
+    "prefill-first": PrefillFirst,
 }
 
 

@@ -175,4 +175,18 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     (tmp_path / "ok.toml").write_text('[frontend]\nclient_ms = 10\n[moe]\ncompute = 0.5\n')
     got = engine.load_engine("ok")
     assert dict(got.frontend) == {"client_ms": 10} and got.moe_compute == 0.5 and got.moe_bandwidth == 1.0
+    assert got.scheduler == ""  # not said
+    (tmp_path / "odd4.toml").write_text('scheduler = 3\n')
+    with pytest.raises(ValueError, match="odd4.toml: scheduler = 3 is not allowed"):
+        engine.load_engine("odd4")
     engine.load_engine.cache_clear()
+
+
+def test_each_shipped_engine_names_the_step_policy_it_runs():
+    from latency import load_engine
+    from simulator import SCHEDULERS
+
+    assert {e: load_engine(e).scheduler for e in ("vllm", "sglang", "trtllm")} == {
+        "vllm": "token-budget", "sglang": "prefill-first", "trtllm": "token-budget"}
+    assert all(load_engine(e).scheduler in SCHEDULERS for e in ("vllm", "sglang", "trtllm"))
+    assert load_engine("none").scheduler == ""

@@ -176,3 +176,16 @@ def test_ep_320_over_256_experts_with_redundant_copies():
     on_one = run(*args, "--attention-dp-sizes", "1", "--ep-size", "1", "--concurrency", "8",
                  "--redundant-experts", "8", "--num-devices", "1")
     assert on_one.returncode == 2 and "--redundant-experts" in on_one.stderr and "Traceback" not in on_one.stderr
+
+
+def test_an_engine_s_own_step_policy_is_named_when_the_answer_uses_another():
+    """SGLang schedules prefill-first: an answer under the RFC's default policy says so and how to
+    ask for SGLang's; asked for, the note goes and the header names the policy."""
+    args = [*BASE, "--tp-sizes", "1", "--concurrency", "8", "--engine", "sglang"]
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    assert ("note: sglang schedules prefill-first, this answer decode-first: for sglang's own schedule, "
+            "--scheduler prefill-first") in p.stdout
+    q = run(*args, "--scheduler", "prefill-first")
+    assert q.returncode == 0, q.stderr
+    assert "schedules prefill-first" not in q.stdout and "prefill-first B=" in q.stdout

@@ -96,6 +96,8 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
                 send(sends[len(reqs)])
         if isinstance(scheduler, TokenBudget):
             prefill, dec_ids = _token_budget(w, scheduler, reqs, fifo, decoding)
+        elif scheduler.name == "prefill-first":
+            prefill, dec_ids = _prefill_first(w, reqs, fifo, decoding)
         else:
             prefill, dec_ids = _decode_first(w, scheduler.slack_ratio, reqs, fifo, decoding)
         assert prefill or dec_ids, "no progress"
@@ -272,6 +274,21 @@ def _token_budget(w, sch: TokenBudget, reqs, fifo, decoding):
         budget -= tok
         running += 1
     return prefill, dec_ids
+
+
+def _prefill_first(w, reqs, fifo, decoding):
+    """SGLang: a prefill batch of up to B tokens (started first, then FIFO) while anyone waits, the
+    last prompt cut to what is left; otherwise every decoding request decodes. Never both."""
+    if not fifo:
+        return [], list(decoding)
+    budget, prefill = w.max_batched_tokens, []
+    for i in sorted(fifo, key=lambda i: not reqs[i].started):  # started ones first, FIFO otherwise
+        if budget <= 0:
+            break
+        tok = min(reqs[i].E - reqs[i].done, budget)
+        prefill.append((i, tok))
+        budget -= tok
+    return prefill, []
 
 
 def percentile(values, p):

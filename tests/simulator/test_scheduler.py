@@ -4,9 +4,11 @@ from hypothesis import strategies as st
 
 from simulator.scheduler import (
     DecodeFirstWithSlack,
+    PrefillFirst,
     QueueView,
     SchedulerState,
     StepDecision,
+    StepPlan,
     TokenBudget,
     make_scheduler,
 )
@@ -46,6 +48,34 @@ def test_token_budget_threshold_and_max_num_seqs():
     assert TokenBudget(long_prefill_token_threshold=512).plan_step(view).takes == ((0, 4, 512),)
     assert TokenBudget(max_num_seqs=2).plan_step(view).takes == ((0, 2, 1000),)
     assert TokenBudget(max_num_seqs=2).plan_step(QueueView([(4, 0, 0, 0)], 2, (1000,), 2048, 1)).takes == ()
+
+
+def test_prefill_first_prefills_while_anyone_waits_and_never_mixes():
+    """SGLang's policy on the note's example (B=2048, 8 ready decodes, a running request needing 1440,
+    two waiting 1900-token prompts): the started request's 1440, then 608 of the next prompt, and no
+    decode; with nothing waiting, every ready request decodes, beyond the budget too."""
+    view = QueueView([(1, 460, 0, 0), (2, 0, 1, 0)], 8, (1900,), 2048, 1)
+    assert PrefillFirst().plan_step(view) == StepPlan(((0, 1, 1440), (1, 1, 608)), 0)
+    assert PrefillFirst().plan_step(QueueView([], 3000, (1900,), 2048, 2)) == StepPlan((), 3000)
+    whole = QueueView([(3, 0, 0, 0)], 5, (500,), 2048, 1)  # whole prompts while they fit, the last cut
+    assert PrefillFirst().plan_step(whole).takes == ((0, 3, 500),)
+    assert PrefillFirst().plan_step(QueueView([(5, 0, 0, 0)], 5, (500,), 2048, 1)).takes == ((0, 4, 500), (0, 1, 48))
+
+
+def test_prefill_first_plan_by_hand():
+    """Two prompts of 10 tokens, B = 16, 3 output tokens: step 1 prefills the first and 6 of the
+    second, step 2 the second's last 4 while the first waits (token-budget would decode it beside),
+    then both decode twice."""
+    from latency import ForwardKey
+    from simulator import Workload, plan
+
+    p = plan(Workload(10, 3, 16, 2), PrefillFirst())
+    steps = [sorted(p.shapes[i]) for i in p.step_shape]
+    assert steps[0] == sorted([ForwardKey(False, 1, 10, 10), ForwardKey(False, 1, 6, 6)])
+    assert steps[1] == [ForwardKey(False, 1, 4, 10)]
+    assert [[k.is_decode and k.concurrency for k in s] for s in steps[2:]] == [[2], [2]]
+    mixed = plan(Workload(10, 3, 16, 2), TokenBudget())
+    assert any(k.is_decode for k in mixed.shapes[mixed.step_shape[1]])
 
 
 def test_registry():

@@ -10,6 +10,7 @@ from simulator import Workload, plan, price, simulate, step_times
 from simulator.scheduler import (
     CountScheduler,
     DecodeFirstWithSlack,
+    PrefillFirst,
     Scheduler,
     StepDecision,
     StepPlan,
@@ -135,6 +136,7 @@ policies = st.one_of(
     st.builds(DecodeFirstWithSlack, slack_ratio=st.sampled_from([1.0, 1.15, 1.5, 3.0])),
     st.builds(TokenBudget, max_num_seqs=st.one_of(st.none(), st.integers(1, 4)),
               long_prefill_token_threshold=st.one_of(st.none(), st.integers(1, 8))),
+    st.just(PrefillFirst()),
 )
 
 
@@ -242,6 +244,11 @@ def test_conservation_of_requests_and_tokens(w, policy):
     assert decode_req_steps == needed
     assert decode_req_steps * a >= (output - 1).sum()
     assert (p.first_step <= p.finish_step).all()
+    if isinstance(policy, PrefillFirst):  # a step prefills up to B tokens or decodes, never both
+        for s in steps:
+            assert all(k.is_decode for k in s) or sum(k.tokens for k in s if not k.is_decode) <= w.max_batched_tokens
+            assert len({k.is_decode for k in s}) == 1
+        return
     limit = w.max_batched_tokens if isinstance(policy, TokenBudget) else \
         math.floor(w.max_batched_tokens * policy.slack_ratio)
     for s in steps:  # every step, pure or mixed, keeps prefill + decode tokens within the policy's limit
