@@ -144,3 +144,15 @@ def test_the_readme_documents_every_optimize_flag_with_its_default():
     for column in POINT_COLUMNS:  # every point column is documented
         assert f"| `{column}` |" in readme, f"{column}: run python bench/readme_flags.py"
     assert "`attention_dp_sizes`" in readme and "`input_length_mix`" in readme
+
+
+def test_no_orchestrator_module_is_over_400_lines():
+    """One concept per module: the CLI is a package of one module per command, and no module of
+    orchestrator/ grows past 400 lines."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "orchestrator"
+    long = {str(p.relative_to(root)): n for p in root.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+    commands = {p.stem for p in (root / "cli").glob("*.py")} - {"__init__", "common"}
+    assert commands == {"optimize", "estimate", "sweep", "report", "cache", "plan", "ui"}

@@ -1,0 +1,92 @@
+"""`servesweep estimate`: one configuration (or one per CSV row), no search."""
+
+from __future__ import annotations
+
+import sys
+
+from orchestrator.cli.common import BURST_NOTE, add_field_flags, field_values, layout_label, lengths_label
+from orchestrator.fields import InputError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("estimate", help="metrics, memory and a per-op breakdown of one configuration (no search)",
+                       description="One configuration: a layout (--tp-sizes T, default all devices in one "
+                       "instance), a budget (default vLLM's), and a load (--concurrency, or --request-rate "
+                       "with --arrival poisson). --from-csv evaluates one configuration per row.")
+    add_field_flags(p, "estimate", require=False)
+    o = p.add_argument_group("many configurations")
+    o.add_argument("--from-csv", help="a CSV with one configuration per row; columns are spec keys (model, device, "
+                   "tp, concurrency, input_length, ...); a missing column or empty cell takes the flag or default")
+    o.add_argument("--output", help="where --from-csv writes its rows (.csv or .parquet): the input columns "
+                   "kept, the metric columns added, one row per input row in order")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    o.add_argument("--per-request", metavar="FILE.parquet", help="one configuration: write its requests (arrival, "
+                   "first token, finish, lengths, cached tokens, TTFT/TPOT) to FILE and its steps to "
+                   "FILE.steps.parquet; `servesweep report FILE` draws them")
+    p.set_defaults(func=cmd_estimate)
+
+
+ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"), ("E2E ms", "e2e")]
+
+
+def cmd_estimate(a) -> int:
+    from orchestrator.estimate import breakdown, configure, estimate, estimate_many
+
+    values = field_values(a, "estimate")
+    if a.from_csv:
+        if not a.output:
+            raise InputError("--output", None, "a .csv or .parquet path (needed with --from-csv)")
+        if not a.output.endswith((".csv", ".parquet")):
+            raise InputError("--output", a.output, "a path ending in .csv or .parquet")
+        table, unknown = estimate_many(a.from_csv, values, progress=not a.no_progress)
+        if unknown:
+            print(f"servesweep estimate: columns kept but not read: {', '.join(unknown)}", file=sys.stderr)
+        if a.output.endswith(".parquet"):
+            table.to_parquet(a.output, index=False)
+        else:
+            table.to_csv(a.output, index=False)
+        print(f"{len(table)} configurations estimated; written to {a.output}")
+        return 0
+    if a.output:
+        raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")
+    if a.per_request and not a.per_request.endswith(".parquet"):
+        raise InputError("--per-request", a.per_request, "a path ending in .parquet")
+    s = configure(values)
+    row = estimate(s)
+    if a.per_request:
+        from orchestrator.estimate import run_tables, steps_path
+
+        requests, steps = run_tables(s)
+        requests.to_parquet(a.per_request, index=False)
+        steps.to_parquet(steps_path(a.per_request), index=False)
+        print(f"{len(requests)} requests and {len(steps)} steps written to {a.per_request} and "
+              f"{steps_path(a.per_request)}", file=sys.stderr)
+    rate = f"{s.request_rate:g} req/s" if s.request_rate else "its own times"
+    load = rate if s.arrival == "poisson" else f"concurrency {s.concurrency}"
+    print(f"{s.model} ({s.quantization}, KV {s.kv_cache_dtype}) on {s.num_devices} x {s.device}, "
+          f"{layout_label(row)}, {s.role}, "
+          f"{s.arrival} at {load} ({row['num_prompts']} prompts"
+          f"{', measured as ' + s.benchmark if s.benchmark != 'steady' and s.arrival != 'burst' else ''}), "
+          f"{lengths_label(s)}, "
+          f"{s.scheduler} B={row['max_batched_tokens']}")
+    for note in s.default_notes + ([BURST_NOTE] if s.arrival == "burst" else []):
+        print(f"note: {note}")
+    print(f"{'':10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
+    for label, k in ESTIMATE_METRICS:
+        print(f"{label:10}" + "".join(f"{row[c]:>10.2f}" for c in
+                                      (f"{k}_ms", f"{k}_p50_ms", f"{k}_p90_ms", f"{k}_p99_ms")))
+    print(f"throughput: {row['request_throughput']:.3f} req/s, {row['output_throughput']:.1f} output tok/s "
+          f"({row['output_throughput_per_device']:.1f} per device), goodput {row['goodput']:.3f} req/s; "
+          f"{row['measured_requests']} requests measured{'' if row['steady'] else ' (no steady window: all)'}")
+    print(f"memory per device: weights {row['weights_gib']:.2f} GiB, KV peak {row['kv_gib']:.2f} GiB "
+          f"({row['peak_kv_tokens']:.0f} of {row['kv_capacity_tokens']} tokens), activations "
+          f"{row['activation_gib']:.2f} GiB, free {row['available_gib']:.2f} GiB"
+          f"{'' if row['fits_memory'] else '  -- DOES NOT FIT'}")
+    if row["kv_bound"]:
+        print(f"KV cache bound the load: requests waited for blocks as vLLM queues them; "
+              f"{row['decoding_requests']:.1f} decoding on average of {row['concurrency']} in flight, "
+              f"{row['preemptions']} preemptions (recomputed)")
+    table = breakdown(s, row)
+    print("\nper-op breakdown of a typical step:")
+    print(table.to_string(index=False, formatters={"ms": "{:.3f}".format, "share": "{:.1%}".format}))
+    return 0

@@ -1,0 +1,92 @@
+"""`servesweep plan`: the fewest devices that serve a request rate, and how to deploy them."""
+
+from __future__ import annotations
+
+from orchestrator.cli.common import add_field_flags, field_values, layout_label, lengths_label
+from orchestrator.fields import InputError
+from orchestrator.scenario import Scenario
+
+#: what `plan` deploys unless told otherwise: the commands it prints are vLLM's
+PLAN_DEFAULTS = {"scheduler": "token-budget", "engine": "vllm"}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plan", help="the fewest devices that serve a request rate under the limits, its cost, "
+                       "and the vLLM commands to deploy and check it",
+                       description="For each device type and instance size, the Poisson capacity of every "
+                       "layout and budget; the answer needs the fewest devices (then the lowest cost). "
+                       "Defaults to vLLM's token-budget scheduler and framework time (--scheduler, --engine).")
+    add_field_flags(p, "plan")
+    g = p.add_argument_group("plan")
+    g.add_argument("--device", nargs="+", required=True, metavar="D", help="device types to consider")
+    g.add_argument("--request-rate", type=float, required=True, help="requests per second to serve [req/s]")
+    g.add_argument("--max-devices", type=int, default=8, help="devices at most (default: 8)")
+    g.add_argument("--device-price", nargs="+", default=[], metavar="D=USD_PER_HOUR",
+                   help="price per device-hour, overriding the device file's [cost] usd_per_hour")
+    g.add_argument("--top-n", type=int, default=3, help="runner-up options shown (default: 3)")
+    g.add_argument("--format", choices=("text", "json"), default="text", help="json: machine-readable, on stdout")
+    p.set_defaults(func=cmd_plan)
+
+
+def _prices(items: list[str], devices: list[str]) -> dict[str, float]:
+    prices = {}
+    for item in items:
+        device, _, usd = item.partition("=")
+        try:
+            value = float(usd)
+        except ValueError:
+            value = -1.0
+        if device not in devices or value < 0:
+            raise InputError("--device-price", item, f"D=USD_PER_HOUR with D one of {', '.join(devices)} and a "
+                             "price >= 0")
+        prices[device] = value
+    return prices
+
+
+def cmd_plan(a) -> int:
+    import json
+
+    from orchestrator.plan import option_dict, plan_deployment
+
+    if a.request_rate <= 0:
+        raise InputError("--request-rate", a.request_rate, "a rate > 0 (req/s)")
+    if a.max_devices < 1:
+        raise InputError("--max-devices", a.max_devices, "an integer >= 1")
+    if a.top_n < 0:
+        raise InputError("--top-n", a.top_n, "an integer >= 0")
+    values = {**PLAN_DEFAULTS, **field_values(a, "plan")}
+    s = Scenario(**values, device=a.device[0], num_devices=1, arrival="poisson")
+    for device in a.device:  # each device type is checked before the search starts
+        s.with_(device=device).validate()
+    prices = _prices(a.device_price, a.device)
+    options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices)
+    limits = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", s.ttft_limits[0] if s.ttft_limits else None),
+                                                       ("TPOT", s.tpot_limits[0] if s.tpot_limits else None)) if v)
+    if not options:
+        message = (f"no deployment of at most {a.max_devices} x {' or '.join(a.device)} serves {a.request_rate:g} "
+                   f"req/s under {limits or 'memory'}; raise --max-devices or relax a limit")
+        print(json.dumps({"plan": None, "message": message}) if a.format == "json" else message)
+        return 0
+    best = [option_dict(s, options[0], commands=True)] + [option_dict(s, o) for o in options[1:1 + a.top_n]]
+    if a.format == "json":
+        print(json.dumps({"request_rate": a.request_rate, "plan": best[0], "runners_up": best[1:]}, indent=2))
+        return 0
+    _print_plan(s, a, best, limits)
+    return 0
+
+
+def _print_plan(s, a, best, limits) -> None:
+    top = best[0]
+    print(f"{s.model}: {a.request_rate:g} req/s of {lengths_label(s)} under {limits or 'no limits'}"
+          + (f" (p{s.slo_percentile:g})" if s.slo_percentile else ""))
+    for i, o in enumerate(best):
+        cost = (f", ${o['usd_per_hour']:.2f}/h, ${o['usd_per_mtok']:.3f}/M output tokens"
+                if o["usd_per_hour"] == o["usd_per_hour"] else "")
+        print(f"{'plan' if i == 0 else 'or  '}: {o['devices']} x {o['device']} = {o['instances']} x "
+              f"{layout_label({**o, 'dp': 1})} B={o['max_batched_tokens']}, {o['capacity_per_instance']:.2f} req/s "
+              f"per instance, headroom {100 * o['headroom']:.0f} %{cost}")
+    print(f"\ndeploy each of the {top['instances']} instance(s):\n  {top['vllm_serve']}")
+    for note in top["notes"]:
+        print(f"  note: {note}")
+    print(f"check one instance at its share of the load (predicted TTFT {top['predicted_ttft_ms']:.1f} ms, "
+          f"TPOT {top['predicted_tpot_ms']:.2f} ms):\n  {top['vllm_bench_serve']}")
