@@ -6,6 +6,10 @@ every budget has its Poisson capacity searched (the highest offered rate per ins
 the limits, as `optimize --arrival poisson`); serving R then takes ceil(R / capacity) instances of
 k devices. The answer is the option with the fewest devices (then the lowest cost, then the most
 headroom); the runner-ups follow.
+
+With `pd`, prefill/decode splits compete too: prefill instances (judged on TTFT) and decode
+instances (judged on TPOT) of one device type, each as few devices as serve the rate on their own;
+the split is the best of each. The KV transfer between them is not priced (as `optimize --disagg`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from orchestrator.search import drive
 VLLM_QUANTIZATION = {"FP8": "fp8"}
 #: vLLM's KV-cache dtypes (`--kv-cache-dtype`)
 VLLM_KV_DTYPES = {"fp8": "fp8"}
+#: how a prefill or decode instance of a split hands KV over (vLLM's NixlConnector; both sides kv_both)
+VLLM_KV_TRANSFER = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+ROUTER_NOTE = ("a prefill/decode router in front sends each request to a prefill instance, then on to a decode "
+               "instance (vLLM's disaggregated-serving examples ship one); the KV transfer is not priced")
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class PlanOption:
     rate: float
     row: dict                  # the capacity point (per instance, at `capacity`)
     usd_per_device_hour: float
+    role: str = "agg"          # agg, or a prefill or decode instance of a split
 
     @property
     def devices(self) -> int:
@@ -59,8 +68,40 @@ class PlanOption:
         return self.devices, usd if usd == usd else 0.0, -self.headroom
 
 
-def instance_options(s: Scenario, device: str, k: int, rate: float) -> list[PlanOption]:
-    """Every layout of exactly k devices (one instance) and budget, with its Poisson capacity."""
+@dataclass(frozen=True)
+class SplitOption:
+    """A prefill/decode split: `prefill` instances judged on TTFT, `decode` ones on TPOT, both of one
+    device type, serving the same rate."""
+
+    prefill: PlanOption
+    decode: PlanOption
+
+    @property
+    def device(self) -> str:
+        return self.prefill.device
+
+    @property
+    def devices(self) -> int:
+        return self.prefill.devices + self.decode.devices
+
+    @property
+    def headroom(self) -> float:
+        """The smaller side's: the split breaks when either does."""
+        return min(self.prefill.headroom, self.decode.headroom)
+
+    @property
+    def cost(self) -> dict:
+        d = self.decode
+        tokens = d.rate * d.row["output_throughput"] / max(d.row["request_throughput"], 1e-12)
+        return costs(d.usd_per_device_hour * self.devices, tokens)
+
+    def sort_key(self) -> tuple:
+        usd = self.cost["usd_per_hour"]
+        return self.devices, usd if usd == usd else 0.0, -self.headroom
+
+
+def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = "agg") -> list[PlanOption]:
+    """Every layout of exactly k devices (one instance of `role`) and budget, with its Poisson capacity."""
     one = s.with_(device=device, num_devices=k, arrival="poisson")
     try:
         one.validate()
@@ -70,27 +111,35 @@ def instance_options(s: Scenario, device: str, k: int, rate: float) -> list[Plan
     out = []
     for layout in layouts:
         for budget in one.max_batched_tokens:
-            job = Job("agg", layout, budget)
+            job = Job(role, layout, budget)
             found = drive(job_search(one, job), partial(inline_evaluator, one, job))
             if not found.best:
                 continue
             row = found.best[0]
             capacity = row["request_rate"]
             out.append(PlanOption(device, layout, budget, capacity, math.ceil(rate / capacity), rate, row,
-                                  one.usd_per_device_hour))
+                                  one.usd_per_device_hour, role))
     return out
 
 
 def plan_deployment(s: Scenario, devices: list[str], rate: float, max_devices: int,
-                    prices: dict[str, float] | None = None) -> list[PlanOption]:
-    """Every feasible option over the device types and instance sizes, best first. `prices`: USD per
-    device-hour by device (else the device files')."""
+                    prices: dict[str, float] | None = None, pd: bool = False) -> list:
+    """Every feasible option over the device types and instance sizes, best first; with `pd`, the
+    best prefill/decode split of each device type among them. `prices`: USD per device-hour by
+    device (else the device files')."""
     options = []
     for device in devices:
         priced = s.with_(device_price=(prices or {}).get(device, 0.0))
-        for k in range(1, max_devices + 1):
-            options += [o for o in instance_options(priced, device, k, rate) if o.devices <= max_devices]
-    return sorted(options, key=PlanOption.sort_key)
+        sides = {"agg": [], "prefill": [], "decode": []}
+        for role in sides if pd else ("agg",):
+            for k in range(1, max_devices + 1):
+                sides[role] += [o for o in instance_options(priced, device, k, rate, role) if o.devices <= max_devices]
+        options += sides["agg"]
+        if sides["prefill"] and sides["decode"]:
+            split = SplitOption(*(min(sides[r], key=PlanOption.sort_key) for r in ("prefill", "decode")))
+            if split.devices <= max_devices:
+                options.append(split)
+    return sorted(options, key=lambda o: o.sort_key())
 
 
 def predicted(s: Scenario, option: PlanOption) -> dict:
@@ -98,7 +147,7 @@ def predicted(s: Scenario, option: PlanOption) -> dict:
     from orchestrator.evaluate import evaluate_point
 
     one = s.with_(device=option.device, num_devices=option.layout.devices, arrival="poisson")
-    return evaluate_point(one, Job("agg", option.layout, option.max_batched_tokens), 1,
+    return evaluate_point(one, Job(option.role, option.layout, option.max_batched_tokens), 1,
                           rate=option.rate / option.instances / option.layout.attention_dp)
 
 
@@ -130,16 +179,19 @@ def vllm_serve(s: Scenario, option: PlanOption) -> tuple[str, list[str]]:
         args += ["--kv-cache-dtype", VLLM_KV_DTYPES[s.kv_cache_dtype]]
     elif s.kv_cache_dtype != "bf16":
         notes.append(f"KV cache {s.kv_cache_dtype}: vLLM's --kv-cache-dtype has no such choice")
+    if option.role != "agg":
+        args += ["--kv-transfer-config", VLLM_KV_TRANSFER]
     return shlex.join(args), notes
 
 
-def vllm_bench(s: Scenario, option: PlanOption) -> tuple[str, list[str]]:
-    """The `vllm bench serve` command that checks one instance at its share of the load, and notes
-    on what its random dataset cannot reproduce."""
+def vllm_bench(s: Scenario, option: PlanOption, rate: float | None = None) -> tuple[str, list[str]]:
+    """The `vllm bench serve` command that checks one instance at its share of the load (or the whole
+    deployment at `rate`), and notes on what its random dataset cannot reproduce."""
     args = ["vllm", "bench", "serve", "--backend", "vllm", "--model", s.model, "--dataset-name", "random"]
     lengths, notes = _random_lengths(s)
     args += lengths
-    args += ["--request-rate", f"{option.rate / option.instances:.3g}", "--num-prompts", str(s.num_prompts or 1000),
+    share = rate if rate is not None else option.rate / option.instances
+    args += ["--request-rate", f"{share:.3g}", "--num-prompts", str(s.num_prompts or 1000),
              "--percentile-metrics", "ttft,tpot,itl,e2el"]
     if s.slo_percentile:
         args += ["--metric-percentiles", f"{s.slo_percentile:g}"]
@@ -171,11 +223,14 @@ def _random_lengths(s: Scenario) -> tuple[list[str], list[str]]:
     return out, notes
 
 
-def option_dict(s: Scenario, o: PlanOption, commands: bool = False) -> dict:
+def option_dict(s: Scenario, o, commands: bool = False) -> dict:
     """One option as plain values; with `commands`, the vLLM commands and the predicted TTFT/TPOT at
-    each instance's share of the load."""
+    each instance's share of the load. A split is its two sides under `prefill` and `decode`."""
+    if isinstance(o, SplitOption):
+        return _split_dict(s, o, commands)
     lay = o.layout
-    out = {"device": o.device, "devices": o.devices, "instances": o.instances, "tp": lay.tp, "pp": lay.pp,
+    out = {"role": o.role, "device": o.device, "devices": o.devices, "instances": o.instances, "tp": lay.tp,
+           "pp": lay.pp,
            "attention_dp": lay.attention_dp, "ep": lay.ep, "max_batched_tokens": o.max_batched_tokens,
            "capacity_per_instance": o.capacity, "headroom": o.headroom, **o.cost}
     if commands:
@@ -184,4 +239,17 @@ def option_dict(s: Scenario, o: PlanOption, commands: bool = False) -> dict:
         bench, bench_notes = vllm_bench(s, o)
         out |= {"vllm_serve": serve, "notes": notes + bench_notes, "vllm_bench_serve": bench,
                 "predicted_ttft_ms": at["ttft_slo_ms"], "predicted_tpot_ms": at["tpot_slo_ms"]}
+    return out
+
+
+def _split_dict(s: Scenario, o: SplitOption, commands: bool) -> dict:
+    """A split as plain values; with `commands`, each side's `vllm serve`, its predicted TTFT (prefill)
+    or TPOT (decode), and one `vllm bench serve` of the whole split at the rate, through its router."""
+    out = {"role": "split", "device": o.device, "devices": o.devices, "headroom": o.headroom, **o.cost,
+           "prefill": option_dict(s, o.prefill, commands), "decode": option_dict(s, o.decode, commands)}
+    if commands:
+        bench, notes = vllm_bench(s, o.decode, rate=o.decode.rate)
+        out |= {"vllm_bench_serve": bench, "notes": [ROUTER_NOTE, *notes],
+                "predicted_ttft_ms": out["prefill"]["predicted_ttft_ms"],
+                "predicted_tpot_ms": out["decode"]["predicted_tpot_ms"]}
     return out

@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
                    help="price per device-hour, overriding the device file's [cost] usd_per_hour")
     g.add_argument("--top-n", type=int, default=3, help="runner-up options shown (default: 3)")
     g.add_argument("--format", choices=("text", "json"), default="text", help="json: machine-readable, on stdout")
+    g.add_argument("--pd", action="store_true", help="also consider prefill/decode splits: prefill instances judged "
+                   "on TTFT, decode instances on TPOT, each side as few devices as serve the rate (KV transfer "
+                   "not priced)")
     p.set_defaults(func=cmd_plan)
 
 
@@ -59,7 +62,7 @@ def cmd_plan(a) -> int:
     for device in a.device:  # each device type is checked before the search starts
         s.with_(device=device).validate()
     prices = _prices(a.device_price, a.device)
-    options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices)
+    options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices, pd=a.pd)
     limits = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", s.ttft_limits[0] if s.ttft_limits else None),
                                                        ("TPOT", s.tpot_limits[0] if s.tpot_limits else None)) if v)
     if not options:
@@ -75,6 +78,12 @@ def cmd_plan(a) -> int:
     return 0
 
 
+def _instances(o: dict) -> str:
+    """2 x tp2pp1dp1 B=8192, 3.10 req/s per instance"""
+    return (f"{o['instances']} x {layout_label({**o, 'dp': 1})} B={o['max_batched_tokens']}, "
+            f"{o['capacity_per_instance']:.2f} req/s per instance")
+
+
 def _print_plan(s, a, best, limits) -> None:
     top = best[0]
     print(f"{s.model}: {a.request_rate:g} req/s of {lengths_label(s)} under {limits or 'no limits'}"
@@ -82,11 +91,21 @@ def _print_plan(s, a, best, limits) -> None:
     for i, o in enumerate(best):
         cost = (f", ${o['usd_per_hour']:.2f}/h, ${o['usd_per_mtok']:.3f}/M output tokens"
                 if o["usd_per_hour"] == o["usd_per_hour"] else "")
-        print(f"{'plan' if i == 0 else 'or  '}: {o['devices']} x {o['device']} = {o['instances']} x "
-              f"{layout_label({**o, 'dp': 1})} B={o['max_batched_tokens']}, {o['capacity_per_instance']:.2f} req/s "
-              f"per instance, headroom {100 * o['headroom']:.0f} %{cost}")
-    print(f"\ndeploy each of the {top['instances']} instance(s):\n  {top['vllm_serve']}")
-    for note in top["notes"]:
-        print(f"  note: {note}")
-    print(f"check one instance at its share of the load (predicted TTFT {top['predicted_ttft_ms']:.1f} ms, "
+        shape = (f"prefill {_instances(o['prefill'])} + decode {_instances(o['decode'])}" if o["role"] == "split"
+                 else _instances(o))
+        print(f"{'plan' if i == 0 else 'or  '}: {o['devices']} x {o['device']} = {shape}, "
+              f"headroom {100 * o['headroom']:.0f} %{cost}")
+    sides = [("prefill", top["prefill"]), ("decode", top["decode"])] if top["role"] == "split" else [("", top)]
+    for role, side in sides:
+        print(f"\ndeploy each of the {side['instances']} {role + ' ' if role else ''}instance(s):\n"
+              f"  {side['vllm_serve']}")
+        for note in side["notes"] if role else top["notes"]:
+            if not role or "random dataset" not in note:
+                print(f"  note: {note}")
+    if top["role"] == "split":
+        for note in top["notes"]:
+            print(f"  note: {note}")
+    where = "the split at the whole rate, through its router" if top["role"] == "split" else \
+        "one instance at its share of the load"
+    print(f"check {where} (predicted TTFT {top['predicted_ttft_ms']:.1f} ms, "
           f"TPOT {top['predicted_tpot_ms']:.2f} ms):\n  {top['vllm_bench_serve']}")

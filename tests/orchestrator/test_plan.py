@@ -18,7 +18,8 @@ BASE = dict(model="Qwen/Qwen3-8B", device="H100_SXM", num_devices=1, input_lengt
 #: every flag the emitted commands may use, as vLLM spells it (vllm serve --help, vllm bench serve --help)
 VLLM_SERVE_FLAGS = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
                     "--enable-expert-parallel", "--max-model-len", "--max-num-batched-tokens", "--max-num-seqs",
-                    "--enable-chunked-prefill", "--gpu-memory-utilization", "--quantization", "--kv-cache-dtype"}
+                    "--enable-chunked-prefill", "--gpu-memory-utilization", "--quantization", "--kv-cache-dtype",
+                    "--kv-transfer-config"}
 VLLM_BENCH_FLAGS = {"--backend", "--model", "--dataset-name", "--random-input-len", "--random-output-len",
                     "--random-range-ratio", "--request-rate", "--num-prompts", "--percentile-metrics",
                     "--metric-percentiles"}
@@ -112,3 +113,39 @@ def _lengths(text):
 
 def _value(words, flag):
     return words[words.index(flag) + 1]
+
+
+def test_a_prefill_decode_split_is_the_best_of_each_side():
+    """With `pd`, a split competes: its prefill side is the fewest devices of prefill instances that
+    take the rate under the TTFT limit, its decode side the same under the TPOT limit, each found by
+    brute force over the instance sizes; its devices are their sum, its headroom the smaller one's."""
+    from orchestrator.plan import SplitOption, instance_options
+
+    s = Scenario(**BASE)
+    rate, most = 10.0, 3
+    options = plan_deployment(s, ["H100_SXM"], rate, max_devices=most, pd=True)
+    split = next(o for o in options if isinstance(o, SplitOption))
+    for side, role in ((split.prefill, "prefill"), (split.decode, "decode")):
+        every = [o for k in range(1, most + 1) for o in instance_options(s, "H100_SXM", k, rate, role)]
+        assert side.role == role and side.devices == min(o.devices for o in every)
+        assert side.instances * side.capacity >= rate > (side.instances - 1) * side.capacity
+    assert split.devices == split.prefill.devices + split.decode.devices <= most
+    assert split.headroom == min(split.prefill.headroom, split.decode.headroom)
+    assert split.prefill.row["role"] == "prefill" and split.decode.row["tpot_slo_ms"] <= 25.0
+    assert split.prefill.row["ttft_slo_ms"] <= 800.0
+    assert not any(isinstance(o, SplitOption) for o in plan_deployment(s, ["H100_SXM"], rate, most))
+    assert [o.sort_key() for o in options] == sorted(o.sort_key() for o in options)
+
+
+def test_plan_with_a_split_end_to_end_as_json():
+    p = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "6", "--input-length", "4096",
+            "--output-length", "256", "--ttft-limits", "1000", "--tpot-limits", "20", "--max-devices", "3", "--pd",
+            "--format", "json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)["plan"]
+    assert plan["role"] == "split" and plan["devices"] == plan["prefill"]["devices"] + plan["decode"]["devices"]
+    for side in ("prefill", "decode"):
+        serve = shlex.split(plan[side]["vllm_serve"])
+        assert serve[serve.index("--kv-transfer-config") + 1] == '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    assert "--request-rate 6 " in plan["vllm_bench_serve"] and "router" in plan["notes"][0]
+    assert plan["predicted_ttft_ms"] <= 1000 and plan["predicted_tpot_ms"] <= 20
