@@ -25,9 +25,10 @@ def add_parser(sub) -> None:
                    help="price per device-hour, overriding the device file's [cost] usd_per_hour")
     g.add_argument("--top-n", type=int, default=3, help="runner-up options shown (default: 3)")
     g.add_argument("--format", choices=("text", "json"), default="text", help="json: machine-readable, on stdout")
-    g.add_argument("--pd", action="store_true", help="also consider prefill/decode splits: prefill instances judged "
-                   "on TTFT, decode instances on TPOT, each side as few devices as serve the rate (KV transfer "
-                   "not priced)")
+    g.add_argument("--disagg", action="store_true", help="also consider prefill/decode splits (vLLM disaggregated "
+                   "serving): prefill instances judged on TTFT, decode instances on TPOT, each side as few devices "
+                   "as serve the rate (KV transfer not priced); the best split and the best aggregated plan are "
+                   "both shown")
     p.set_defaults(func=cmd_plan)
 
 
@@ -62,7 +63,7 @@ def cmd_plan(a) -> int:
     for device in a.device:  # each device type is checked before the search starts
         s.with_(device=device).validate()
     prices = _prices(a.device_price, a.device)
-    options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices, pd=a.pd)
+    options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices, pd=a.disagg)
     limits = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", s.ttft_limits[0] if s.ttft_limits else None),
                                                        ("TPOT", s.tpot_limits[0] if s.tpot_limits else None)) if v)
     if not options:
@@ -70,12 +71,23 @@ def cmd_plan(a) -> int:
                    f"req/s under {limits or 'memory'}; raise --max-devices or relax a limit")
         print(json.dumps({"plan": None, "message": message}) if a.format == "json" else message)
         return 0
-    best = [option_dict(s, options[0], commands=True)] + [option_dict(s, o) for o in options[1:1 + a.top_n]]
+    shown = options[1:1 + a.top_n]
+    if a.disagg:  # the best of the other kind is shown too, whatever --top-n
+        other = next((o for o in options[1:] if _is_split(o) != _is_split(options[0])), None)
+        if other is not None and other not in shown:
+            shown = [*shown[: max(a.top_n - 1, 0)], other]
+    best = [option_dict(s, options[0], commands=True)] + [option_dict(s, o) for o in shown]
     if a.format == "json":
         print(json.dumps({"request_rate": a.request_rate, "plan": best[0], "runners_up": best[1:]}, indent=2))
         return 0
     _print_plan(s, a, best, limits)
     return 0
+
+
+def _is_split(option) -> bool:
+    from orchestrator.plan import SplitOption
+
+    return isinstance(option, SplitOption)
 
 
 def _instances(o: dict) -> str:

@@ -139,10 +139,11 @@ def test_a_prefill_decode_split_is_the_best_of_each_side():
 
 def test_plan_with_a_split_end_to_end_as_json():
     p = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "6", "--input-length", "4096",
-            "--output-length", "256", "--ttft-limits", "1000", "--tpot-limits", "20", "--max-devices", "3", "--pd",
-            "--format", "json")
+            "--output-length", "256", "--ttft-limits", "1000", "--tpot-limits", "20", "--max-devices", "3", "--disagg",
+            "--format", "json", "--top-n", "0")
     assert p.returncode == 0, p.stderr
-    plan = json.loads(p.stdout)["plan"]
+    plan, others = json.loads(p.stdout)["plan"], json.loads(p.stdout)["runners_up"]
+    assert [o["role"] for o in others] == ["agg"]  # the best aggregated plan beside it, whatever --top-n
     assert plan["role"] == "split" and plan["devices"] == plan["prefill"]["devices"] + plan["decode"]["devices"]
     for side in ("prefill", "decode"):
         serve = shlex.split(plan[side]["vllm_serve"])
