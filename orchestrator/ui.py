@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from orchestrator.fields import FIELD_BY_NAME, InputError, fields_for
+from orchestrator.ui_jobs import SweepJobs
 
 PAGE = Path(__file__).with_name("ui_page.html")
 #: the commands the builder writes; their fields are the form
@@ -169,8 +170,10 @@ def run_estimate(texts: dict) -> dict:
     return {"row": _clean([row])[0], "breakdown": _clean(table.to_dict("records"))}
 
 
-def run_optimize(texts: dict) -> dict:
-    from orchestrator.modes import Aggregated
+def run_optimize(texts: dict, pd: dict | None = None) -> dict:
+    """The aggregated search of the form's scenario; with `pd` ({"prefill": P, "decode": D} devices per
+    instance), the PD-ratio search instead (`optimize --enable-optimize-prefill-decode-ratio`)."""
+    from orchestrator.modes import Aggregated, make_mode
     from orchestrator.optimize import optimize
     from orchestrator.scenario import Scenario
 
@@ -178,15 +181,25 @@ def run_optimize(texts: dict) -> dict:
     missing = [n for n in ("model", "device", "num_devices") if n not in values]
     for name in missing:
         errors[name] = f"{FIELD_BY_NAME[name].flag}: a value is required"
+    sides = {}
+    for side, flag in (("prefill", "--prefill-devices-per-instance"), ("decode", "--decode-devices-per-instance")):
+        if pd is not None:
+            text = str(pd.get(side, "")).strip()
+            if not text.isdigit() or int(text) < 1:
+                errors[f"pd-{side}"] = f"{flag}: {text or None!r} is not allowed; expected an integer >= 1"
+            else:
+                sides[side] = int(text)
     if errors:
         return {"errors": errors}
     try:
         s = Scenario(**values)
-        result = optimize(s, Aggregated())
+        mode = Aggregated() if pd is None else make_mode("pd", prefill_devices=sides["prefill"],
+                                                         decode_devices=sides["decode"])
+        result = optimize(s, mode)
     except InputError as err:
         return {"errors": {err.name: err.render("flag")}}
     return {"best": _clean(result.best), "points": _clean(result.points), "infeasible": _clean(result.infeasible),
-            "limits": {"ttft": list(s.ttft_limits), "tpot": list(s.tpot_limits)}}
+            "splits": _clean(result.splits), "limits": {"ttft": list(s.ttft_limits), "tpot": list(s.tpot_limits)}}
 
 
 def explore(path: str, filters: dict) -> dict:
@@ -277,7 +290,18 @@ def create_app(results: str | None = None, guard: Guard | None = None):
 
     @app.post("/api/optimize")
     def optimize_api():
-        return jsonify(run_optimize(request.get_json().get("values", {})))
+        body = request.get_json()
+        return jsonify(run_optimize(body.get("values", {}), body.get("pd")))
+
+    sweeps = SweepJobs(results)
+
+    @app.post("/api/sweep")
+    def sweep_api():
+        return jsonify(sweeps.start(sweep_toml(request.get_json().get("values", {}))))
+
+    @app.post("/api/sweep/status")
+    def sweep_status_api():
+        return jsonify(sweeps.status(str(request.get_json().get("id", ""))))
 
     @app.post("/api/explore")
     def explore_api():

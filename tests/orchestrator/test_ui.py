@@ -4,8 +4,10 @@ served on 127.0.0.1."""
 import io
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
+import tomllib
 
 from orchestrator.estimate import configure, estimate
 
@@ -154,3 +156,62 @@ def test_explore_opens_a_results_directory_and_filters_it(page, server):
     page.fill("#results-path", server[1] + "-missing")
     page.click("#open-results")
     page.wait_for_function("document.getElementById('explore-error').textContent.length > 0")
+
+
+def test_a_sweep_runs_in_the_background_and_opens_in_explore(page, server):
+    """The form's scenario as a one-scenario sweep: a background job under the results root, its
+    progress bar filled when it is done, its best row in Explore, equal to an inline sweep's."""
+    from orchestrator.dataset import read_table
+    from orchestrator.spec import expand
+    from orchestrator.sweep import run_sweep
+    from orchestrator.ui import sweep_toml
+
+    form = {**BASE, "input_length": 1024, "output_length": 64, "tpot_limits": 30}
+    fill(page, **form)
+    page.click("#run-sweep")
+    page.wait_for_function("document.querySelector('section[data-tab=explore]').classList.contains('on')",
+                           timeout=120_000)
+    page.wait_for_selector("#explore-table td[data-col=device]")
+    assert page.evaluate("[$('sweep-progress').value, $('sweep-progress').max]") == [1, 1]
+    assert "1 / 1 scenarios, done" in page.text_content("#sweep-state")
+    output = page.input_value("#results-path")
+    assert output.startswith(str(Path(server[1]).parent) + "/ui-sweep-")
+    inline = Path(output + "-inline")
+    run_sweep(expand(tomllib.loads(sweep_toml({k: str(v) for k, v in form.items()}))), inline, backend="inline",
+              progress=False)
+    theirs = read_table(inline, "best")
+    shown = float(page.text_content("#explore-table td[data-col=output_throughput_per_device]"))
+    assert shown == pytest.approx(theirs["output_throughput_per_device"].max(), rel=1e-4)
+
+
+def test_the_pd_ratio_search_shows_its_splits(page):
+    """The PD-ratio search from the page: its splits are the CLI's; a side left empty is named."""
+    from orchestrator.modes import make_mode
+    from orchestrator.optimize import optimize
+    from orchestrator.scenario import Scenario
+
+    form = {**BASE, "num_devices": 2, "tp_sizes": 1, "max_batched_tokens": 4096, "ttft_limits": 2000,
+            "tpot_limits": 30}
+    fill(page, **form)
+    page.click("#run-pd")
+    page.wait_for_function("document.getElementById('err-pd-prefill').textContent.includes("
+                           "'--prefill-devices-per-instance')")
+    page.fill("#pd-prefill", "1")
+    page.fill("#pd-decode", "1")
+    page.click("#run-pd")
+    page.wait_for_selector("#result td[data-col=pd_ratio]")
+    s = Scenario(model=BASE["model"], device=BASE["device"], num_devices=2, input_length=2048, output_length=128,
+                 tp_sizes=(1,), max_batched_tokens=(4096,), ttft_limits=(2000.0,), tpot_limits=(30.0,))
+    cli = optimize(s, make_mode("pd", prefill_devices=1, decode_devices=1)).splits
+    shown = [float(t) for t in page.locator("#result td[data-col=pd_ratio]").all_text_contents()]
+    assert shown == pytest.approx([sp["pd_ratio"] for sp in cli], rel=1e-4) and shown
+
+
+def test_sweeps_need_a_results_root_to_go_under():
+    from orchestrator.ui_jobs import SweepJobs
+
+    got = SweepJobs(None).start('[grid]\nmodel = ["Qwen/Qwen3-8B"]\n')
+    assert "--results" in got["errors"]["sweep"]
+    bad = SweepJobs("/tmp").start('[grid]\nmodel = ["Qwen/Qwen3-8B"]\ninput_length = [-1]\n')
+    assert bad["errors"]["sweep"].startswith("input_length = -1: expected an integer >= 1")
+    assert "no sweep" in SweepJobs("/tmp").status("nope")["errors"]["sweep"]

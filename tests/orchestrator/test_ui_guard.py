@@ -77,3 +77,12 @@ def test_without_a_results_location_explore_says_how_to_give_one(tmp_path):
     c = create_app(None, Guard("127.0.0.1", None, TOKEN)).test_client()
     r = call(c, "/api/explore", {"path": str(tmp_path), "filters": {}})
     assert r.status_code == 403 and "servesweep ui --results" in r.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("path", ["/api/sweep", "/api/sweep/status"])
+def test_a_foreign_caller_cannot_start_or_watch_a_sweep(client, path):
+    c, root, _ = client
+    for kwargs in ({"host": "evil.example"}, {"headers": {TOKEN_HEADER: ""}}, {"content_type": "text/plain"},
+                   {"headers": {"Origin": "http://evil.example"}}):
+        assert call(c, path, **kwargs).status_code == 403
+    assert not [p for p in root.iterdir() if p.name.startswith("ui-sweep-")]  # nothing was started
