@@ -126,9 +126,14 @@ def test_optimize_draws_the_limits_and_the_frontier(page):
         assert len(titles) >= 2 and all(t.strip() for t in titles), titles
         assert any("(ms)" in t or "tokens/s" in t for t in titles)
         assert page.locator(f"{chart} .legend").count() == 1
-    # wide tables scroll inside their box: the page is no wider than the window
+    # wide tables scroll inside their box: the page is no wider than the window, by the DOM and on a
+    # screenshot of the whole page
     width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], width
+    from PIL import Image
+
+    shot = Image.open(io.BytesIO(page.screenshot(full_page=True)))
+    assert shot.width <= 1400, shot.size
 
 
 def test_model_and_device_are_picked_from_the_shipped_ones(page):
