@@ -632,3 +632,17 @@ def test_a_searcher_that_cannot_write_sends_its_results_to_the_driver(ray_sessio
     assert bad.data is None
     elsewhere = Searcher(None, str(tmp_path / "out"), False, "another-node")
     assert elsewhere.data is None  # a local output is not this node's to write
+
+
+def test_a_disaggregated_sweep_names_the_side_that_fails_in_its_best_rows(tmp_path):
+    """A sweep's best rows say which side of a disaggregated search found nothing, and why, as
+    `optimize --disagg` prints it."""
+    spec = {"sweep": {"mode": "disagg"},
+            "grid": {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 2, "input_length": 2048,
+                     "output_length": 256, "max_batched_tokens": 8192, "ttft_limit_ms": 5000, "tpot_limit_ms": 1}}
+    run_sweep(expand(spec), tmp_path, backend="inline", progress=False)
+    best = read_table(tmp_path, "best")
+    failed = best[~best["feasible"]]
+    assert failed["role"].tolist() == ["decode"]
+    assert failed["message"].iloc[0].startswith("no decode instance meets TPOT <= 1 ms: TPOT fails first")
+    assert set(best[best["feasible"]]["role"]) == {"prefill"}
