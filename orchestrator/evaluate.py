@@ -25,10 +25,48 @@ PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
 RATE_BASE, RATE_GROWTH = 0.01, 1.05
 #: step pricers kept per process for timed (Poisson) plans: a capacity search reuses one
 STEP_PRICERS = 64
-#: plans kept per process: a plan depends on the workload, the policy, the phase and the decode
-#: context rule, never on the model, device or layout, so the layouts of a search share them
-PLANS = 512
-_plan = lru_cache(maxsize=PLANS)(plan)
+#: plans kept per process, least recently used out first, up to PLANS of them and PLAN_BYTES of their
+#: arrays: a plan depends on the workload, the policy, the phase and the decode context rule, never
+#: on the model, device or layout, so the layouts of a search and the scenarios of a plan family
+#: share them. A family of the cluster-scale sweep holds up to 1,210 plans of ~16 kB each; 512 by
+#: count alone made a worker plan 13 % of them again
+PLANS, PLAN_BYTES = 8192, 512 * 1024**2
+
+
+class PlanMemo:
+    """The process's plans by their arguments. `made` counts the plans it had to make."""
+
+    def __init__(self, plans: int = PLANS, budget: int = PLAN_BYTES):
+        self.plans, self.budget = plans, budget
+        self.memo: OrderedDict = OrderedDict()  # key -> (plan, bytes of its arrays)
+        self.bytes = self.made = 0
+        self.lock = threading.Lock()  # the web page plans in threads
+
+    def __call__(self, w: Workload, scheduler, phase: str, decode_context: str):
+        key = (w, scheduler, phase, decode_context)
+        with self.lock:
+            hit = self.memo.get(key)
+            if hit is not None:
+                self.memo.move_to_end(key)
+                return hit[0]
+        planned = plan(w, scheduler, phase=phase, decode_context=decode_context)
+        size = _array_bytes(planned)
+        with self.lock:
+            self.made += 1
+            if key not in self.memo:
+                self.memo[key] = (planned, size)
+                self.bytes += size
+            while self.memo and (len(self.memo) > self.plans or self.bytes > self.budget):
+                self.bytes -= self.memo.popitem(last=False)[1][1]
+        return planned
+
+
+def _array_bytes(p) -> int:
+    """The bytes of a plan's arrays (its steps and finish records: what grows with a long plan)."""
+    return sum(v.nbytes for v in vars(p).values() if hasattr(v, "nbytes"))
+
+
+_plan = PlanMemo()
 #: measured points kept per process: scenarios that differ only in their limits (a sweep's limit grid)
 #: evaluate many of the same points (42 % of a cluster-scale sweep's), and only goodput depends on limits
 MEASURED = 1024
@@ -105,9 +143,9 @@ def _planned(w: Workload, scheduler, role: str, decode_context: str, lm):
     if w.timed:
         PLANS_MADE.append(_plan_signature(w, scheduler, role, decode_context, lm.fingerprint))
         return plan(w, scheduler, phase=PHASE[role], decode_context=decode_context, step_ms=_step_pricer(lm, scheduler))
-    misses = _plan.cache_info().misses
-    planned = _plan(w, scheduler, phase=PHASE[role], decode_context=decode_context)
-    if _plan.cache_info().misses > misses:
+    made = _plan.made
+    planned = _plan(w, scheduler, PHASE[role], decode_context)
+    if _plan.made > made:
         PLANS_MADE.append(_plan_signature(w, scheduler, role, decode_context))
     return planned
 

@@ -218,3 +218,28 @@ def test_a_disaggregated_search_says_when_its_decode_side_fails():
     assert decode["message"].startswith("no decode instance meets TPOT <= 1 ms: TPOT fails first; closest point decode")
     assert decode["message"].endswith("the PD split needs both sides")
     assert not result.splits
+
+
+def test_the_plan_memo_keeps_plans_by_count_and_by_bytes():
+    """A plan asked again is the one made (not made twice); the least recently used leaves first
+    once the memo holds more plans than its count or more array bytes than its budget."""
+    from orchestrator.evaluate import PlanMemo, _array_bytes
+    from simulator import TokenBudget, Workload
+
+    policy = TokenBudget()
+    loads = [Workload(100, 10, 64, c) for c in (1, 2, 3)]
+    memo = PlanMemo(plans=2)
+    first = memo(loads[0], policy, "both", "mean")
+    assert memo(loads[0], policy, "both", "mean") is first and memo.made == 1
+    memo(loads[1], policy, "both", "mean")
+    memo(loads[0], policy, "both", "mean")  # the most recently used now
+    memo(loads[2], policy, "both", "mean")  # the count is passed: loads[1] leaves, not loads[0]
+    assert memo.made == 3 and [k[0].concurrency for k in memo.memo] == [1, 3]
+    third = memo.memo[(loads[2], policy, "both", "mean")][0]
+    assert memo.bytes == _array_bytes(first) + _array_bytes(third) > 0
+    from simulator import plan
+
+    tight = PlanMemo(budget=_array_bytes(plan(loads[1], policy)))  # room for the second plan's arrays alone
+    tight(loads[0], policy, "both", "mean")
+    tight(loads[1], policy, "both", "mean")
+    assert [k[0].concurrency for k in tight.memo] == [2] and tight.bytes <= tight.budget
