@@ -174,6 +174,12 @@ class Row:
             except RuntimeError:  # not one request fits: the plain plan stays
                 pass
 
+    @property
+    def apart(self) -> bool:
+        """Reported apart and never fitted: the engine queued it for KV blocks, or its measured rate is
+        beyond the GPUs' compute bound."""
+        return self.kv_bound or self.beyond_peak
+
     def _device(self, comm: float | None):
         """The device with the NVLink-4 all-reduce efficiency `comm` (H100, H200; None: the file's own)."""
         if comm is None or self.r.device not in NVLINK4:
@@ -234,7 +240,7 @@ def fit_engine(rows, engine: str, comm: float):
     phase and the client's time (see the front end), which per-step times must not absorb."""
     from scipy.optimize import least_squares
 
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound and not r.beyond_peak]
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart]
     if not mine:
         return (0.0, 0.0, 1.0, 1.0), 0.0
 
@@ -256,7 +262,7 @@ def fit_moe(rows, engine: str, comm: float, params) -> tuple:
     (unchanged when the engine has no MoE fit rows)."""
     from scipy.optimize import least_squares
 
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound and not r.beyond_peak
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart
             and r.r.family != "dense"]
     if not mine:
         return params
@@ -284,7 +290,7 @@ def fit(rows):
 def fit_frontend(rows, engine: str, comm: float, params) -> tuple[Frontend | None, float]:
     """The front end of FRONTEND_GRID with the lowest median |log(predicted / measured)| TTFT over the
     FIT rows of one engine (TPOT hardly moves with it); returns (front end, that median)."""
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.kv_bound and not r.beyond_peak]
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart]
     best = (None, math.inf)
     for request_ms, return_ms, client_ms in FRONTEND_GRID:
         fe = Frontend(request_ms=request_ms, return_ms=return_ms, client_ms=client_ms)
@@ -300,8 +306,7 @@ def fit_frontend(rows, engine: str, comm: float, params) -> tuple[Frontend | Non
 def held_out_ttft(rows, engine: str, comm: float, params, frontend: Frontend | None = None) -> float:
     """Median |TTFT error| of one engine's held-out rows (KV-bound and beyond-peak ones aside): a
     front end fitted on the FIT rows ships only if it does not raise it."""
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "held-out" and not r.kv_bound
-            and not r.beyond_peak]
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "held-out" and not r.apart]
     errs = [abs(row.predict("bench", comm, *params, frontend)[0] / row.r.silicon_ttft_ms - 1) for row in mine]
     return float(np.median(errs)) if errs else 0.0
 

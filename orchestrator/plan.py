@@ -35,8 +35,16 @@ ROUTER_NOTE = ("a prefill/decode router in front sends each request to a prefill
                "instance (vLLM's disaggregated-serving examples ship one); the KV transfer is not priced")
 
 
+class _Ranked:
+    """How deployments compare: the fewest devices, then the lowest cost, then the most headroom."""
+
+    def sort_key(self) -> tuple:
+        usd = self.cost["usd_per_hour"]
+        return self.devices, usd if usd == usd else 0.0, -self.headroom
+
+
 @dataclass(frozen=True)
-class PlanOption:
+class PlanOption(_Ranked):
     """`instances` instances of `layout` on `device`, each taking `capacity` req/s within the limits."""
 
     device: str
@@ -59,22 +67,23 @@ class PlanOption:
         return self.instances * self.capacity / self.rate - 1
 
     @property
-    def cost(self) -> dict:
-        tokens = self.rate * self.row["output_throughput"] / max(self.row["request_throughput"], 1e-12)
-        return costs(self.usd_per_device_hour * self.devices, tokens)
+    def output_tokens_per_s(self) -> float:
+        """The target rate's output tokens a second (not the instances' capacity)."""
+        return self.rate * self.row["output_throughput"] / max(self.row["request_throughput"], 1e-12)
 
-    def sort_key(self) -> tuple:
-        usd = self.cost["usd_per_hour"]
-        return self.devices, usd if usd == usd else 0.0, -self.headroom
+    @property
+    def cost(self) -> dict:
+        return costs(self.usd_per_device_hour * self.devices, self.output_tokens_per_s)
 
 
 @dataclass(frozen=True)
-class SplitOption:
+class SplitOption(_Ranked):
     """A prefill/decode split: `prefill` instances judged on TTFT, `decode` ones on TPOT, both of one
     device type, serving the same rate."""
 
     prefill: PlanOption
     decode: PlanOption
+    role = "split"
 
     @property
     def device(self) -> str:
@@ -91,13 +100,7 @@ class SplitOption:
 
     @property
     def cost(self) -> dict:
-        d = self.decode
-        tokens = d.rate * d.row["output_throughput"] / max(d.row["request_throughput"], 1e-12)
-        return costs(d.usd_per_device_hour * self.devices, tokens)
-
-    def sort_key(self) -> tuple:
-        usd = self.cost["usd_per_hour"]
-        return self.devices, usd if usd == usd else 0.0, -self.headroom
+        return costs(self.decode.usd_per_device_hour * self.devices, self.decode.output_tokens_per_s)
 
 
 def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = "agg") -> list[PlanOption]:
@@ -139,7 +142,7 @@ def plan_deployment(s: Scenario, devices: list[str], rate: float, max_devices: i
             split = SplitOption(*(min(sides[r], key=PlanOption.sort_key) for r in ("prefill", "decode")))
             if split.devices <= max_devices:
                 options.append(split)
-    return sorted(options, key=lambda o: o.sort_key())
+    return sorted(options, key=_Ranked.sort_key)
 
 
 def predicted(s: Scenario, option: PlanOption) -> dict:
@@ -226,7 +229,7 @@ def _random_lengths(s: Scenario) -> tuple[list[str], list[str]]:
 def option_dict(s: Scenario, o, commands: bool = False) -> dict:
     """One option as plain values; with `commands`, the vLLM commands and the predicted TTFT/TPOT at
     each instance's share of the load. A split is its two sides under `prefill` and `decode`."""
-    if isinstance(o, SplitOption):
+    if o.role == "split":
         return _split_dict(s, o, commands)
     lay = o.layout
     out = {"role": o.role, "device": o.device, "devices": o.devices, "instances": o.instances, "tp": lay.tp,

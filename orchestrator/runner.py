@@ -196,16 +196,17 @@ class Searcher:
 
     def search(self, items: list[SweepItem]):
         """Each scenario: (id, result to write or None if written here, its infeasible best rows)."""
-        started, counted, out = time.perf_counter(), _Counted(), []
+        started, points, out = time.perf_counter(), 0, []
         for item in items:
-            result = search_item(item, self.pricer, counted)
+            result = search_item(item, self.pricer)
+            points += len(result.points)  # a search evaluates each of its points once
             best = self._write(item, result)
             if best is None:
                 out.append((item.id, result, None))
             else:
                 out.append((item.id, None, [b for b in best if not b["feasible"]][:INFEASIBLE_BACK]))
         work = (self.worker, time.perf_counter() - started, take_plans_made())
-        return out, counted.stats, self.node, work
+        return out, {**self.pricer.take_stats(), "points": points}, self.node, work
 
 
     def _write(self, item: SweepItem, result: OptimizeResult) -> list[dict] | None:
@@ -218,18 +219,6 @@ class Searcher:
             log.warning("a searcher cannot write %s (%s); the driver writes its results", self.data.root, err)
             self.data = None
             return None
-
-
-class _Counted:
-    """The progress a worker sends back with a part: points and its pricer's counts."""
-
-    def __init__(self):
-        self.stats = {"points": 0, "priced": 0, "lookups": 0, "round_trips": 0}
-
-    def point(self, stats: dict, n: int) -> None:
-        self.stats["points"] += n
-        for k in ("priced", "lookups", "round_trips"):
-            self.stats[k] += stats.get(k, 0)
 
 
 def _lost_errors() -> tuple:
@@ -259,8 +248,8 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
 
     actors = [start() for _ in range(min(cpus, len(items)))]
     log.info("Ray: %d CPUs, %d searchers, parts of >= %.0f ms", cpus, len(actors), placement.part_ms)
-    in_flight: dict = {}  # ref -> (actor, family, items, ms, attempt)
-    attempts: dict[tuple, int] = {}
+    in_flight: dict = {}  # ref -> (actor, family, scenarios, estimated ms)
+    attempts: dict[tuple, int] = {}  # a part's scenario ids -> times it was lost
     nodes, retried, work = {}, 0, Work()
     lost_errors = _lost_errors()
 

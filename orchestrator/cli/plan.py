@@ -73,7 +73,8 @@ def cmd_plan(a) -> int:
         return 0
     shown = options[1:1 + a.top_n]
     if a.disagg:  # the best of the other kind is shown too, whatever --top-n
-        other = next((o for o in options[1:] if _is_split(o) != _is_split(options[0])), None)
+        split = options[0].role == "split"
+        other = next((o for o in options[1:] if (o.role == "split") != split), None)
         if other is not None and other not in shown:
             shown = [*shown[: max(a.top_n - 1, 0)], other]
     best = [option_dict(s, options[0], commands=True)] + [option_dict(s, o) for o in shown]
@@ -82,12 +83,6 @@ def cmd_plan(a) -> int:
         return 0
     _print_plan(s, a, best, limits)
     return 0
-
-
-def _is_split(option) -> bool:
-    from orchestrator.plan import SplitOption
-
-    return isinstance(option, SplitOption)
 
 
 def _instances(o: dict) -> str:

@@ -572,8 +572,9 @@ def test_placement_keeps_a_family_on_the_worker_that_started_it():
 @given(costs=st.lists(st.floats(1.0, 5000.0), min_size=1, max_size=16), workers=st.integers(1, 5),
        order=st.lists(st.integers(0, 4), min_size=1, max_size=200))
 def test_placement_hands_out_every_scenario_once(costs, workers, order):
-    """Conservation: whatever order free workers ask in, every scenario is handed out exactly once, and
-    a worker only helps with a started family when no family is free."""
+    """Conservation: whatever order free workers ask in, every scenario is handed out exactly once; a
+    worker takes its own family first, then the largest free one, and helps with the family that has
+    the most work left only when no family is free."""
     from orchestrator.runner import Placement
 
     items = expand(SPEC)
@@ -583,13 +584,16 @@ def test_placement_hands_out_every_scenario_once(costs, workers, order):
     p = Placement(chosen, workers, cost=lambda it: cost[it.id])
     handed = []
     for w in order + list(range(workers)) * len(chosen):
-        free_before = {f for f, parts in p.parts.items() if parts and not p.owners[f]}
-        mine_before = {f for f, parts in p.parts.items() if parts and w % workers in p.owners[f]}
+        open_ = [f for f, parts in p.parts.items() if parts]
+        free = [f for f in open_ if not p.owners[f]]
+        mine = [f for f in open_ if w % workers in p.owners[f]]
+        most = max((p.left[f] for f in free or open_), default=None)
         taken = p.take(w % workers)
         if taken is None:
+            assert not open_
             break
         family = taken[0]
-        assert family in (mine_before or free_before or {family})
+        assert family in mine if mine else p.left[family] + taken[2] == pytest.approx(most)
         handed += [it.id for it in taken[1]]
     assert sorted(handed) == sorted(it.id for it in chosen)
 
