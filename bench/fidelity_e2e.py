@@ -37,7 +37,7 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from latency import EngineProfile, RooflineModel, build_latency_model, load_engine, load_model  # noqa: E402
+from latency import EngineProfile, RooflineModel, build_latency_model, kernel_tables, load_engine, load_model  # noqa: E402
 from simulator import (  # noqa: E402
     Frontend,
     StepPricer,
@@ -143,11 +143,17 @@ class Row:
     """One measured run, planned once as a burst and as the benchmark ran it, priced per candidate
     all-reduce efficiency (kernels only; the engine's overhead is added per step when replayed)."""
 
-    def __init__(self, r, benchmark: str = BENCHMARK):
+    def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline"):
         self.r = r
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
                                       attention_dp=int(r.attention_dp), quantization=r.quantization,
                                       kv_cache_dtype=KV_CACHE.get(r.quantization, "bf16"))
+        self.curve = None
+        if backend == kernel_tables.NAME and self.lm.moe_layers:
+            self.curve, why_not = kernel_tables.expert_curve(self.lm.model, self.lm.device.name, r.engine,
+                                                             self.lm.parallel, table_experts(self.lm))
+            if self.curve is None:
+                print(f"  {r.id}: {why_not}", file=sys.stderr)
         budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
         self.devices = self.lm.devices_per_instance
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
@@ -186,11 +192,18 @@ class Row:
             return self.lm.device
         return dataclasses.replace(self.lm.device, eff_communication=comm)
 
+    def _model(self, comm: float | None, engine: EngineProfile) -> RooflineModel:
+        """The row's latency model at all-reduce efficiency `comm`, with `engine`'s times, and the
+        measured experts' curve when the kernel tables price them."""
+        args = (self.lm.model, self._device(comm), self.lm.parallel, self.lm.quant, self.lm.reserved_memory_gib)
+        if self.curve is not None:
+            return kernel_tables.KernelTableModel(*args, engine=engine, curve=self.curve)
+        return RooflineModel(*args, engine=engine)
+
     def kernel_prices(self, label: str, comm: float, moe: tuple = (1.0, 1.0)) -> np.ndarray:
         key = (label, comm, moe)
         if key not in self.base:
-            lm = RooflineModel(self.lm.model, self._device(comm), self.lm.parallel, self.lm.quant,
-                               self.lm.reserved_memory_gib, engine=_moe_engine(moe))
+            lm = self._model(comm, _moe_engine(moe))
             self.base[key] = price(lm, self.plans[label][0].price_keys, True)
         return self.base[key]
 
@@ -209,12 +222,18 @@ class Row:
               frontend: Frontend) -> tuple[float, float]:
         """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
         engine = EngineProfile("fit", step_ms, request_us, moe_compute=moe[0], moe_bandwidth=moe[1])
-        lm = RooflineModel(self.lm.model, self._device(comm), self.lm.parallel, self.lm.quant,
-                           self.lm.reserved_memory_gib, engine=engine)
+        lm = self._model(comm, engine)
         pricer = StepPricer(lm, self.scheduler)
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
         m = replay(p, step_times(p, pricer.prices(p)), self.devices)
         return m.ttft_ms, m.tpot_ms
+
+
+def table_experts(lm) -> str:
+    """The routed experts' format to look up in the kernel tables: the checkpoint's own where it names
+    one apart (gpt-oss's MXFP4, which the measured file calls nvfp4), else the row's."""
+    own = lm.model.checkpoint_quantization.partition("+")[2]
+    return own or kernel_tables.experts_quantization(lm.quant)
 
 
 def _with_requests(p) -> tuple:
@@ -347,6 +366,9 @@ def main() -> None:
                     help="measured runs (default: measured_serving.csv and measured_serving_moe.csv)")
     ap.add_argument("--fit", action="store_true", help="fit the engine profiles on the FIT rows and print them")
     ap.add_argument("--max-rows", type=int, default=0, help="use every k-th row only (quick look), 0 = all")
+    ap.add_argument("--latency-backend", choices=("roofline", kernel_tables.NAME), default="roofline",
+                    help="what prices the steps: the roofline, or MoE experts from AIConfigurator's measured "
+                         "kernel tables (needs servesweep[kernels])")
     ap.add_argument("--benchmark", choices=BENCHMARKS, default=BENCHMARK,
                     help=f"the protocol the measured runs are simulated as (default {BENCHMARK})")
     a = ap.parse_args()
@@ -354,7 +376,7 @@ def main() -> None:
     if a.max_rows:
         d = d.iloc[:: max(1, len(d) // a.max_rows)]
     started = time.perf_counter()
-    rows = [Row(r, a.benchmark) for r in d.itertuples()]
+    rows = [Row(r, a.benchmark, a.latency_backend) for r in d.itertuples()]
     print(f"{len(rows)} measured runs planned in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if a.fit:
         comm, fitted = fit(rows)

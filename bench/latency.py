@@ -42,6 +42,48 @@ def keys_per_second(runs: int) -> None:
     print(f"keys priced per second (100,000 keys, median of {runs}): {len(keys) / statistics.median(walls):,.0f}\n")
 
 
+def backend_costs(runs: int) -> None:
+    """The measured-kernel backend against the roofline on a MoE model: what a key costs, what building
+    the backend costs (its table read), and a whole search with each (needs servesweep[kernels])."""
+    from latency import kernel_tables
+    from latency.backends import make_backend
+
+    try:
+        kernel_tables.tables_root()
+    except ValueError as err:
+        print(f"(skipping the kernel-table backend: {err})\n")
+        return
+    model, device = "MiniMaxAI/MiniMax-M2.5", "H200_SXM"
+    rng = np.random.default_rng(0)
+    keys = [ForwardKey(bool(d), int(c), 1 if d else int(q), int(s) + (1 if d else int(q)))
+            for d, c, q, s in zip(rng.integers(0, 2, 100_000), rng.integers(1, 512, 100_000),
+                                  rng.integers(1, 8192, 100_000), rng.integers(0, 32768, 100_000), strict=True)]
+    rows = []
+    for name in ("roofline", kernel_tables.NAME):
+        build, price, search = [], [], []
+        for _ in range(runs):
+            kernel_tables._read.cache_clear()
+            t0 = time.perf_counter()
+            lm = make_backend(name, model, device, tp=4, quantization="fp8", engine="vllm")
+            build.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            lm.latency_ms(keys)
+            price.append(time.perf_counter() - t0)
+            s = Scenario(model, device, 4, 4096, 512, ttft_limits=(2000.0,), tpot_limits=(50.0,), tp_sizes=(4,),
+                         quantization="fp8", engine="vllm", arrival="closed", latency_backend=name)
+            t0 = time.perf_counter()
+            optimize(s)
+            search.append(time.perf_counter() - t0)
+        rows.append({"backend": name, "build ms": 1e3 * statistics.median(build),
+                     "us per key": 1e6 * statistics.median(price) / len(keys),
+                     "search s": statistics.median(search)})
+    out = pd.DataFrame(rows)
+    out["search vs roofline"] = out["search s"] / out["search s"].iloc[0]
+    print(f"Latency backends on {model}, 4 x {device}, vLLM (median of {runs}; 100,000 keys; a closed-loop "
+          "search 4096/512 under TTFT 2 s, TPOT 50 ms):")
+    print(out.to_string(index=False, float_format="{:.3f}".format) + "\n")
+
+
 def peer_fidelity(path: Path) -> None:
     df = pd.read_csv(path)
     rows = []
@@ -113,6 +155,7 @@ def main() -> None:
     ap.add_argument("--reference", type=Path, default=PEER)
     args = ap.parse_args()
     keys_per_second(args.runs)
+    backend_costs(args.runs)
     if args.reference.is_file():
         peer_fidelity(args.reference)
         calibration_holdout(args.reference)

@@ -18,7 +18,9 @@ it cannot price them: the scenario is refused, naming it); it returns an object 
 - `fingerprint: str`: names everything that changes a price, including the code's version (a
   long-lived shared cache keys latencies by it);
 - `cost_per_key_ms: float`: what pricing one key costs this process. The sweep shares keys through
-  the cluster's cache only when pricing costs more than asking (orchestrator.pricer).
+  the cluster's cache only when pricing costs more than asking (orchestrator.pricer);
+- `notes: list[str]` (optional): how it priced this deployment where that is not plain (`estimate`
+  prints them: which ops came from a measured table, which fell back to the roofline and why).
 """
 
 from __future__ import annotations
@@ -119,5 +121,12 @@ class SlowRoofline:
         return getattr(self.inner, name)
 
 
+def _kernel_tables(model, device, **options):
+    from latency import kernel_tables
+
+    return kernel_tables.build(model, device, **options)
+
+
 register_backend(DEFAULT_BACKEND, _roofline)
+register_backend("aiconfigurator-tables", _kernel_tables)
 register_backend("slow-roofline", lambda model, device, **options: SlowRoofline(_roofline(model, device, **options)))

@@ -180,18 +180,14 @@ class RooflineModel:
         d, m, p, qz = self.device, self.model, self.parallel, self.quant
         h = m.hidden_size
         kov = d.kernel_overhead_us * 1e-3
-        lin_peak, bf16 = d.peak_flops(qz.compute_dtype), d.peak_flops("bf16")
+        bf16 = d.peak_flops("bf16")
         tokens = np.bincount(step, weights=conc * q, minlength=n_steps)
         sampled = np.bincount(step, weights=conc, minlength=n_steps)
         L = m.num_layers
         ops = {}
 
-        def linear(params, layers, n_kernels, w_bytes=qz.weight_bytes, peak=lin_peak, t=tokens,
-                   in_out=2 * h):
-            flops = 2 * t * params
-            bytes_ = params * w_bytes + t * in_out * ACT_BYTES
-            ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, n_kernels * kov, detail)
-            return ms * layers, bound
+        def linear(params, layers, n_kernels, **options):
+            return self._linear(params, layers, n_kernels, tokens, detail, **options)
 
         ops["qkv_proj"] = linear(self.qkv_params, L, KERNELS["qkv_proj"])
         ops["o_proj"] = linear(self.o_params, L, KERNELS["o_proj"])
@@ -204,8 +200,8 @@ class RooflineModel:
         ew_bytes = tokens * (HIDDEN_PASSES * h + MLP_ACT_PASSES * inter) * ACT_BYTES
         ew, ew_bound = self._roof(0.0, ew_bytes, bf16, 1.0, KERNELS["elementwise"] * kov, detail)
         ops["elementwise"] = (ew * L, ew_bound)
-        ops["lm_head"] = linear(self.lm_head_params, 1, 1, w_bytes=2, peak=bf16, t=sampled,
-                                in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
+        ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, peak=bf16,
+                                      in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
         overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens)
         ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64),
@@ -214,6 +210,18 @@ class RooflineModel:
         if detail:
             return {**ops, "total": total}
         return {"total": total}
+
+    def _linear(self, params, layers, n_kernels, tokens, detail: bool, *, w_bytes=None, peak=None, in_out=None):
+        """ms per step of a linear layer of `params` weights (per device) over `tokens`, in `layers`
+        layers: weights read once, activations in and out (`in_out` elements a token: 2 x hidden)."""
+        d = self.device
+        w_bytes = self.quant.weight_bytes if w_bytes is None else w_bytes
+        peak = d.peak_flops(self.quant.compute_dtype) if peak is None else peak
+        in_out = 2 * self.model.hidden_size if in_out is None else in_out
+        flops = 2 * tokens * params
+        bytes_ = params * w_bytes + tokens * in_out * ACT_BYTES
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, n_kernels * d.kernel_overhead_us * 1e-3, detail)
+        return ms * layers, bound
 
     def _attention(self, step, dec, conc, q, s, n_steps, peak, detail: bool):
         """Full-attention layers attend to the whole context; sliding-window layers (gpt-oss: every

@@ -125,6 +125,11 @@ def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
     return keys
 
 
+def backend_notes(s: Scenario) -> list[str]:
+    """What the latency backend says about how it priced this deployment (a backend's optional `notes`)."""
+    return list(getattr(s.latency_model(job_of(s).layout), "notes", ()))
+
+
 def breakdown(s: Scenario, row: dict):
     """Per-op ms, share and bound (compute, memory, communication, overhead) of the typical steps."""
     lm = s.latency_model(job_of(s).layout)

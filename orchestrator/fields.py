@@ -198,9 +198,10 @@ FIELDS: tuple[Field, ...] = (
     Field("engine", str, "none", "serving engine whose framework time per step is added (latency/data/engines: "
        "none = kernels only, as the reference tool; vllm, sglang, trtllm fitted on measured runs)",
        choices=tuple(shipped_engines()), group="hardware"),
-    Field("latency_backend", str, "roofline", "what prices a forward step: roofline, slow-roofline (the roofline "
-       "at 5 ms a key: stands in for an expensive backend), or a plugin (entry point group "
-       "servesweep.latency_backends)", group="hardware"),
+    Field("latency_backend", str, "roofline", "what prices a forward step: roofline; aiconfigurator-tables (MoE "
+       "experts from NVIDIA AIConfigurator's measured kernel tables for the GPU and --engine, the rest roofline; "
+       "pip install 'servesweep[kernels]'); slow-roofline (the roofline at 5 ms a key: stands in for an expensive "
+       "backend); or a plugin (entry point group servesweep.latency_backends)", group="hardware"),
     Field("device_price", float, 0.0, "what one device costs per hour; 0 = the device file's [cost] usd_per_hour "
        "(no shipped file names one: prices differ by provider and change)", "USD/h", low=0, group="hardware"),
     Field("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,

@@ -197,6 +197,10 @@ class _ScenarioMethods:
             with_ep = f" with --ep-size {self.ep} (ep must divide tp x attention_dp)" if self.ep > 1 else ""
             raise InputError("tp_sizes", list(self.tp_sizes) or "auto",
                              f"a tensor-parallel size that fits {self.model} on {self.num_devices} devices{with_ep}")
+        try:  # a backend may refuse a deployment outright (the kernel tables need an engine)
+            self.latency_model(layouts[0])
+        except ValueError as err:
+            raise InputError("latency_backend", self.latency_backend, str(err)) from None
 
     def layouts(self) -> list[Layout]:
         """Every layout to try: the given tp sizes, or each divisor of the device count the model

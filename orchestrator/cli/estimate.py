@@ -30,7 +30,7 @@ ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"),
 
 
 def cmd_estimate(a) -> int:
-    from orchestrator.estimate import breakdown, configure, estimate, estimate_many
+    from orchestrator.estimate import backend_notes, breakdown, configure, estimate, estimate_many
 
     values = field_values(a, "estimate")
     if a.from_csv:
@@ -69,7 +69,7 @@ def cmd_estimate(a) -> int:
           f"{', measured as ' + s.benchmark if s.benchmark != 'steady' and s.arrival != 'burst' else ''}), "
           f"{lengths_label(s)}, "
           f"{s.scheduler} B={row['max_batched_tokens']}")
-    for note in s.default_notes + ([BURST_NOTE] if s.arrival == "burst" else []):
+    for note in s.default_notes + backend_notes(s) + ([BURST_NOTE] if s.arrival == "burst" else []):
         print(f"note: {note}")
     print(f"{'':10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
     for label, k in ESTIMATE_METRICS:
