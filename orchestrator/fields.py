@@ -238,8 +238,9 @@ FIELDS: tuple[Field, ...] = (
        "deployment sees) or all (what vllm bench serve and other benchmark clients report)", choices=MEASURES,
        group="load"),
     Field("benchmark", str, "steady", "benchmark protocol a closed loop or Poisson stream is measured as: steady "
-       "(--measure, --num-prompts as given), aiperf (2 x concurrency warm-up requests not measured, then "
-       "--num-prompts or 20 x concurrency measured, as AIConfigurator's bench_run.sh runs aiperf), vllm-bench "
+       "(--measure, --num-prompts as given), aiperf (2 x concurrency warm-up requests, drained before it measures, "
+       "then --num-prompts or 20 x concurrency measured from an idle engine, as AIConfigurator's bench_run.sh runs "
+       "aiperf), vllm-bench "
        "(every request measured, --num-prompts or 1000 sent, as vllm bench serve)", choices=BENCHMARKS,
        group="load"),
     Field("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",

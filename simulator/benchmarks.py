@@ -5,7 +5,11 @@ as the named client measures it; a burst is the RFC's window whatever the protoc
 - `steady`: what a running deployment sees; warm-up and drain are left out (`measure` "steady").
 - `aiperf`: `aiperf profile --concurrency C --num-requests 20*C --warmup-request-count 2*C`, as
   AIConfigurator's generated `bench_run.sh` runs it: 2C warm-up requests, then 20C measured, the
-  drain included (num_prompts, when given, is the measured count).
+  drain included (num_prompts, when given, is the measured count). aiperf waits for every warm-up
+  response before its profiling phase starts (its docs, tutorials/warmup.md: "By default, AIPerf
+  waits indefinitely for all warmup responses before starting profiling"), so the measured phase
+  starts from an idle engine, its C first requests at once: the warm-up leaves nothing behind that
+  we model (random prompts: no prefix-cache hits), and is not played.
 - `vllm-bench`: `vllm bench serve --max-concurrency C --num-prompts P`: every request counted, no
   warm-up; P defaults to the client's 1000.
 """
@@ -24,23 +28,26 @@ class Protocol:
     measured_per_concurrency: int = 0  # 0: the workload's own num_prompts rule
     warmup_per_concurrency: int = 0
     default_prompts: int = 0       # a fixed default request count (vllm bench serve's --num-prompts)
+    warmup_drains: bool = False    # the client waits for every warm-up response before it measures
 
     def load(self, arrival: str, concurrency: int, num_prompts: int, measure: str) -> tuple[int, int, str]:
-        """(num_prompts sent in all, warm-up requests, measure) for a closed loop of `concurrency` or a
-        Poisson stream where the user asked for `num_prompts` (0: the default). A Poisson stream has
-        no concurrency to scale by: it sends num_prompts (or the stream's default), every one counted."""
+        """(num_prompts played, warm-up requests among them, measure) for a closed loop of `concurrency`
+        or a Poisson stream where the user asked for `num_prompts` (0: the default). A Poisson stream
+        has no concurrency to scale by: it sends num_prompts (or the stream's default), every one
+        counted. A warm-up that drains before the measured phase is not played: the engine is idle
+        when measuring starts, as it was before the warm-up."""
         if self.name == "steady" or arrival == "burst":
             return num_prompts, 0, measure
         if arrival == "poisson":
             return num_prompts, 0, self.measure
         measured = num_prompts or self.measured_per_concurrency * concurrency or self.default_prompts
-        warmup = self.warmup_per_concurrency * concurrency
+        warmup = 0 if self.warmup_drains else self.warmup_per_concurrency * concurrency
         return measured + warmup, warmup, self.measure
 
 
 PROTOCOLS = {p.name: p for p in (
     Protocol("steady", "steady"),
-    Protocol("aiperf", "all", measured_per_concurrency=20, warmup_per_concurrency=2),
+    Protocol("aiperf", "all", measured_per_concurrency=20, warmup_per_concurrency=2, warmup_drains=True),
     Protocol("vllm-bench", "all", default_prompts=1000),
 )}
 BENCHMARKS = tuple(PROTOCOLS)
