@@ -1,6 +1,8 @@
 """Plans of this tree against another checkout's, workload for workload: speed work must not change a
 schedule. Random bursts and closed loops (mixes, phases, MTP, prefix hits, both policies, both
-decode-context rules); every step's shape, every finish record, the arrival events and the KV peak.
+decode-context rules), timed ones (Poisson streams, closed loops behind a front end, priced by a
+fixed affine function of the step) and KV-bound ones (a small pool of blocks); every step's shape,
+every finish record, the arrival events, the clock and the KV peak.
 
     git worktree add /tmp/before <commit>
     python bench/same_plans.py /tmp/before [--workloads 2000] [--seed 0]
@@ -48,6 +50,8 @@ def cases(n: int, seed: int):
             "context": rnd.choice(["mean", "mid"]), "phase": rnd.choice(["both", "both", "prefill", "decode"]),
             "mix": rnd.choice([None, None, ("uniform:1:400", "uniform:2:90"),
                                ("bins:10-30@1,300-500@2", "bins:2-5@1,50-80@1")]),
+            "timed": rnd.choice([None, None, None, None, "poisson", "frontend"]),
+            "kv_blocks": rnd.choice([0, 0, 0, 0, 0, 40, 400]),
         }
 
 
@@ -57,18 +61,39 @@ def plan_of(tree, case: dict, seed: int):
     policy = {"decode-first": scheduler.DecodeFirstWithSlack(), "token-budget": scheduler.TokenBudget(),
               "token-budget-capped": capped}[case["policy"]]
     lengths = case["mix"] and mix.RequestMix(mix.Lengths.parse(case["mix"][0]), mix.Lengths.parse(case["mix"][1]))
+    arrival, timing = case["arrival"], {}
+    if case["timed"] == "poisson":
+        arrival, timing = "poisson", {"num_prompts": 3 * case["concurrency"] + 5, "request_rate": 50.0}
+    elif case["timed"] == "frontend" and arrival == "closed":
+        from simulator.frontend import Frontend
+
+        timing = {"frontend": Frontend(request_ms=0.5, return_ms=1.0, client_ms=2.0)}
+    kv = case["kv_blocks"] if case["policy"] != "decode-first" and not case["mtp"] and case["phase"] == "both" else 0
     w = workload.Workload(case["input"], case["output"], case["budget"], case["concurrency"], case["hit"], case["mtp"],
-                          (0.6,) * case["mtp"], arrival=case["arrival"], num_prompts=case["prompts"],
-                          measure=case["measure"], mix=lengths or None, seed=seed)
-    return timeline.plan(w, policy, phase=case["phase"], decode_context=case["context"])
+                          (0.6,) * case["mtp"], arrival=arrival,
+                          measure=case["measure"], mix=lengths or None, seed=seed, kv_blocks=kv,
+                          **{"num_prompts": case["prompts"], **timing})
+    step_ms = affine if w.timed else None
+    try:
+        return timeline.plan(w, policy, phase=case["phase"], decode_context=case["context"], step_ms=step_ms)
+    except RuntimeError as refused:  # a pool too small for one request: refused alike, or it differs
+        return ("refused", str(refused))
+
+
+def affine(shape) -> float:
+    """A step's price for timed plans: 1 ms plus 0.01 ms a token it computes."""
+    return 1.0 + 0.01 * sum(k.concurrency * k.query_len for k in shape)
 
 
 def fingerprint(p) -> tuple:
+    if isinstance(p, tuple):
+        return p
+    timed = (p.event_ms.tolist(), p.step_end_ms.tolist()) if p.step_end_ms is not None else None
     shapes = [tuple((k.is_decode, k.concurrency, k.query_len, k.seq_len) for k in shape) for shape in p.shapes]
     records = sorted(zip(p.counts.tolist(), p.arrival.tolist(), p.first_step.tolist(), p.finish_step.tolist(),
                          p.kind.tolist(), strict=True))
     return (shapes, p.step_shape.tolist(), records, p.peak_kv_tokens, p.event_step.tolist(),
-            p.event_steady.tolist(), p.step_decode.tolist())
+            p.event_steady.tolist(), p.step_decode.tolist(), timed, p.preemptions)
 
 
 def main() -> None:

@@ -160,7 +160,7 @@ def _fitting_steps(tokens: np.ndarray, pool: int) -> int:
 
 def _same_context(total: int, R: int, ctx: int, round_to: int) -> int:
     """Steps j >= 0 whose decode context (total + R j) / R rounds to `ctx` (the key grows with j)."""
-    from simulator.timeline import _round_context
+    from simulator.planstate import round_context as _round_context
 
     def same(j: int) -> bool:
         return _round_context((total + R * j) / R, round_to) == ctx
@@ -178,11 +178,12 @@ def _same_context(total: int, R: int, ctx: int, round_to: int) -> int:
 class _KVPlan:
     """One KV-bound plan being made: the planner, the arrivals, the steps and their shapes, the clock."""
 
-    def __init__(self, w, scheduler, kv_blocks: int, step_ms, decode_context: str, context_round: int,
-                 run: DecodeRun):
-        from simulator.timeline import _Arrivals, _round_context
+    def __init__(self, w, scheduler, kv_blocks: int, step_ms, decode_context: str, context_round: int, *,
+                 run: DecodeRun | None = None):
+        from simulator.arrivals import Arrivals as _Arrivals
+        from simulator.planstate import round_context as _round_context
 
-        self.w, self.step_ms, self.run, self.round_context = w, step_ms, run, _round_context
+        self.w, self.step_ms, self.run, self.round_context = w, step_ms, run or DecodeRun(), _round_context
         self.planner = KVBoundPlanner(w, scheduler, kv_blocks)
         self.arrivals = _Arrivals(w)
         self.timed = w.timed
@@ -278,7 +279,7 @@ def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_c
     _check(w, scheduler, kv_blocks, phase)
     if w.timed and step_ms is None:
         raise ValueError("a timed workload is planned with its prices: pass step_ms")
-    k = _KVPlan(w, scheduler, kv_blocks, step_ms, decode_context, context_round, run or DecodeRun())
+    k = _KVPlan(w, scheduler, kv_blocks, step_ms, decode_context, context_round, run=run)
     a, closed = k.arrivals, w.arrival == "closed"
     if not k.timed:
         k.send(min(w.concurrency, a.total), -1)

@@ -124,8 +124,8 @@ class Scheduler(ABC):
         every round."""
         return 0
 
-    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
-               leaving: Sequence[int]) -> list[tuple[int, int, int, int, int]] | None:
+    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int, *,
+               leaving: Sequence[int] = ()) -> list[tuple[int, int, int, int, int]] | None:
         """A token stream: the FIFO holds at most one started request (`front` prompt tokens to go; 0:
         none) and behind it `fresh` requests of `need` prompt tokens each, of one kind; every prompt
         completed starts decoding after its step, and `leaving[j]` decoding requests finish after step
@@ -240,8 +240,8 @@ class DecodeFirstWithSlack(CountScheduler):
             return 0
         return chunks_before_last(remaining, chunk)
 
-    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
-               leaving: Sequence[int]) -> list[tuple[int, int, int, int, int]] | None:
+    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int, *,
+               leaving: Sequence[int] = ()) -> list[tuple[int, int, int, int, int]] | None:
         """`_step` on a stream of whole prompts: every ready request decodes, then as many fresh prompts
         as fit beside them, until none fits. A started request or a prompt longer than the budget goes
         in chunks, round the FIFO: no stream."""
@@ -334,8 +334,8 @@ class TokenBudget(Scheduler):
                 slots -= taken
         return StepPlan(tuple(takes), decode)
 
-    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int,
-               leaving: Sequence[int]) -> list[tuple[int, int, int, int, int]] | None:
+    def stream(self, ready: int, front: int, fresh: int, need: int, budget: int, decode_query_len: int, *,
+               leaving: Sequence[int] = ()) -> list[tuple[int, int, int, int, int]] | None:
         """`plan_step` on a token stream, without a view: what the decodes leave of the budget goes to
         the started request, then to whole fresh prompts, then to a part of the next one (which is
         then the started request). Without a cap on running requests or prefill chunks only."""

@@ -143,7 +143,7 @@ def test_a_policy_s_stream_is_its_plan_step(ready, front, fresh, need, budget, q
     running requests or chunks, or a decode-first deciding otherwise, does not claim to know."""
     front = min(front, need - 1)
     leaving = [min(left, ready) for left in leaving]  # no more can finish than decode (checked again below)
-    claimed = policy.stream(ready, front, fresh, need, budget, qlen, leaving)
+    claimed = policy.stream(ready, front, fresh, need, budget, qlen, leaving=leaving)
     if isinstance(policy, _DecidesOtherwise) or getattr(policy, "max_num_seqs", None) is not None \
             or getattr(policy, "long_prefill_token_threshold", None):
         assert claimed is None

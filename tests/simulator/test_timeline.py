@@ -912,13 +912,13 @@ def test_a_stream_answer_other_than_the_policy_s_step_is_not_played():
     """The planner plays a stream only if its first answer is the one the policy gave for this step, and
     names a policy whose stream leaves a ready request out."""
     class Misstreaming(TokenBudget):
-        def stream(self, ready, *args):
-            runs = super().stream(ready, *args)
+        def stream(self, ready, *args, **options):
+            runs = super().stream(ready, *args, **options)
             return runs and [(1, ready, 1, 0, 0)] + runs[1:]  # a chunk of one token: not its answer
 
     class Undercounting(TokenBudget):
-        def stream(self, *args):
-            runs = super().stream(*args)
+        def stream(self, *args, **options):
+            runs = super().stream(*args, **options)
             return runs and runs[:1] + [(n, d - 1, *rest) for n, d, *rest in runs[1:]]
 
     w = Workload(80, 12, 40, 60)

@@ -1,0 +1,121 @@
+"""Arrival events of a workload: when requests reach the scheduler (at t=0, as replacements of a
+closed loop, or at timed arrivals), which of them are measured, and the front end they pass."""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+
+import numpy as np
+
+from simulator.frontend import NONE as NO_FRONTEND
+from simulator.workload import Workload
+
+#: the seed stream of the front end's handling times (apart from arrival times' and lengths')
+FRONTEND_STREAM = 2
+#: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
+STEADY_MARGIN = 0.1
+
+
+class Arrivals:
+    """Arrival events of a workload: the first requests at t=0, then replacements (closed loop) or
+    timed arrivals (Poisson). Warm-up and drain are not measured: in a closed loop the first
+    `concurrency` requests (a burst no steady system sees) and the last `concurrency` (sent while
+    the loop drains); in a Poisson stream the first and last STEADY_MARGIN of the arrivals. With
+    measure "all" every request is measured, as benchmark clients report.
+
+    In a timed plan the client's requests pass the front end (`simulator.frontend`): request i is
+    sent at `sent_ms[i]` and reaches the scheduler at `at[i]`; an event's time is its send time."""
+
+    def __init__(self, w: Workload):
+        self.w, self.total = w, w.prompts
+        self.steps: list[int] = []
+        self.sizes: list[int] = []
+        self.ms: list[float] = []
+        self.steady: list[bool] = []
+        self.sent = 0  # requests handed to the scheduler
+        self.frontend = w.frontend if w.frontend is not None and w.frontend.active else NO_FRONTEND
+        self.waiting: list[tuple] = []  # timed: (send time, order made, prompt) not through the API server yet
+        self.made = 0                   # timed: requests the client has made
+        self.sent_ms: list[float] = []  # timed: send time of every request through the API server
+        self.at: list[float] = []       # timed: when each reaches the scheduler
+        self.free_ms = 0.0              # when the API server is free of the requests before
+        self.rng = np.random.default_rng([w.seed, FRONTEND_STREAM])
+        if w.arrival == "poisson":
+            self.create(w.arrival_times_ms())
+
+    def add(self, count: int, step: int, ms: float = 0.0) -> int:
+        """Record `count` arrivals at the end of `step`; returns the event index."""
+        w, lo, hi = self.w, self.sent, self.sent + count
+        if w.arrival == "burst":
+            steady = True
+        elif w.measure == "all":  # a benchmark counts every request after its warm-up
+            steady = lo >= w.warmup_requests
+        elif w.arrival == "closed":
+            steady = lo >= w.concurrency and hi <= self.total - w.concurrency
+        else:
+            margin = STEADY_MARGIN * self.total
+            steady = lo >= margin and hi <= self.total - margin
+        self.steps.append(step)
+        self.sizes.append(count)
+        self.ms.append(ms)
+        self.steady.append(steady)
+        self.sent = hi
+        return len(self.steps) - 1
+
+    @property
+    def created(self) -> int:
+        """Requests the client has made: handed to the scheduler, or still on their way (timed)."""
+        return self.made if self.made else self.sent
+
+    def replacements(self, finished: int) -> int:
+        """Closed loop: requests sent to replace `finished` ones (until all prompts are sent)."""
+        return min(finished, self.total - self.created)
+
+    def create(self, ready_ms) -> None:
+        """Timed: the client may send requests at `ready_ms`; it sends each after its client delay,
+        and the API server takes them in the order sent."""
+        sent = np.asarray(ready_ms, dtype=np.float64) + self.frontend.client_delay(self.rng, len(ready_ms))
+        kind_of, prompt = self.w.kinds.kind_of, self.w.kinds.input
+        for t in sent.tolist():
+            heapq.heappush(self.waiting, (t, self.made, prompt[0 if kind_of is None else kind_of[self.made]]))
+            self.made += 1
+
+    def _serve(self, until: float) -> None:
+        """The API server takes the requests sent by `until`, one at a time in send order (none sent
+        later can come before them: the client sends only at or after the clock)."""
+        while self.waiting and self.waiting[0][0] <= until:
+            self._serve_next()
+
+    def _serve_next(self) -> None:
+        t, _, prompt = heapq.heappop(self.waiting)
+        self.free_ms = max(t, self.free_ms) + self.frontend.service_ms(prompt)
+        self.at.append(self.free_ms)
+        self.sent_ms.append(t)
+
+    def due(self, seen: float, clock: float) -> list[float]:
+        """Timed: send times of the requests that reached the scheduler by `seen`, not handed to it yet."""
+        self._serve(clock)
+        end = bisect.bisect_right(self.at, seen, lo=self.sent)
+        return self.sent_ms[self.sent:end]
+
+    def arrived(self, clock: float, idle: bool, last_start: float | None) -> tuple[float, list[float]]:
+        """Timed: (the clock, send times of the requests the scheduler sees at a step starting then).
+        An idle engine's clock jumps to the next arrival; with async lookahead the scheduler sees
+        what had arrived when the last step (starting at `last_start`) began."""
+        seen = clock
+        if idle:
+            clock = seen = max(clock, self.next_time())
+        elif self.frontend.lookahead_steps and last_start is not None:
+            seen = last_start
+        return clock, self.due(seen, clock)
+
+    def next_time(self) -> float | None:
+        """Timed: when the next request reaches the scheduler, if nothing new is sent before it (the
+        engine idle, or within a run that finishes nobody); None when none is on its way."""
+        if self.sent < len(self.at):
+            return self.at[self.sent]
+        if not self.waiting:
+            return None
+        t, _, prompt = self.waiting[0]
+        return max(t, self.free_ms) + self.frontend.service_ms(prompt)
