@@ -120,7 +120,8 @@ def plan(
     fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
     st = PlanState.start(w, scheduler, phase, fixed, context_round, step_ms if w.timed else None)
     stages = fast_forwards.for_plan(st, jumps)
-    before, answer, after = ([jump.try_jump for jump in stages[s]] for s in fast_forwards.STAGES)
+    before, answer_one, after = ([jump.try_jump for jump in stages[s]] for s in fast_forwards.STAGES)
+    answer_any = [jump.try_jump for jump in stages["answer"] if not jump.one_take]
     while st.left:
         for try_jump in before:
             try_jump(st, None)
@@ -128,7 +129,7 @@ def plan(
             st.receive()
         sp = st.answer()
         if sp.decode == st.pool.ready:  # the only answers a fast-forward makes claims about
-            for try_jump in answer:
+            for try_jump in answer_one if len(sp.takes) == 1 else answer_any:
                 if try_jump(st, sp) is not None:
                     break
             else:

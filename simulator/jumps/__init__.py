@@ -9,7 +9,8 @@ A fast-forward is asked at one stage of a step:
 
 - "before": before the policy is asked (it copies what the loop played since a mark);
 - "answer": with the policy's answer, when it decodes every ready request (no claim is made about
-  a step that leaves decodes out); one that takes steps stands in for the plain step;
+  a step that leaves decodes out), and for a `one_take` fast-forward only when the answer has one
+  prefill take; one that takes steps stands in for the plain step;
 - "after": after a plain step that prefilled nothing and finished nobody (it repeats that step).
 
 `JUMPS` is the registry, in the order they are tried within a stage.
@@ -28,6 +29,7 @@ class Jump:
 
     name = ""
     stage = ""
+    one_take = False  # an "answer" fast-forward whose claim is about answers of one prefill take only
 
     @classmethod
     def make(cls, st) -> Jump | None:

@@ -18,6 +18,7 @@ class Ramp(Jump):
     the ramp, if asked, is kept for it."""
 
     name, stage = "ramp", "answer"
+    one_take = True
 
     @classmethod
     def make(cls, st) -> Ramp | None:

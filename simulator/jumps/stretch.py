@@ -15,6 +15,7 @@ class Stretch(Jump):
     last and before a decode group finishes (at least 2 steps; the step after is the loop's)."""
 
     name, stage = "stretch", "answer"
+    one_take = True
 
     @classmethod
     def make(cls, st) -> Stretch | None:
