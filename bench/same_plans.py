@@ -61,18 +61,17 @@ def plan_of(tree, case: dict, seed: int):
     policy = {"decode-first": scheduler.DecodeFirstWithSlack(), "token-budget": scheduler.TokenBudget(),
               "token-budget-capped": capped}[case["policy"]]
     lengths = case["mix"] and mix.RequestMix(mix.Lengths.parse(case["mix"][0]), mix.Lengths.parse(case["mix"][1]))
-    arrival, timing = case["arrival"], {}
+    arrival, timing = case["arrival"], {"num_prompts": case["prompts"]}
     if case["timed"] == "poisson":
         arrival, timing = "poisson", {"num_prompts": 3 * case["concurrency"] + 5, "request_rate": 50.0}
     elif case["timed"] == "frontend" and arrival == "closed":
         from simulator.frontend import Frontend
 
-        timing = {"frontend": Frontend(request_ms=0.5, return_ms=1.0, client_ms=2.0)}
+        timing["frontend"] = Frontend(request_ms=0.5, return_ms=1.0, client_ms=2.0)
     kv = case["kv_blocks"] if case["policy"] != "decode-first" and not case["mtp"] and case["phase"] == "both" else 0
     w = workload.Workload(case["input"], case["output"], case["budget"], case["concurrency"], case["hit"], case["mtp"],
                           (0.6,) * case["mtp"], arrival=arrival,
-                          measure=case["measure"], mix=lengths or None, seed=seed, kv_blocks=kv,
-                          **{"num_prompts": case["prompts"], **timing})
+                          measure=case["measure"], mix=lengths or None, seed=seed, kv_blocks=kv, **timing)
     step_ms = affine if w.timed else None
     try:
         return timeline.plan(w, policy, phase=case["phase"], decode_context=case["context"], step_ms=step_ms)

@@ -59,10 +59,14 @@ def tables_root() -> Path:
 
 
 def _version_key(name: str):
-    parts = []
-    for piece in name.replace("rc", ".").replace("post", ".").split("."):
-        parts.append(int(piece) if piece.isdigit() else -1)
-    return parts
+    """An engine version directory's order (PEP 440: 1.3.0rc20 before 1.3.0); a name that is no
+    version sorts first."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (1, Version(name))
+    except InvalidVersion:
+        return (0, Version("0"))
 
 
 def moe_tables(root: Path, gpu: str, engine: str) -> list[Path]:

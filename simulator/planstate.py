@@ -120,13 +120,12 @@ class PlanState:
             sp = self.scheduler.plan_step(self.view)
         else:
             self.ahead = None
-        d = sp.decode
-        if not 0 < d <= ready and not (d == 0 and sp.takes):
-            name = self.scheduler.name
-            if not sp.takes and d == 0:
-                raise RuntimeError(f"scheduler {name!r} made no progress with {sum(g[0] for g in self.queue)} "
-                                   f"requests waiting to prefill and {ready} ready to decode")
-            raise RuntimeError(f"scheduler {name!r} asked {d} decodes of {ready} ready")
+        if not sp.takes and sp.decode == 0:
+            waiting = sum(g[0] for g in self.queue)
+            raise RuntimeError(f"scheduler {self.scheduler.name!r} made no progress with {waiting} requests "
+                               f"waiting to prefill and {ready} ready to decode")
+        if not 0 <= sp.decode <= ready:
+            raise RuntimeError(f"scheduler {self.scheduler.name!r} asked {sp.decode} decodes of {ready} ready")
         return sp
 
     def play(self, sp) -> Step | None:

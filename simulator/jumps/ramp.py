@@ -18,14 +18,11 @@ class Ramp(Jump):
     the ramp, if asked, is kept for it."""
 
     name, stage = "ramp", "answer"
-    one_take = True
+    one_take = untimed = True
 
-    @classmethod
-    def make(cls, st) -> Ramp | None:
-        return None if st.timed else cls()
 
     def try_jump(self, st, sp) -> int | None:
-        if len(sp.takes) != 1 or sp.decode != st.pool.ready or not _ramps(st, sp):
+        if not _ramps(st, sp):  # the stage gave an answer of one take decoding every ready request
             return None
         start = len(st.step_shape)
         # the KV peak: the step after a ramp step holds all it held and more

@@ -15,16 +15,11 @@ class Stretch(Jump):
     last and before a decode group finishes (at least 2 steps; the step after is the loop's)."""
 
     name, stage = "stretch", "answer"
-    one_take = True
+    one_take = untimed = True
 
-    @classmethod
-    def make(cls, st) -> Stretch | None:
-        return None if st.timed else cls()
 
     def try_jump(self, st, sp) -> int | None:
-        if len(sp.takes) != 1 or sp.decode != st.pool.ready:
-            return None
-        k = _stretch_steps(st, sp)
+        k = _stretch_steps(st, sp)  # the stage gave an answer of one take decoding every ready request
         if not k:
             return None
         # the KV peak, as on a ramp: every step of a stretch holds more than the one before

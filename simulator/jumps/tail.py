@@ -20,14 +20,12 @@ class DecodeTail(Jump):
     whole tail is computed at once, finish records in the order the loop makes them."""
 
     name, stage = "tail", "answer"
+    untimed = True
 
-    @classmethod
-    def make(cls, st) -> DecodeTail | None:
-        return None if st.timed else cls()
 
     def try_jump(self, st, sp) -> int | None:
         pool, a = st.pool, st.arrivals
-        if not (sp.decode == pool.ready and not st.queue and a.sent == a.total and len(pool.groups) >= TAIL_GROUPS):
+        if st.queue or a.sent != a.total or len(pool.groups) < TAIL_GROUPS:  # the stage: every ready one decodes
             return None
         start = len(st.step_shape)
         st.peak = max(st.peak, st.kv_prefill + _play_tail(st))
