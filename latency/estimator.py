@@ -302,13 +302,16 @@ class RooflineModel:
         msg = tokens * m.hidden_size * ACT_BYTES
         zero = np.zeros_like(tokens)
         tp_ms = ep_ms = pp_ms = zero
-        spread = p.ep > 1 or p.attention_dp > 1  # the MoE layer exchanges tokens beyond the tp group
+        # With attention DP a token lives on its rank, and the MoE layer exchanges it beyond the tp group.
+        # Without, every device of the tp group (= the MoE group) holds every token: each runs its
+        # experts' share (by EP or TP) and the layer's all-reduce sums them, as in a dense MLP.
+        spread = p.attention_dp > 1
         if p.tp > 1:
             n_allreduce = 2 * m.num_layers - (self.moe_layers if spread else 0)
             tp_ms = _ring(p.tp, msg, *self._link(p.tp)) * n_allreduce * 1e3
-        if p.ep > 1:  # all-to-all: dispatch each token to its k experts, combine the results back
+        if spread and p.ep > 1:  # all-to-all: dispatch each token to its k experts, combine the results back
             ep_ms = A2A_ROUNDS * self._all_to_all(msg) * self.moe_layers * 1e3
-        elif p.attention_dp > 1:  # experts split by tensor parallelism over all ranks: gather, reduce-scatter
+        elif spread:  # experts split by tensor parallelism over all ranks: gather, reduce-scatter
             ep_ms = _ring(p.moe_devices, msg * p.attention_dp, *self._link(p.moe_devices)) * self.moe_layers * 1e3
         if p.pp > 1:
             bw, lat = self._link(p.tp * p.pp)

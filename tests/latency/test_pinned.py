@@ -148,26 +148,47 @@ INTRA, INTRA_HOP = 196e9 * 0.7, 2e-6    # TEST_DEVICE NVLink-class link at 0.7, 
 INTER, INTER_HOP = 25e9 * 0.7, 10e-6    # between nodes of 8
 
 
-def test_moe_decode_reads_the_experts_its_tokens_activate_and_exchanges_them():
+QWEN3_30B = dict(h=2048, k=8, n_exp=128, layers=48, expert=3 * 2048 * 768, router=2048 * 128)
+
+
+def _moe_ms(routed: int, ranks_tokens: int, devices: int) -> float:
+    """Qwen3-30B-A3B's MoE layers for `routed` tokens over `devices` ep groups (tp / ep = 1), a device
+    holding `ranks_tokens` of them: the experts the routed tokens activate, the busiest group's pairs."""
+    q = QWEN3_30B
+    active = 1 - (1 - q["k"] / q["n_exp"]) ** routed
+    weights = (q["n_exp"] / devices) * active * q["expert"] * 2 + q["router"] * 2
+    busiest = 1.2 * routed * q["k"] / devices
+    flops = 2 * (busiest * q["expert"] + ranks_tokens * q["router"])
+    return q["layers"] * roof_ms(flops, weights + (2 * ranks_tokens + 2 * busiest) * q["h"] * 2)
+
+
+def test_moe_decode_under_tp_attention_reads_its_experts_and_all_reduces():
     """Qwen3-30B-A3B (48 MoE layers, 128 experts of 3 x 2048 x 768, 8 per token, router 2048 x 128),
-    tp 4 with the experts over ep 4 groups: 16 requests decoding."""
+    tp 4 with the experts over ep 4 groups: 16 requests decoding. Every device holds every token (tp
+    attention), runs its 32 experts and the layer's all-reduce sums them: no token is exchanged."""
     lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=4, ep=4, quantization="bf16")
-    t, h, k, n_exp, layers = 16, 2048, 8, 128, 48
-    expert = 3 * h * 768
-    router = h * n_exp
-    active = 1 - (1 - k / n_exp) ** t                       # chance an expert is picked by one of 16 tokens
-    weights = (n_exp / 4) * active * expert * 2 + router * 2  # 32 local experts, full width (tp / ep = 1)
-    busiest = 1.2 * t * k / 4                                  # token-expert pairs of the busiest of 4 groups
-    flops = 2 * (busiest * expert + t * router)
-    moe = layers * roof_ms(flops, weights + (2 * t + 2 * busiest) * h * 2)
-    msg = t * h * 2
-    ep_comm = layers * 2 * (msg * k * 3 / 4 / INTRA + INTRA_HOP) * 1e3  # dispatch + combine, one latency each
-    tp_comm = (2 * layers - layers) * (2 * 3 / 4 * msg / INTRA + 2 * 3 * INTRA_HOP) * 1e3  # no all-reduce after EP
+    t, q = 16, QWEN3_30B
+    msg = t * q["h"] * 2
+    tp_comm = 2 * q["layers"] * (2 * 3 / 4 * msg / INTRA + 2 * 3 * INTRA_HOP) * 1e3  # attention's and the MoE's
     got = _by_op(lm, ForwardKey(True, t, 1, 2048))
-    assert got["moe"] == pytest.approx(moe, rel=1e-9)
-    assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
+    assert got["moe"] == pytest.approx(_moe_ms(t, t, 4), rel=1e-9)
     assert got["tp_comm"] == pytest.approx(tp_comm, rel=1e-9)
+    assert "ep_comm" not in got
     assert "mlp" not in got  # every layer is a MoE layer
+
+
+def test_moe_decode_under_attention_dp_dispatches_and_combines():
+    """The same model over 4 attention-DP ranks (tp 1, ep 4): 16 requests decoding on each. A rank's
+    tokens go to their 8 experts, 3 of 4 copies to peers, and come back: dispatch + combine, one
+    latency each; the layer routes the 64 tokens of all ranks."""
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, ep=4, attention_dp=4, quantization="bf16")
+    t, q = 16, QWEN3_30B
+    msg = t * q["h"] * 2
+    ep_comm = q["layers"] * 2 * (msg * q["k"] * 3 / 4 / INTRA + INTRA_HOP) * 1e3
+    got = _by_op(lm, ForwardKey(True, t, 1, 2048))
+    assert got["moe"] == pytest.approx(_moe_ms(4 * t, t, 4), rel=1e-9)
+    assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
+    assert "tp_comm" not in got
 
 
 def test_redundant_experts_are_slots_of_their_own():

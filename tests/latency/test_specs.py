@@ -124,8 +124,10 @@ def test_a_device_file_s_optional_keys_take_their_defaults_and_bad_prices_are_na
 
 
 def test_each_collective_appears_exactly_when_its_parallelism_does():
-    """tp > 1 all-reduces, pp > 1 sends activations between stages, ep > 1 (here 2) exchanges tokens
-    all-to-all and attention DP without EP gathers; a one-device layout communicates nothing."""
+    """tp > 1 all-reduces, pp > 1 sends activations between stages, ep > 1 over attention-DP ranks
+    exchanges tokens all-to-all and attention DP without EP gathers; EP under tp attention exchanges
+    nothing (every device holds every token; the all-reduce sums the experts); one device communicates
+    nothing."""
     from latency import ForwardKey, build_latency_model
 
     key = [ForwardKey(True, 8, 1, 1024)]
@@ -139,4 +141,5 @@ def test_each_collective_appears_exactly_when_its_parallelism_does():
     assert comm("Qwen/Qwen3-8B", pp=2) == {"pp_comm"}
     assert comm("Qwen/Qwen3-30B-A3B", ep=2, attention_dp=2) == {"ep_comm"}
     assert comm("Qwen/Qwen3-30B-A3B", attention_dp=2) == {"ep_comm"}
-    assert comm("Qwen/Qwen3-30B-A3B", tp=2, ep=2) == {"tp_comm", "ep_comm"}
+    assert comm("Qwen/Qwen3-30B-A3B", tp=2, ep=2) == {"tp_comm"}
+    assert comm("Qwen/Qwen3-30B-A3B", tp=2, ep=4, attention_dp=2) == {"tp_comm", "ep_comm"}
