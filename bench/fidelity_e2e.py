@@ -82,18 +82,18 @@ QUANT = {("fp8", "fp8"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4", ("int4_wo", "i
 #: the KV cache a checkpoint brings: NVIDIA's NVFP4 checkpoints declare an FP8 KV cache
 #: (hf_quant_config.json: kv_cache_quant_algo FP8, shared/reference/models/), which vLLM uses
 KV_CACHE = {"bf16+nvfp4": "fp8"}
-#: engines whose FP8 runs in the measured set keep an FP8 KV cache, as AIConfigurator (whose silicon
-#: set this is) configures FP8 deployments (sdk/models/helpers.py: fp8, fp8_block and nvfp4 checkpoints
-#: get an FP8 KV cache and FMHA) and as TensorRT-LLM does for ModelOpt FP8 checkpoints. The FIT rows
-#: show it: TensorRT-LLM's Qwen3-32B on one H100 queues from 275k tokens in flight on, MiniMax-M2.5 on
-#: two B200 from ~600k, what an FP8 cache holds (a bf16 one holds half). SGLang keeps its documented
-#: default (`--kv-cache-dtype auto`: the activations' bf16); none of its FIT rows is FP8.
-FP8_KV_ENGINES = {"vllm", "trtllm"}
+#: an engine profile's `fp8_kv_cache`: its FP8 runs in the measured set keep an FP8 KV cache, as
+#: AIConfigurator (whose silicon set this is) configures FP8 deployments (sdk/models/helpers.py: fp8,
+#: fp8_block and nvfp4 checkpoints get an FP8 KV cache and FMHA) and as TensorRT-LLM does for ModelOpt
+#: FP8 checkpoints. The FIT rows show it: TensorRT-LLM's Qwen3-32B on one H100 queues from 275k tokens
+#: in flight on, MiniMax-M2.5 on two B200 from ~600k, what an FP8 cache holds (a bf16 one holds half).
+#: SGLang keeps its documented default (`--kv-cache-dtype auto`: the activations' bf16); none of its
+#: FIT rows is FP8.
 
 
 def kv_cache(r) -> str:
     """The KV-cache dtype a measured run used."""
-    if r.quantization == "fp8" and r.engine in FP8_KV_ENGINES:
+    if r.quantization == "fp8" and load_engine(r.engine).fp8_kv_cache:
         return "fp8"
     return KV_CACHE.get(r.quantization, "bf16")
 

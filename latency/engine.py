@@ -38,6 +38,7 @@ class EngineProfile:
     moe_compute: float = 1.0    # share of the device's GEMM efficiency its grouped expert GEMMs reach
     moe_bandwidth: float = 1.0  # share of the device's memory efficiency they reach streaming expert weights
     scheduler: str = ""  # the step policy the engine runs by default (a simulator.scheduler name; "": not said)
+    fp8_kv_cache: bool = False  # its FP8 deployments keep an FP8 KV cache (the measured runs it is fitted on did)
 
     def overhead_ms(self, requests, tokens):
         return self.step_ms + (self.request_us * requests + self.token_us * tokens) * 1e-3
@@ -85,5 +86,8 @@ def load_engine(name: str) -> EngineProfile:
     scheduler = data.get("scheduler", "")
     if not isinstance(scheduler, str):
         raise ValueError(f"{path.name}: scheduler = {scheduler!r} is not allowed; expected a step policy's name")
+    fp8_kv_cache = data.get("fp8_kv_cache", False)
+    if not isinstance(fp8_kv_cache, bool):
+        raise ValueError(f"{path.name}: fp8_kv_cache = {fp8_kv_cache!r} is not allowed; expected true or false")
     return EngineProfile(name=name, source=str(data.get("source", "")), frontend=tuple(frontend),
-                         scheduler=scheduler, **values)
+                         scheduler=scheduler, fp8_kv_cache=fp8_kv_cache, **values)

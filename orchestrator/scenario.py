@@ -121,6 +121,10 @@ class _ScenarioMethods:
         if own and own != self.scheduler:
             notes.append(f"{self.engine} schedules {own}, this answer {self.scheduler}: for {self.engine}'s own "
                          f"schedule, --scheduler {own}")
+        quant = parse_quantization(self.quantization, self.kv_cache_dtype)
+        if load_engine(self.engine).fp8_kv_cache and quant.compute_dtype == "fp8" and quant.kv_bytes > 1:
+            notes.append(f"{self.engine}'s measured FP8 runs kept an FP8 KV cache, this answer's is "
+                         f"{self.kv_cache_dtype}: to match them, --kv-cache-dtype fp8")
         return notes
 
     def validate(self) -> None:

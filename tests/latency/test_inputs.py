@@ -190,3 +190,21 @@ def test_each_shipped_engine_names_the_step_policy_it_runs():
         "vllm": "token-budget", "sglang": "prefill-first", "trtllm": "token-budget"}
     assert all(load_engine(e).scheduler in SCHEDULERS for e in ("vllm", "sglang", "trtllm"))
     assert load_engine("none").scheduler == ""
+
+
+def test_an_engine_profile_s_fp8_kv_cache_is_a_boolean(tmp_path, monkeypatch):
+    """`fp8_kv_cache` is read as given (vLLM's and TensorRT-LLM's say true, SGLang's nothing: false);
+    a value that is not true or false is refused naming the file and key."""
+    import latency.engine as engine
+    from latency import load_engine
+
+    assert (load_engine("vllm").fp8_kv_cache, load_engine("trtllm").fp8_kv_cache,
+            load_engine("sglang").fp8_kv_cache) == (True, True, False)
+    (tmp_path / "odd.toml").write_text('name = "odd"\nfp8_kv_cache = "yes"\n')
+    monkeypatch.setattr(engine, "DATA", tmp_path)
+    load_engine.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"odd.toml: fp8_kv_cache = 'yes' is not allowed; expected true or false"):
+            load_engine("odd")
+    finally:
+        load_engine.cache_clear()

@@ -189,3 +189,19 @@ def test_an_engine_s_own_step_policy_is_named_when_the_answer_uses_another():
     q = run(*args, "--scheduler", "prefill-first")
     assert q.returncode == 0, q.stderr
     assert "schedules prefill-first" not in q.stdout and "prefill-first B=" in q.stdout
+
+
+def test_an_fp8_answer_says_the_engine_s_measured_runs_kept_an_fp8_kv_cache():
+    """TensorRT-LLM's profile was fitted on FP8 runs with an FP8 KV cache: an FP8 answer with a bf16
+    cache says so and how to match them; with --kv-cache-dtype fp8, or on SGLang (whose profile does
+    not say it), or in bf16, no note."""
+    args = [*BASE, "--tp-sizes", "1", "--concurrency", "8", "--scheduler", "token-budget"]
+    note = "trtllm's measured FP8 runs kept an FP8 KV cache, this answer's is bf16: to match them, --kv-cache-dtype fp8"
+    p = run(*args, "--engine", "trtllm", "--quantize-linear-action", "fp8")
+    assert p.returncode == 0, p.stderr
+    assert f"note: {note}" in p.stdout
+    for extra in (["--engine", "trtllm", "--quantize-linear-action", "fp8", "--kv-cache-dtype", "fp8"],
+                  ["--engine", "sglang", "--quantize-linear-action", "fp8"], ["--engine", "trtllm"]):
+        q = run(*args, *extra)
+        assert q.returncode == 0, q.stderr
+        assert "FP8 KV cache" not in q.stdout, extra
