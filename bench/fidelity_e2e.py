@@ -12,7 +12,8 @@ SGLang) at the engines' default budget, and compared with the measured mean TTFT
 last prediction adds the engine's front end (its profile's [frontend] times: the client's and API
 server's time between steps, `simulator.frontend`), which makes the closed loop timed.
 
-`--fit` also fits each engine's front end on its FIT rows (a grid over return_ms and client_ms;
+`--fit` also fits each engine's time per step of attention-DP ranks (`dp_step_ms`, a grid, on its
+FIT rows with attention DP) and its front end on its FIT rows (a grid over return_ms and client_ms;
 the step times as fitted first), and prints the [frontend] tables to ship.
 
 `--fit` fits, on the FIT rows only, the NVLink all-reduce efficiency of H100/H200 (a grid) and per
@@ -170,6 +171,8 @@ class Row:
                 print(f"  {r.id}: {why_not}", file=sys.stderr)
         budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
         self.devices = self.lm.devices_per_instance
+        #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
+        self.dp_step_ms = load_engine(r.engine).dp_step_ms if int(r.attention_dp) > 1 else 0.0
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
         policy = load_engine(r.engine).scheduler or "token-budget"  # the engine's own step policy
         scheduler = TokenBudget(max_num_seqs=MAX_SEQS) if policy == "token-budget" else make_scheduler(policy)
@@ -222,20 +225,24 @@ class Row:
         return self.base[key]
 
     def predict(self, label: str, comm: float, step_ms: float, request_us: float, moe_compute: float = 1.0,
-                moe_bandwidth: float = 1.0, frontend: Frontend | None = None) -> tuple[float, float]:
+                moe_bandwidth: float = 1.0, frontend: Frontend | None = None, *,
+                engine_time: bool = True) -> tuple[float, float]:
+        """(TTFT, TPOT) with these engine times; `engine_time` False: kernels only (no DP step time)."""
         moe = (moe_compute, moe_bandwidth)
+        dp = self.dp_step_ms if engine_time else 0.0
         if frontend is not None and frontend.active and label == "bench":
-            return self.timed(comm, step_ms, request_us, moe, frontend)
+            return self.timed(comm, step_ms, request_us, moe, frontend, dp)
         p, requests = self.plans[label]
-        shape_ms = self.kernel_prices(label, comm, moe) + step_ms + request_us * requests * 1e-3
+        shape_ms = self.kernel_prices(label, comm, moe) + step_ms + dp + request_us * requests * 1e-3
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
 
 
     def timed(self, comm: float, step_ms: float, request_us: float, moe: tuple,
-              frontend: Frontend) -> tuple[float, float]:
+              frontend: Frontend, dp_step_ms: float) -> tuple[float, float]:
         """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
-        engine = EngineProfile("fit", step_ms, request_us, moe_compute=moe[0], moe_bandwidth=moe[1])
+        engine = EngineProfile("fit", step_ms, request_us, moe_compute=moe[0], moe_bandwidth=moe[1],
+                               dp_step_ms=dp_step_ms)
         lm = self._model(comm, engine)
         pricer = StepPricer(lm, self.scheduler)
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
@@ -259,10 +266,11 @@ def _moe_engine(moe: tuple) -> EngineProfile:
     return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1])
 
 
-def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None) -> pd.DataFrame:
+def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None, engine_time=True) -> pd.DataFrame:
     out = []
     for row in rows:
-        ttft, tpot = row.predict(label, comm, *params_of(row.r.engine), frontend_of(row.r.engine))
+        ttft, tpot = row.predict(label, comm, *params_of(row.r.engine), frontend_of(row.r.engine),
+                                 engine_time=engine_time)
         out.append({"ttft_err": ttft / row.r.silicon_ttft_ms - 1, "tpot_err": tpot / row.r.silicon_tpot_ms - 1})
     return pd.DataFrame(out)
 
@@ -306,6 +314,31 @@ def fit_moe(rows, engine: str, comm: float, params) -> tuple:
 
     sol = least_squares(residuals, x0=[1.0], bounds=([0.05], [1.5]), loss="soft_l1", f_scale=0.1)
     return (params[0], params[1], 1.0, float(sol.x[0]))
+
+
+#: candidate per-step times of attention-DP ranks (ms) `--fit` tries per engine
+DP_GRID = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+def fit_dp(rows, engine: str, comm: float, params) -> float | None:
+    """The per-step time of attention-DP ranks (DP_GRID) with the lowest median |log TPOT ratio| over
+    one engine's FIT rows with attention DP (None when it has none); the rows keep it."""
+    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart
+            and int(r.r.attention_dp) > 1]
+    if not mine:
+        return None
+    best = (math.inf, 0.0)
+    for dp in DP_GRID:
+        for row in mine:
+            row.dp_step_ms = dp
+        err = float(np.median([abs(np.log(row.predict("bench", comm, *params)[1] / row.r.silicon_tpot_ms))
+                               for row in mine]))
+        print(f"  [{engine}] dp_step_ms {dp:g}: median |log TPOT ratio| {err:.3f}", file=sys.stderr)
+        best = min(best, (err, dp))
+    for row in rows:
+        if row.r.engine == engine and int(row.r.attention_dp) > 1:
+            row.dp_step_ms = best[1]
+    return best[1]
 
 
 def fit(rows):
@@ -357,7 +390,7 @@ def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
                                              ("as run, calibrated", "bench", comm or before, params_of, none),
                                              ("as run, calibrated + front end", "bench", comm or before, params_of,
                                               frontend_of)):
-        e = errors(rows, c, params, plan_label, fe).abs()
+        e = errors(rows, c, params, plan_label, fe, engine_time=params is not kernels).abs()
         parts.append(pd.concat([keys, e], axis=1).assign(model_=label))
     full = pd.concat(parts)
     g = full.groupby(["split", "model", "GPU", "engine", "model_"], sort=False)
@@ -396,6 +429,10 @@ def main() -> None:
         comm, fitted = fit(rows)
         print(f"H100_SXM / H200_SXM [efficiency] communication = {comm}")
         fitted = {e: fit_moe(rows, e, comm, p) for e, p in fitted.items()}
+        for e, p in fitted.items():
+            dp = fit_dp(rows, e, comm, p)
+            if dp is not None:
+                print(f"[{e}] dp_step_ms = {dp:g}  # FIT rows with attention DP, median |log TPOT ratio|")
         for e, (step, req, moe_c, moe_b) in fitted.items():
             print(f"[{e}] step_ms = {step:.3f}, request_us = {req:.3f}; [{e}.moe] compute = {moe_c:.3f}, "
                   f"bandwidth = {moe_b:.3f}")

@@ -33,6 +33,9 @@ class EngineProfile:
     step_ms: float = 0.0
     request_us: float = 0.0
     token_us: float = 0.0
+    #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
+    #: token counts and pad to the busiest), on top of step_ms
+    dp_step_ms: float = 0.0
     source: str = ""
     frontend: tuple = ()  # ((key, value), ...) of the [frontend] table
     moe_compute: float = 1.0    # share of the device's GEMM efficiency its grouped expert GEMMs reach
@@ -40,8 +43,9 @@ class EngineProfile:
     scheduler: str = ""  # the step policy the engine runs by default (a simulator.scheduler name; "": not said)
     fp8_kv_cache: bool = False  # its FP8 deployments keep an FP8 KV cache (the measured runs it is fitted on did)
 
-    def overhead_ms(self, requests, tokens):
-        return self.step_ms + (self.request_us * requests + self.token_us * tokens) * 1e-3
+    def overhead_ms(self, requests, tokens, attention_dp: int = 1):
+        dp = self.dp_step_ms if attention_dp > 1 else 0.0
+        return self.step_ms + dp + (self.request_us * requests + self.token_us * tokens) * 1e-3
 
 
 def shipped_engines() -> list[str]:
@@ -55,7 +59,7 @@ def load_engine(name: str) -> EngineProfile:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(shipped_engines())}")
     data = tomllib.loads(path.read_text())
     values = {}
-    for key in ("step_ms", "request_us", "token_us"):
+    for key in ("step_ms", "request_us", "token_us", "dp_step_ms"):
         try:
             values[key] = float(check_number(f"{path.name}: {key}", data.get(key, 0.0), low=0))
         except RangeError as err:

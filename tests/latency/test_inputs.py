@@ -192,9 +192,9 @@ def test_each_shipped_engine_names_the_step_policy_it_runs():
     assert load_engine("none").scheduler == ""
 
 
-def test_an_engine_profile_s_fp8_kv_cache_is_a_boolean(tmp_path, monkeypatch):
+def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, monkeypatch):
     """`fp8_kv_cache` is read as given (vLLM's and TensorRT-LLM's say true, SGLang's nothing: false);
-    a value that is not true or false is refused naming the file and key."""
+    a value that is not true or false, or a negative `dp_step_ms`, is refused naming the file and key."""
     import latency.engine as engine
     from latency import load_engine
 
@@ -206,5 +206,8 @@ def test_an_engine_profile_s_fp8_kv_cache_is_a_boolean(tmp_path, monkeypatch):
     try:
         with pytest.raises(ValueError, match=r"odd.toml: fp8_kv_cache = 'yes' is not allowed; expected true or false"):
             load_engine("odd")
+        (tmp_path / "slow.toml").write_text('name = "slow"\ndp_step_ms = -1\n')
+        with pytest.raises(ValueError, match=r"slow.toml: dp_step_ms"):
+            load_engine("slow")
     finally:
         load_engine.cache_clear()

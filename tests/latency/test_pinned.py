@@ -394,3 +394,16 @@ def test_moe_prefill_is_bound_by_the_expert_gemms():
     assert flops / PEAK > (weights + (2 * t + 2 * t * k) * h * 2) / BW  # the GEMMs bind, not the bytes
     got = _by_op(lm, ForwardKey(False, 1, t, t))
     assert got["moe"] == pytest.approx(layers * roof_ms(flops, weights + (2 * t + 2 * t * k) * h * 2), rel=1e-9)
+
+
+def test_attention_dp_ranks_pay_the_engine_s_per_step_time_of_dp():
+    """An engine's `dp_step_ms` (the DP ranks agreeing on each step) is added to every step of a layout
+    with attention DP, once a step, and to no other: 1.5 ms a step, 20 us a request, 3 ms with DP."""
+    from latency import EngineProfile, build_latency_model
+
+    engine = EngineProfile("test", step_ms=1.5, request_us=20.0, dp_step_ms=3.0)
+    key = ForwardKey(True, 8, 1, 2048)
+    plain = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=2, ep=2, engine=engine)
+    ranks = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=1, ep=2, attention_dp=2, engine=engine)
+    assert _by_op(plain, key)["overhead"] == pytest.approx(1.5 + 8 * 20e-3, rel=1e-12)
+    assert _by_op(ranks, key)["overhead"] == pytest.approx(1.5 + 3.0 + 8 * 20e-3, rel=1e-12)
