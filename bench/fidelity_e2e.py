@@ -92,9 +92,9 @@ KV_CACHE = {"bf16+nvfp4": "fp8"}
 #: FIT rows is FP8.
 
 
-def kv_cache(r) -> str:
-    """The KV-cache dtype a measured run used."""
-    if r.quantization == "fp8" and load_engine(r.engine).fp8_kv_cache:
+def kv_cache(r, engine: EngineProfile) -> str:
+    """The KV-cache dtype a measured run used (`engine`: its engine's profile)."""
+    if r.quantization == "fp8" and engine.fp8_kv_cache:
         return "fp8"
     return KV_CACHE.get(r.quantization, "bf16")
 
@@ -160,9 +160,10 @@ class Row:
 
     def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline"):
         self.r = r
+        engine = load_engine(r.engine)
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
                                       attention_dp=int(r.attention_dp), quantization=r.quantization,
-                                      kv_cache_dtype=kv_cache(r))
+                                      kv_cache_dtype=kv_cache(r, engine))
         self.curve = None
         if backend == kernel_tables.NAME and self.lm.moe_layers:
             self.curve, why_not = kernel_tables.expert_curve(self.lm.model, self.lm.device.name, r.engine,
@@ -172,9 +173,9 @@ class Row:
         budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
         self.devices = self.lm.devices_per_instance
         #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
-        self.dp_step_ms = load_engine(r.engine).dp_step_ms if int(r.attention_dp) > 1 else 0.0
+        self.dp_step_ms = engine.dp_step_ms if int(r.attention_dp) > 1 else 0.0
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
-        policy = load_engine(r.engine).scheduler or "token-budget"  # the engine's own step policy
+        policy = engine.scheduler or "token-budget"  # the engine's own step policy
         scheduler = TokenBudget(max_num_seqs=MAX_SEQS) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
         prompts, warmup, measured = protocol(benchmark).load("closed", c, 0, "steady")
@@ -323,22 +324,23 @@ DP_GRID = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
 def fit_dp(rows, engine: str, comm: float, params) -> float | None:
     """The per-step time of attention-DP ranks (DP_GRID) with the lowest median |log TPOT ratio| over
     one engine's FIT rows with attention DP (None when it has none); the rows keep it."""
-    mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart
-            and int(r.r.attention_dp) > 1]
+    ranks = [r for r in rows if r.r.engine == engine and int(r.r.attention_dp) > 1]
+    mine = [r for r in ranks if r.r.split == "fit" and not r.apart]
     if not mine:
         return None
-    best = (math.inf, 0.0)
-    for dp in DP_GRID:
-        for row in mine:
+
+    def error(dp: float) -> float:
+        for row in ranks:
             row.dp_step_ms = dp
         err = float(np.median([abs(np.log(row.predict("bench", comm, *params)[1] / row.r.silicon_tpot_ms))
                                for row in mine]))
         print(f"  [{engine}] dp_step_ms {dp:g}: median |log TPOT ratio| {err:.3f}", file=sys.stderr)
-        best = min(best, (err, dp))
-    for row in rows:
-        if row.r.engine == engine and int(row.r.attention_dp) > 1:
-            row.dp_step_ms = best[1]
-    return best[1]
+        return err
+
+    best = min(DP_GRID, key=error)
+    for row in ranks:
+        row.dp_step_ms = best
+    return best
 
 
 def fit(rows):
@@ -385,12 +387,12 @@ def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     before = None if comm is None else BEFORE_COMM  # None: each device file's own
     none = lambda e: None  # noqa: E731
     kernels = lambda e: (0, 0, 1.0, 1.0)  # noqa: E731
-    for label, plan_label, c, params, fe in (("burst, kernels only", "burst", before, kernels, none),
-                                             ("as run, kernels only", "bench", before, kernels, none),
-                                             ("as run, calibrated", "bench", comm or before, params_of, none),
-                                             ("as run, calibrated + front end", "bench", comm or before, params_of,
-                                              frontend_of)):
-        e = errors(rows, c, params, plan_label, fe, engine_time=params is not kernels).abs()
+    for label, plan_label, c, params, fe, engine_time in (
+            ("burst, kernels only", "burst", before, kernels, none, False),
+            ("as run, kernels only", "bench", before, kernels, none, False),
+            ("as run, calibrated", "bench", comm or before, params_of, none, True),
+            ("as run, calibrated + front end", "bench", comm or before, params_of, frontend_of, True)):
+        e = errors(rows, c, params, plan_label, fe, engine_time=engine_time).abs()
         parts.append(pd.concat([keys, e], axis=1).assign(model_=label))
     full = pd.concat(parts)
     g = full.groupby(["split", "model", "GPU", "engine", "model_"], sort=False)

@@ -309,10 +309,10 @@ class RooflineModel:
         if p.tp > 1:
             n_allreduce = 2 * m.num_layers - (self.moe_layers if spread else 0)
             tp_ms = _ring(p.tp, msg, *self._link(p.tp)) * n_allreduce * 1e3
-        if spread and p.ep > 1:  # all-to-all: dispatch each token to its k experts, combine the results back
-            ep_ms = A2A_ROUNDS * self._all_to_all(msg) * self.moe_layers * 1e3
-        elif spread:  # experts split by tensor parallelism over all ranks: gather, reduce-scatter
-            ep_ms = _ring(p.moe_devices, msg * p.attention_dp, *self._link(p.moe_devices)) * self.moe_layers * 1e3
+        if spread:  # with EP an all-to-all (dispatch to the k experts, combine back), else gather + reduce-scatter
+            per_layer = (A2A_ROUNDS * self._all_to_all(msg) if p.ep > 1
+                         else _ring(p.moe_devices, msg * p.attention_dp, *self._link(p.moe_devices)))
+            ep_ms = per_layer * self.moe_layers * 1e3
         if p.pp > 1:
             bw, lat = self._link(p.tp * p.pp)
             pp_ms = (p.pp - 1) * (msg / bw + lat) * 1e3
