@@ -218,7 +218,7 @@ class Row:
             return kernel_tables.KernelTableModel(*args, engine=engine, curve=self.curve)
         return RooflineModel(*args, engine=engine)
 
-    def kernel_prices(self, label: str, comm: float, moe: tuple = (1.0, 1.0)) -> np.ndarray:
+    def kernel_prices(self, label: str, comm: float, moe: tuple = (1.0, 1.0, 0.0)) -> np.ndarray:
         key = (label, comm, moe)
         if key not in self.base:
             lm = self._model(comm, _moe_engine(moe))
@@ -226,10 +226,10 @@ class Row:
         return self.base[key]
 
     def predict(self, label: str, comm: float, step_ms: float, request_us: float, moe_compute: float = 1.0,
-                moe_bandwidth: float = 1.0, frontend: Frontend | None = None, *,
+                moe_bandwidth: float = 1.0, moe_fp4_bandwidth: float = 0.0, *, frontend: Frontend | None = None,
                 engine_time: bool = True) -> tuple[float, float]:
         """(TTFT, TPOT) with these engine times; `engine_time` False: kernels only (no DP step time)."""
-        moe = (moe_compute, moe_bandwidth)
+        moe = (moe_compute, moe_bandwidth, moe_fp4_bandwidth)
         dp = self.dp_step_ms if engine_time else 0.0
         if frontend is not None and frontend.active and label == "bench":
             return self.timed(comm, step_ms, request_us, moe, frontend, dp)
@@ -242,8 +242,7 @@ class Row:
     def timed(self, comm: float, step_ms: float, request_us: float, moe: tuple,
               frontend: Frontend, dp_step_ms: float) -> tuple[float, float]:
         """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
-        engine = EngineProfile("fit", step_ms, request_us, moe_compute=moe[0], moe_bandwidth=moe[1],
-                               dp_step_ms=dp_step_ms)
+        engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_us=request_us, dp_step_ms=dp_step_ms)
         lm = self._model(comm, engine)
         pricer = StepPricer(lm, self.scheduler)
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
@@ -264,13 +263,14 @@ def _with_requests(p) -> tuple:
 
 
 def _moe_engine(moe: tuple) -> EngineProfile:
-    return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1])
+    """A profile of kernels only with these expert efficiencies (compute, bandwidth, FP4 bandwidth)."""
+    return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1], moe_fp4_bandwidth=moe[2])
 
 
 def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None, engine_time=True) -> pd.DataFrame:
     out = []
     for row in rows:
-        ttft, tpot = row.predict(label, comm, *params_of(row.r.engine), frontend_of(row.r.engine),
+        ttft, tpot = row.predict(label, comm, *params_of(row.r.engine), frontend=frontend_of(row.r.engine),
                                  engine_time=engine_time)
         out.append({"ttft_err": ttft / row.r.silicon_ttft_ms - 1, "tpot_err": tpot / row.r.silicon_tpot_ms - 1})
     return pd.DataFrame(out)
@@ -284,7 +284,7 @@ def fit_engine(rows, engine: str, comm: float):
 
     mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart]
     if not mine:
-        return (0.0, 0.0, 1.0, 1.0), 0.0
+        return (0.0, 0.0, 1.0, 1.0, 0.0), 0.0
 
     def residuals(x):
         res = []
@@ -294,27 +294,39 @@ def fit_engine(rows, engine: str, comm: float):
 
     mine = [r for r in mine if r.r.family == "dense"] or mine  # MoE rows fit their own efficiencies (fit_moe)
     sol = least_squares(residuals, x0=[1.0, 10.0], bounds=([0, 0], [50, 500]), loss="soft_l1", f_scale=0.1)
-    return (float(sol.x[0]), float(sol.x[1]), 1.0, 1.0), float(sol.cost)
+    return (float(sol.x[0]), float(sol.x[1]), 1.0, 1.0, 0.0), float(sol.cost)
+
+
+def native_fp4(row) -> bool:
+    """Whether the row's experts run as FP4 on FP4 tensor cores (B200), the kernels fp4_bandwidth prices."""
+    return row.lm.quant.experts_dtype == "fp4" and bool(row.lm.device.fp4_tflops)
 
 
 def fit_moe(rows, engine: str, comm: float, params) -> tuple:
-    """moe_bandwidth minimising the robust loss of log TPOT ratios over the FIT rows of MoE models of
-    one engine (its step times as fitted on the dense rows; moe_compute stays 1: MoE TTFT is off by
-    as much as dense TTFT, so the loop, not the expert GEMMs, explains it); the params with it
-    (unchanged when the engine has no MoE fit rows)."""
+    """moe_bandwidth, and moe_fp4_bandwidth apart, minimising the robust loss of log TPOT ratios over
+    the FIT rows of MoE models of one engine whose experts run weight-only or in FP8, and natively in
+    FP4 (its step times as fitted on the dense rows; moe_compute stays 1: MoE TTFT is off by as much
+    as dense TTFT, so the loop, not the expert GEMMs, explains it); unchanged where it has no such rows."""
     from scipy.optimize import least_squares
 
     mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart
             and r.r.family != "dense"]
-    if not mine:
-        return params
+    step, request, _, bandwidth, fp4 = params
 
-    def residuals(x):
-        return [np.log(row.predict("bench", comm, params[0], params[1], 1.0, x[0])[1] / row.r.silicon_tpot_ms)
-                for row in mine]
+    def solve(subset, moe_of):
+        if not subset:
+            return None
 
-    sol = least_squares(residuals, x0=[1.0], bounds=([0.05], [1.5]), loss="soft_l1", f_scale=0.1)
-    return (params[0], params[1], 1.0, float(sol.x[0]))
+        def residuals(x):
+            return [np.log(row.predict("bench", comm, step, request, *moe_of(x[0]))[1] / row.r.silicon_tpot_ms)
+                    for row in subset]
+
+        return float(least_squares(residuals, x0=[1.0], bounds=([0.05], [1.5]), loss="soft_l1",
+                                   f_scale=0.1).x[0])
+
+    bandwidth = solve([r for r in mine if not native_fp4(r)], lambda x: (1.0, x, 0.0)) or bandwidth
+    fp4 = solve([r for r in mine if native_fp4(r)], lambda x: (1.0, bandwidth, x)) or fp4
+    return (step, request, 1.0, bandwidth, fp4)
 
 
 #: candidate per-step times of attention-DP ranks (ms) `--fit` tries per engine
@@ -362,7 +374,7 @@ def fit_frontend(rows, engine: str, comm: float, params) -> tuple[Frontend | Non
     best = (None, math.inf)
     for request_ms, return_ms, client_ms in FRONTEND_GRID:
         fe = Frontend(request_ms=request_ms, return_ms=return_ms, client_ms=client_ms)
-        err = float(np.median([abs(np.log(row.predict("bench", comm, *params, fe)[0] / row.r.silicon_ttft_ms))
+        err = float(np.median([abs(np.log(row.predict("bench", comm, *params, frontend=fe)[0] / row.r.silicon_ttft_ms))
                                for row in mine])) if mine else 0.0
         print(f"  [{engine}] request_ms {request_ms:g}, return_ms {return_ms:g}, client_ms {client_ms:g}: "
               f"median |log TTFT ratio| {err:.3f}", file=sys.stderr)
@@ -375,7 +387,8 @@ def held_out_ttft(rows, engine: str, comm: float, params, frontend: Frontend | N
     """Median |TTFT error| of one engine's held-out rows (KV-bound and beyond-peak ones aside): a
     front end fitted on the FIT rows ships only if it does not raise it."""
     mine = [r for r in rows if r.r.engine == engine and r.r.split == "held-out" and not r.apart]
-    errs = [abs(row.predict("bench", comm, *params, frontend)[0] / row.r.silicon_ttft_ms - 1) for row in mine]
+    errs = [abs(row.predict("bench", comm, *params, frontend=frontend)[0] / row.r.silicon_ttft_ms - 1)
+            for row in mine]
     return float(np.median(errs)) if errs else 0.0
 
 
@@ -386,7 +399,7 @@ def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     parts = []
     before = None if comm is None else BEFORE_COMM  # None: each device file's own
     none = lambda e: None  # noqa: E731
-    kernels = lambda e: (0, 0, 1.0, 1.0)  # noqa: E731
+    kernels = lambda e: (0, 0, 1.0, 1.0, 0.0)  # noqa: E731
     for label, plan_label, c, params, fe, engine_time in (
             ("burst, kernels only", "burst", before, kernels, none, False),
             ("as run, kernels only", "bench", before, kernels, none, False),
@@ -435,9 +448,9 @@ def main() -> None:
             dp = fit_dp(rows, e, comm, p)
             if dp is not None:
                 print(f"[{e}] dp_step_ms = {dp:g}  # FIT rows with attention DP, median |log TPOT ratio|")
-        for e, (step, req, moe_c, moe_b) in fitted.items():
+        for e, (step, req, moe_c, moe_b, moe_fp4) in fitted.items():
             print(f"[{e}] step_ms = {step:.3f}, request_us = {req:.3f}; [{e}.moe] compute = {moe_c:.3f}, "
-                  f"bandwidth = {moe_b:.3f}")
+                  f"bandwidth = {moe_b:.3f}, fp4_bandwidth = {moe_fp4:.3f}")
 
         def params_of(e):
             return fitted[e]
@@ -460,7 +473,7 @@ def main() -> None:
 
         def params_of(e):
             p = load_engine(e)
-            return p.step_ms, p.request_us, p.moe_compute, p.moe_bandwidth
+            return p.step_ms, p.request_us, p.moe_compute, p.moe_bandwidth, p.moe_fp4_bandwidth
 
         def frontend_of(e):
             times = dict(load_engine(e).frontend)

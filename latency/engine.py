@@ -22,6 +22,9 @@ DATA = Path(__file__).parent / "data" / "engines"
 #: a profile's front-end times (`simulator.frontend.Frontend`: what a request spends outside the
 #: forward steps, between client and scheduler); read here so that one file describes an engine
 FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "lookahead_steps")
+#: the [moe] table's keys and their defaults (fp4_bandwidth 0: as bandwidth)
+MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
+MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,15 @@ class EngineProfile:
     frontend: tuple = ()  # ((key, value), ...) of the [frontend] table
     moe_compute: float = 1.0    # share of the device's GEMM efficiency its grouped expert GEMMs reach
     moe_bandwidth: float = 1.0  # share of the device's memory efficiency they reach streaming expert weights
+    #: the same share for FP4 experts on a device with FP4 tensor cores (B200: native FP4 grouped GEMMs,
+    #: another kernel family than the weight-only and FP8 ones); 0: as moe_bandwidth
+    moe_fp4_bandwidth: float = 0.0
     scheduler: str = ""  # the step policy the engine runs by default (a simulator.scheduler name; "": not said)
     fp8_kv_cache: bool = False  # its FP8 deployments keep an FP8 KV cache (the measured runs it is fitted on did)
+
+    def expert_bandwidth(self, native_fp4: bool) -> float:
+        """The share of the device's memory efficiency the expert GEMMs reach: native FP4 ones apart."""
+        return self.moe_fp4_bandwidth if native_fp4 and self.moe_fp4_bandwidth else self.moe_bandwidth
 
     def overhead_ms(self, requests, tokens, attention_dp: int = 1):
         dp = self.dp_step_ms if attention_dp > 1 else 0.0
@@ -78,13 +88,13 @@ def load_engine(name: str) -> EngineProfile:
             except RangeError as err:
                 raise ValueError(str(err)) from None
     moe = data.get("moe", {})
-    unknown = sorted(set(moe) - {"compute", "bandwidth"})
+    unknown = sorted(set(moe) - set(MOE_KEYS))
     if unknown:
-        raise ValueError(f"{path.name}: [moe] has unknown keys {unknown}; known: compute, bandwidth")
-    for key in ("compute", "bandwidth"):
+        raise ValueError(f"{path.name}: [moe] has unknown keys {unknown}; known: {', '.join(MOE_KEYS)}")
+    for key, default in MOE_KEYS.items():
         try:
-            values[f"moe_{key}"] = float(check_number(f"{path.name}: [moe] {key}", moe.get(key, 1.0), low=0,
-                                                      low_open=True, high=1.5))
+            values[f"moe_{key}"] = float(check_number(f"{path.name}: [moe] {key}", moe.get(key, default), low=0,
+                                                      low_open=key in MOE_REQUIRED, high=1.5))
         except RangeError as err:
             raise ValueError(str(err)) from None
     scheduler = data.get("scheduler", "")

@@ -268,7 +268,8 @@ class RooflineModel:
         flops = 2 * (per_device * m.expert_params + tokens * (self.shared_params + self.router_params))
         bytes_ = w_bytes + (2 * tokens + 2 * per_device) * m.hidden_size * ACT_BYTES
         e = self.engine
-        eff_m = min(1.0, d.eff_memory * e.moe_bandwidth)
+        native_fp4 = self.quant.experts_dtype == "fp4" and bool(d.fp4_tflops)
+        eff_m = min(1.0, d.eff_memory * e.expert_bandwidth(native_fp4))
         ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm * e.moe_compute,
                                KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail, eff_m)
         return ms * self.moe_layers, bound

@@ -109,3 +109,21 @@ def test_an_engine_s_grouped_gemm_efficiency_scales_the_expert_op_alone():
     moe_kernels = KERNELS["moe"] * lm.device.kernel_overhead_us * 1e-3 * lm.model.num_moe_layers  # launches stay
     assert b["moe"] - moe_kernels == pytest.approx(2 * (a["moe"] - moe_kernels), rel=1e-6)
     assert (b.drop("moe") == a.drop("moe")).all()
+
+
+@pytest.mark.parametrize(("device", "quantization", "native"), [
+    ("B200", "nvfp4", True), ("H200_SXM", "nvfp4", False), ("B200", "fp8", False)])
+def test_fp4_experts_on_fp4_tensor_cores_stream_at_their_own_efficiency(device, quantization, native):
+    """An engine's fp4_bandwidth prices FP4 experts where the device computes FP4 (B200), its
+    bandwidth everywhere else (weight-only FP4 on H200, FP8 experts on B200): same model, same step."""
+    from latency.engine import EngineProfile
+    from latency.estimator import KERNELS
+
+    lm = build_latency_model("MiniMaxAI/MiniMax-M2.5", device=device, tp=4, quantization=quantization)
+    key = ForwardKey(True, 8, 1, 2048)  # a decode step: the experts' weights are streamed (memory-bound)
+    plain, fp4 = (lm.__class__(lm.model, lm.device, lm.parallel, lm.quant, engine=EngineProfile(
+        "x", moe_bandwidth=0.5, moe_fp4_bandwidth=fp4_share)) for fp4_share in (0.0, 1.0))
+    a, b = (m.breakdown([key]).set_index("op")["ms"] for m in (plain, fp4))
+    launches = KERNELS["moe"] * lm.device.kernel_overhead_us * 1e-3 * lm.model.num_moe_layers
+    assert b["moe"] - launches == pytest.approx((a["moe"] - launches) * (0.5 if native else 1.0), rel=1e-6)
+    assert (b.drop("moe") == a.drop("moe")).all()

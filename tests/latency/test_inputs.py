@@ -175,6 +175,16 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     (tmp_path / "ok.toml").write_text('[frontend]\nclient_ms = 10\n[moe]\ncompute = 0.5\n')
     got = engine.load_engine("ok")
     assert dict(got.frontend) == {"client_ms": 10} and got.moe_compute == 0.5 and got.moe_bandwidth == 1.0
+    assert got.moe_fp4_bandwidth == 0.0 and got.expert_bandwidth(True) == 1.0  # not said: as bandwidth
+    (tmp_path / "fp4.toml").write_text('[moe]\nbandwidth = 0.6\nfp4_bandwidth = 0.8\n')
+    got = engine.load_engine("fp4")
+    assert (got.expert_bandwidth(False), got.expert_bandwidth(True)) == (0.6, 0.8)
+    (tmp_path / "odd5.toml").write_text('[moe]\nfp4_bandwidth = -0.1\n')
+    with pytest.raises(ValueError, match=r"odd5.toml: \[moe\] fp4_bandwidth"):
+        engine.load_engine("odd5")
+    (tmp_path / "odd6.toml").write_text('[moe]\nfp8_bandwidth = 0.5\n')
+    with pytest.raises(ValueError, match=r"known: compute, bandwidth, fp4_bandwidth"):
+        engine.load_engine("odd6")
     assert got.scheduler == ""  # not said
     (tmp_path / "odd4.toml").write_text('scheduler = 3\n')
     with pytest.raises(ValueError, match="odd4.toml: scheduler = 3 is not allowed"):
