@@ -23,10 +23,10 @@ AUTO_MAX_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 DEFAULT_REQUEST_RATE = 1.0
 #: highest concurrency per instance the search probes
 DEFAULT_MAX_CONCURRENCY = 4096
-#: vLLM's defaults (the measured runs used them): `max_num_seqs`, and `max_num_batched_tokens`, larger
+#: vLLM's defaults for `vllm serve`: `max_num_seqs`, and `max_num_batched_tokens`, larger
 #: on devices with at least VLLM_LARGE_HBM_BYTES of HBM
 VLLM_MAX_NUM_SEQS = 1024
-VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE, VLLM_LARGE_HBM_BYTES = 8192, 16384, 160e9
+VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE, VLLM_LARGE_HBM_BYTES = 8192, 16384, 160 * 1024**3
 #: commands that take scenario fields; `sweep` reads them as spec keys
 COMMANDS = ("optimize", "estimate", "sweep")
 
@@ -164,7 +164,7 @@ FIELDS: tuple[Field, ...] = (
        "--input-length", "tokens", default_help="required unless --trace"),
     Field("max_batched_tokens", int, (), "token budget per step, also the prefill chunk size; several values are "
        "all tried", "tokens", low=1, many=True, deprecated="--max-prefill-tokens", column=None, group="scheduler",
-       default_help="token-budget: vLLM's max_num_batched_tokens default (8192; 16384 on devices with >= 160 GB); "
+       default_help="token-budget: vLLM's max_num_batched_tokens default (8192; 16384 on devices with >= 160 GiB, since vLLM 0.28); "
        "decode-first: the best of " + " ".join(map(str, AUTO_MAX_BATCHED_TOKENS))),
     Field("ttft_limits", float, (), "limits on TTFT (mean, or --slo-percentile); every combination is answered",
        "ms", low=0, low_open=True, many=True, key="ttft_limit_ms", group="limits", scalar_column=True),

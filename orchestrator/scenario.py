@@ -53,7 +53,8 @@ class Layout:
 
 
 def engine_default_budget(device) -> int:
-    """vLLM's `max_num_batched_tokens` default: 8192, or 16384 on GPUs with >= 160 GB (B200)."""
+    """vLLM's `max_num_batched_tokens` default for `vllm serve`: 8192, or 16384 on GPUs with >= 160 GiB
+    (B200; vLLM 0.28 added that tier, `EngineArgs.get_batch_defaults`)."""
     large = device.hbm_gib * 1024**3 >= VLLM_LARGE_HBM_BYTES
     return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
 

@@ -156,3 +156,16 @@ def test_no_orchestrator_module_is_over_400_lines():
     assert not long, long
     commands = {p.stem for p in (root / "cli").glob("*.py")} - {"__init__", "common"}
     assert commands == {"optimize", "estimate", "sweep", "report", "cache", "plan", "ui"}
+
+
+@pytest.mark.parametrize(("hbm_gib", "budget"), [(131.3, 8192), (155.0, 8192), (160.0, 16384), (167.6, 16384)])
+def test_vllm_s_default_budget_tier_is_160_gib(hbm_gib, budget):
+    """`vllm serve` takes 16384 tokens a step on devices of >= 160 GiB (B200's 167.6), 8192 below: a
+    155 GiB device (166 GB, more than 160e9 bytes) is still in the lower tier."""
+    import dataclasses
+
+    from latency import load_device
+    from orchestrator.scenario import engine_default_budget
+
+    device = dataclasses.replace(load_device("H200_SXM"), hbm_gib=hbm_gib)
+    assert engine_default_budget(device) == budget
