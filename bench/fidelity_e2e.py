@@ -262,6 +262,10 @@ def _with_requests(p) -> tuple:
     return p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
 
 
+#: engine params (step_ms, request_us, moe_compute, moe_bandwidth, moe_fp4_bandwidth) of kernels alone
+KERNELS_ONLY = (0.0, 0.0, 1.0, 1.0, 0.0)
+
+
 def _moe_engine(moe: tuple) -> EngineProfile:
     """A profile of kernels only with these expert efficiencies (compute, bandwidth, FP4 bandwidth)."""
     return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1], moe_fp4_bandwidth=moe[2])
@@ -284,7 +288,7 @@ def fit_engine(rows, engine: str, comm: float):
 
     mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart]
     if not mine:
-        return (0.0, 0.0, 1.0, 1.0, 0.0), 0.0
+        return KERNELS_ONLY, 0.0
 
     def residuals(x):
         res = []
@@ -295,11 +299,6 @@ def fit_engine(rows, engine: str, comm: float):
     mine = [r for r in mine if r.r.family == "dense"] or mine  # MoE rows fit their own efficiencies (fit_moe)
     sol = least_squares(residuals, x0=[1.0, 10.0], bounds=([0, 0], [50, 500]), loss="soft_l1", f_scale=0.1)
     return (float(sol.x[0]), float(sol.x[1]), 1.0, 1.0, 0.0), float(sol.cost)
-
-
-def native_fp4(row) -> bool:
-    """Whether the row's experts run as FP4 on FP4 tensor cores (B200), the kernels fp4_bandwidth prices."""
-    return row.lm.quant.experts_dtype == "fp4" and bool(row.lm.device.fp4_tflops)
 
 
 def fit_moe(rows, engine: str, comm: float, params) -> tuple:
@@ -324,8 +323,8 @@ def fit_moe(rows, engine: str, comm: float, params) -> tuple:
         return float(least_squares(residuals, x0=[1.0], bounds=([0.05], [1.5]), loss="soft_l1",
                                    f_scale=0.1).x[0])
 
-    bandwidth = solve([r for r in mine if not native_fp4(r)], lambda x: (1.0, x, 0.0)) or bandwidth
-    fp4 = solve([r for r in mine if native_fp4(r)], lambda x: (1.0, bandwidth, x)) or fp4
+    bandwidth = solve([r for r in mine if not r.lm.native_fp4_experts], lambda x: (1.0, x, 0.0)) or bandwidth
+    fp4 = solve([r for r in mine if r.lm.native_fp4_experts], lambda x: (1.0, bandwidth, x)) or fp4
     return (step, request, 1.0, bandwidth, fp4)
 
 
@@ -399,7 +398,7 @@ def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     parts = []
     before = None if comm is None else BEFORE_COMM  # None: each device file's own
     none = lambda e: None  # noqa: E731
-    kernels = lambda e: (0, 0, 1.0, 1.0, 0.0)  # noqa: E731
+    kernels = lambda e: KERNELS_ONLY  # noqa: E731
     for label, plan_label, c, params, fe, engine_time in (
             ("burst, kernels only", "burst", before, kernels, none, False),
             ("as run, kernels only", "bench", before, kernels, none, False),

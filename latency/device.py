@@ -77,9 +77,13 @@ class DeviceSpec:
 
     fp4_tflops: float = 0.0  # dense FP4 peak ([compute_tflops] fp4); 0: no FP4 tensor cores
 
+    def computes(self, dtype: str) -> bool:
+        """Whether the device has tensor cores for `dtype` (FP4 only where it names an FP4 peak)."""
+        return dtype != "fp4" or bool(self.fp4_tflops)
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s of `dtype`; FP4 on a device without FP4 tensor cores runs as bf16 (weight-only)."""
-        if dtype == "fp4" and not self.fp4_tflops:
+        if not self.computes(dtype):
             dtype = "bf16"
         return getattr(self, f"{dtype}_tflops") * 1e12
 

@@ -111,6 +111,8 @@ class RooflineModel:
         self.local_experts = p.expert_slots(m) / p.ep if m.is_moe else 0.0
         self.imbalance = EXPERT_IMBALANCE if p.ep > 1 else 1.0
         self.router_params = h * m.num_experts
+        #: FP4 experts on FP4 tensor cores: the engine's fp4_bandwidth prices them
+        self.native_fp4_experts = self.quant.experts_dtype == "fp4" and self.device.computes("fp4")
         self.lm_head_params = m.vocab_size * h / tp
 
     @property
@@ -268,8 +270,7 @@ class RooflineModel:
         flops = 2 * (per_device * m.expert_params + tokens * (self.shared_params + self.router_params))
         bytes_ = w_bytes + (2 * tokens + 2 * per_device) * m.hidden_size * ACT_BYTES
         e = self.engine
-        native_fp4 = self.quant.experts_dtype == "fp4" and bool(d.fp4_tflops)
-        eff_m = min(1.0, d.eff_memory * e.expert_bandwidth(native_fp4))
+        eff_m = min(1.0, d.eff_memory * e.expert_bandwidth(self.native_fp4_experts))
         ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm * e.moe_compute,
                                KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail, eff_m)
         return ms * self.moe_layers, bound
