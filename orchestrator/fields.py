@@ -164,7 +164,8 @@ FIELDS: tuple[Field, ...] = (
        "--input-length", "tokens", default_help="required unless --trace"),
     Field("max_batched_tokens", int, (), "token budget per step, also the prefill chunk size; several values are "
        "all tried", "tokens", low=1, many=True, deprecated="--max-prefill-tokens", column=None, group="scheduler",
-       default_help="token-budget: vLLM's max_num_batched_tokens default (8192; 16384 on devices with >= 160 GiB, since vLLM 0.28); "
+       default_help="token-budget: vLLM's max_num_batched_tokens default (8192; 16384 on devices with >= 160 GiB, "
+       "since vLLM 0.28); "
        "decode-first: the best of " + " ".join(map(str, AUTO_MAX_BATCHED_TOKENS))),
     Field("ttft_limits", float, (), "limits on TTFT (mean, or --slo-percentile); every combination is answered",
        "ms", low=0, low_open=True, many=True, key="ttft_limit_ms", group="limits", scalar_column=True),
