@@ -207,10 +207,12 @@ FIELDS: tuple[Field, ...] = (
        "(no shipped file names one: prices differ by provider and change)", "USD/h", low=0, group="hardware"),
     Field("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
        group="hardware"),
-    Field("scheduler", str, "decode-first", "step policy: decode-first (the RFC's), token-budget (vLLM V1; "
+    Field("scheduler", str, None, "step policy: decode-first (the RFC's), token-budget (vLLM V1; "
        "TensorRT-LLM's in-flight batching alike) or prefill-first (SGLang: a waiting prompt's prefill batch runs "
        "before the decodes, never mixed with them)",
-       choices=tuple(SCHEDULERS), group="scheduler"),
+       choices=tuple(SCHEDULERS), group="scheduler",
+       default_help="the --engine's own (vllm, trtllm: token-budget; sglang: prefill-first); decode-first with "
+                    "--engine none"),
     Field("slack_ratio", float, DEFAULT_SLACK_RATIO, "decode-first: a mixed step may hold floor(B * ratio) tokens",
        low=1, group="scheduler", scheduler="decode-first"),
     Field("max_num_seqs", int, VLLM_MAX_NUM_SEQS, "token-budget: requests running at once (vLLM's default)",

@@ -22,7 +22,7 @@ from orchestrator.fields import (
     InputError,
 )
 from simulator.mix import Lengths, MixError, RequestMix, Trace
-from simulator.scheduler import Scheduler, make_scheduler
+from simulator.scheduler import DEFAULT_SCHEDULER, Scheduler, make_scheduler
 
 __all__ = ["InputError", "Layout", "Scenario"]
 #: field groups a plan depends on (see Scenario.plan_family)
@@ -59,14 +59,25 @@ def engine_default_budget(device) -> int:
     return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
 
 
+def _default_scheduler(engine: str) -> str:
+    """The step policy `engine` runs (its profile's `scheduler`); the RFC's decode-first for "none" or
+    an engine that names none (validate() names an unknown engine)."""
+    try:
+        return load_engine(engine).scheduler or DEFAULT_SCHEDULER
+    except ValueError:
+        return DEFAULT_SCHEDULER
+
+
 class _ScenarioMethods:
     def __post_init__(self) -> None:
-        """Fill the defaults that depend on the device: quantisation, and the token budget; and the
-        device count a single layout implies."""
+        """Fill the defaults that depend on the device or engine: quantisation, the step policy and the
+        token budget; and the device count a single layout implies."""
         if self.num_devices is None and len(self.tp_sizes) == 1 and len(self.attention_dp_sizes) <= 1:
             ranks = self.attention_dp_sizes[0] if self.attention_dp_sizes else 1
             if isinstance(self.pp, int) and isinstance(self.tp_sizes[0], int) and isinstance(ranks, int):
                 object.__setattr__(self, "num_devices", self.tp_sizes[0] * self.pp * ranks)
+        if self.scheduler is None:  # the engine's own step policy; the RFC's without one
+            object.__setattr__(self, "scheduler", _default_scheduler(self.engine))
         try:
             device = load_device(self.device)
         except ValueError:

@@ -412,6 +412,9 @@ class PrefillFirst(Scheduler):
         return StepPlan(tuple(takes), 0)
 
 
+#: the RFC's policy: what a step policy is when no engine names its own
+DEFAULT_SCHEDULER = DecodeFirstWithSlack.name
+
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "decode-first": DecodeFirstWithSlack,
     "token-budget": TokenBudget,

@@ -178,17 +178,25 @@ def test_ep_320_over_256_experts_with_redundant_copies():
     assert on_one.returncode == 2 and "--redundant-experts" in on_one.stderr and "Traceback" not in on_one.stderr
 
 
-def test_an_engine_s_own_step_policy_is_named_when_the_answer_uses_another():
-    """SGLang schedules prefill-first: an answer under the RFC's default policy says so and how to
-    ask for SGLang's; asked for, the note goes and the header names the policy."""
-    args = [*BASE, "--tp-sizes", "1", "--concurrency", "8", "--engine", "sglang"]
-    p = run(*args)
+def test_an_engine_plays_its_own_step_policy_unless_told_another():
+    """SGLang schedules prefill-first: with --engine sglang and no --scheduler the answer is played
+    with it (the header names it, no note); asked for the RFC's decode-first, the answer says that
+    SGLang schedules otherwise and how to get its policy back. --engine none keeps decode-first."""
+    args = [*BASE, "--tp-sizes", "1", "--concurrency", "8", "--arrival", "closed"]
+    p = run(*args, "--engine", "sglang")
     assert p.returncode == 0, p.stderr
-    assert ("note: sglang schedules prefill-first, this answer decode-first: for sglang's own schedule, "
-            "--scheduler prefill-first") in p.stdout
-    q = run(*args, "--scheduler", "prefill-first")
+    assert "prefill-first B=" in p.stdout and "schedules prefill-first" not in p.stdout
+    q = run(*args, "--engine", "sglang", "--scheduler", "decode-first")
     assert q.returncode == 0, q.stderr
-    assert "schedules prefill-first" not in q.stdout and "prefill-first B=" in q.stdout
+    assert ("note: sglang schedules prefill-first, this answer decode-first: for sglang's own schedule, "
+            "--scheduler prefill-first") in q.stdout and "decode-first B=" in q.stdout
+    def tpot(out):
+        return next(line for line in out.splitlines() if line.startswith("TPOT ms"))
+
+    assert tpot(p.stdout) != tpot(q.stdout)  # another policy, other numbers
+    r = run(*args, "--engine", "vllm")
+    assert r.returncode == 0 and "token-budget B=" in r.stdout, r.stderr
+    assert "decode-first B=" in run(*args).stdout  # --engine none: the RFC's policy
 
 
 def test_an_fp8_answer_says_the_engine_s_measured_runs_kept_an_fp8_kv_cache():
