@@ -1,7 +1,7 @@
 """End-to-end fidelity against measured serving runs (closed loop at fixed concurrency).
 
     python bench/fidelity_e2e.py [--reference CSV ...] [--fit]
-                                 [--benchmark aiperf|vllm-bench|steady]
+                                 [--benchmark aiperf|vllm-bench|steady] [--launch defaults|aiconfigurator]
 
 Every row of `measured_serving.csv` (vLLM, SGLang, TensorRT-LLM on H100/H200) and of
 `measured_serving_moe.csv` (three MoE models on vLLM, H100/H200/B200) is simulated as a
@@ -154,11 +154,33 @@ def configs(reference: Path) -> pd.DataFrame:
     return d.reset_index(drop=True)
 
 
+#: AIConfigurator's generated aggregated launch (its generator's benchmark rules,
+#: generator/rule_plugin/benchmark/{vllm,trtllm,sglang}.rule): the step's token budget is the batch
+#: size + the prompt + 1500 tokens (TensorRT-LLM's rounded up to its 32-token blocks; SGLang's
+#: --max-prefill-tokens is the prompt + 1500 beside the decodes), the batch size the concurrency, and
+#: SGLang runs --enable-mixed-chunk (since 2026-01-19), which mixes prefill chunks into decode steps
+#: as vLLM's token budget does. TensorRT-LLM's template leaves chunked prefill off; we keep chunks.
+AIC_SPARE_TOKENS, TRTLLM_BLOCK = 1500, 32
+LAUNCHES = ("defaults", "aiconfigurator")
+
+
+def aiconfigurator_launch(r, policy: str, default_budget: int) -> tuple[str, int, int]:
+    """(step policy, token budget, max running requests) of row `r` launched as AIConfigurator's
+    generator launches its engine."""
+    c, isl = int(r.batch_size), int(r.isl)
+    if r.engine == "sglang":
+        return "token-budget", c + min(default_budget, isl + AIC_SPARE_TOKENS), c
+    budget = c + isl + AIC_SPARE_TOKENS
+    if r.engine == "trtllm":
+        budget = -(-budget // TRTLLM_BLOCK) * TRTLLM_BLOCK
+    return policy, budget, c
+
+
 class Row:
     """One measured run, planned once as a burst and as the benchmark ran it, priced per candidate
     all-reduce efficiency (kernels only; the engine's overhead is added per step when replayed)."""
 
-    def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline"):
+    def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline", launch: str = "defaults"):
         self.r = r
         engine = load_engine(r.engine)
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
@@ -171,12 +193,14 @@ class Row:
             if self.curve is None:
                 print(f"  {r.id}: {why_not}", file=sys.stderr)
         budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
+        policy, max_seqs = engine.scheduler or "token-budget", MAX_SEQS  # the engine's own step policy
+        if launch == "aiconfigurator":
+            policy, budget, max_seqs = aiconfigurator_launch(r, policy, budget)
         self.devices = self.lm.devices_per_instance
         #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
         self.dp_step_ms = engine.dp_step_ms if int(r.attention_dp) > 1 else 0.0
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
-        policy = engine.scheduler or "token-budget"  # the engine's own step policy
-        scheduler = TokenBudget(max_num_seqs=MAX_SEQS) if policy == "token-budget" else make_scheduler(policy)
+        scheduler = TokenBudget(max_num_seqs=max_seqs) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
         prompts, warmup, measured = protocol(benchmark).load("closed", c, 0, "steady")
         self.plans, self.workloads, self.scheduler = {}, {}, scheduler
@@ -411,7 +435,7 @@ def table(rows, comm, params_of, frontend_of) -> pd.DataFrame:
     out = g.agg(rows=("ttft_err", "size"), ttft=("ttft_err", "median"), tpot=("tpot_err", "median")).reset_index()
     out = out.rename(columns={"model_": "prediction", "ttft": "TTFT |err|", "tpot": "TPOT |err|"})
     totals = []
-    for by in (["split", "engine", "family", "model_"], ["split", "model_"]):
+    for by in (["split", "engine", "family", "model_"], ["split", "engine", "model_"], ["split", "model_"]):
         total = full.groupby(by, sort=False).agg(
             rows=("ttft_err", "size"), ttft=("ttft_err", "median"), tpot=("tpot_err", "median")).reset_index()
         total = total.rename(columns={"model_": "prediction", "ttft": "TTFT |err|", "tpot": "TPOT |err|"})
@@ -430,6 +454,10 @@ def main() -> None:
     ap.add_argument("--latency-backend", choices=("roofline", kernel_tables.NAME), default="roofline",
                     help="what prices the steps: the roofline, or MoE experts from AIConfigurator's measured "
                          "kernel tables (needs servesweep[kernels])")
+    ap.add_argument("--launch", choices=LAUNCHES, default="defaults",
+                    help="how the engines were launched: their defaults (vLLM's max_num_batched_tokens 8192, 16384 "
+                         "on >= 160 GiB; SGLang prefill-first), or as AIConfigurator's generator launches them "
+                         "(budget = concurrency + prompt + 1500, SGLang with --enable-mixed-chunk)")
     ap.add_argument("--benchmark", choices=BENCHMARKS, default=BENCHMARK,
                     help=f"the protocol the measured runs are simulated as (default {BENCHMARK})")
     a = ap.parse_args()
@@ -437,7 +465,7 @@ def main() -> None:
     if a.max_rows:
         d = d.iloc[:: max(1, len(d) // a.max_rows)]
     started = time.perf_counter()
-    rows = [Row(r, a.benchmark, a.latency_backend) for r in d.itertuples()]
+    rows = [Row(r, a.benchmark, a.latency_backend, a.launch) for r in d.itertuples()]
     print(f"{len(rows)} measured runs planned in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if a.fit:
         comm, fitted = fit(rows)
