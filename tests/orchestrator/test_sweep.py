@@ -202,7 +202,8 @@ def test_interrupted_driver_resumes_without_loss_or_duplicates(ray_session, inli
     with pytest.raises(FileExistsError):
         run_sweep(expand(SPEC), out, backend="ray", progress=False)
     rest = run_sweep(expand(SPEC), out, backend="ray", progress=False, resume=True)
-    assert rest.skipped == partial and rest.written == 16 - partial
+    # a scenario whose atomic write was in flight at the interrupt lands whole or not at all
+    assert partial <= rest.skipped <= partial + 1 and rest.skipped + rest.written == 16
     got = table(out)
     assert not got.duplicated(KEY).any()
     pd.testing.assert_frame_equal(got, table(inline_run), check_exact=False, rtol=1e-12)
