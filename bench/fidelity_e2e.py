@@ -39,6 +39,8 @@ import pandas as pd
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
 from latency import EngineProfile, RooflineModel, build_latency_model, kernel_tables, load_engine, load_model  # noqa: E402
+from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
+from orchestrator.scenario import engine_default_budget  # noqa: E402
 from simulator import (  # noqa: E402
     Frontend,
     StepPricer,
@@ -56,9 +58,6 @@ from simulator.kvbound import BLOCK_SIZE  # noqa: E402
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 DEVICES = {"h100_sxm": "H100_SXM", "h200_sxm": "H200_SXM", "b200_sxm": "B200"}
-#: engines' default token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
-#: TensorRT-LLM max_num_tokens) and vLLM's max_num_seqs
-BUDGET, BUDGET_LARGE, MAX_SEQS = 8192, 16384, 1024
 #: the NVLink all-reduce efficiency before calibration (what "kernels only" is priced with)
 BEFORE_COMM = 0.65
 #: how the measured runs were driven, as the data show it: (arrival, prompts per unit of concurrency)
@@ -192,8 +191,10 @@ class Row:
                                                              self.lm.parallel, table_experts(self.lm))
             if self.curve is None:
                 print(f"  {r.id}: {why_not}", file=sys.stderr)
-        budget = BUDGET_LARGE if self.lm.device.hbm_gib * 1024**3 >= 160e9 else BUDGET
-        policy, max_seqs = engine.scheduler or "token-budget", MAX_SEQS  # the engine's own step policy
+        # the engines' default budget (vLLM max_num_batched_tokens, SGLang chunked_prefill_size, TensorRT-LLM
+        # max_num_tokens), as `servesweep` assumes it, and vLLM's max_num_seqs
+        budget = engine_default_budget(self.lm.device)
+        policy, max_seqs = engine.scheduler or "token-budget", VLLM_MAX_NUM_SEQS  # the engine's own step policy
         if launch == "aiconfigurator":
             policy, budget, max_seqs = aiconfigurator_launch(r, policy, budget)
         self.devices = self.lm.devices_per_instance

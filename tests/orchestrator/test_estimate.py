@@ -190,6 +190,7 @@ def test_an_engine_plays_its_own_step_policy_unless_told_another():
     assert q.returncode == 0, q.stderr
     assert ("note: sglang schedules prefill-first, this answer decode-first: for sglang's own schedule, "
             "--scheduler prefill-first") in q.stdout and "decode-first B=" in q.stdout
+
     def tpot(out):
         return next(line for line in out.splitlines() if line.startswith("TPOT ms"))
 
