@@ -34,10 +34,11 @@ _LINEAR = {  # our names and the reference tool's (quantize-linear-action)
     "fp8": (1.0, "fp8"), "w8a8_fp8": (1.0, "fp8"), "fp8_dynamic": (1.0, "fp8"),
     "w4a16": (0.5, "bf16"), "w4a16_static": (0.5, "bf16"), "int4": (0.5, "bf16"),
     "w8a16": (1.0, "bf16"), "w8a16_static": (1.0, "bf16"),
-    # 4-bit floats with a shared scale: MXFP4 (an 8-bit scale per 32 weights: 4.25 bits), weight-only;
-    # NVFP4 (an FP8 scale per 16: 4.5 bits), in FP4 on devices with FP4 tensor cores (B200), else
-    # weight-only; INT4 weight-only with a bf16 scale per 32 (4.5 bits: Kimi-K2.5's experts)
-    "mxfp4": (4.25 / 8, "bf16"), "nvfp4": (4.5 / 8, "fp4"), "int4_wo": (4.5 / 8, "bf16"),
+    # 4-bit floats with a shared scale, in FP4 on devices with FP4 tensor cores (B200's block-scaled
+    # MMA takes both: vLLM runs gpt-oss's MXFP4 experts through FlashInfer's TRT-LLM-gen MoE there),
+    # else weight-only: MXFP4 (an 8-bit scale per 32 weights: 4.25 bits), NVFP4 (an FP8 scale per 16:
+    # 4.5 bits); INT4 weight-only with a bf16 scale per 32 (4.5 bits: Kimi-K2.5's experts)
+    "mxfp4": (4.25 / 8, "fp4"), "nvfp4": (4.5 / 8, "fp4"), "int4_wo": (4.5 / 8, "bf16"),
 }
 _KV = {"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "disabled": 2.0, "int8": 1.0, "fp8": 1.0, "c8": 1.0}
 LINEAR_CHOICES = tuple(sorted(_LINEAR))

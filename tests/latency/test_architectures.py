@@ -89,6 +89,29 @@ def test_experts_quantised_apart_and_fp4_where_the_device_has_it():
     assert load_model("Qwen/Qwen3-32B").checkpoint_quantization == ""
 
 
+def test_mxfp4_experts_stream_at_the_fp4_bandwidth_only_where_fp4_tensor_cores_run_them():
+    """gpt-oss's MXFP4 experts (4.25 bits) run on B200's FP4 tensor cores, so a decode step's expert
+    op streams them at the engine's FP4 share; on H200 they are weight-only, at its other share."""
+    from latency import EngineProfile, parse_quantization
+
+    q = parse_quantization("bf16+mxfp4")
+    assert (q.experts_bytes, q.experts_dtype) == (4.25 / 8, "fp4")
+    engine = EngineProfile("test", moe_bandwidth=0.5, moe_fp4_bandwidth=1.0)
+    key = [ForwardKey(True, 256, 1, 1024)]  # 256 tokens x top-4 of 128 experts: every expert is read
+    moe = {}
+    for device in ("B200", "H200_SXM"):
+        lm = build_latency_model("openai/gpt-oss-120b", device=device, tp=1, quantization="bf16+mxfp4", engine=engine)
+        t = lm.breakdown(key)
+        moe[device] = float(t[t["op"] == "moe"]["ms"].iloc[0])
+        assert lm.native_fp4_experts == (device == "B200")
+        experts = 36 * 128 * 3 * 2880 * 2880 * 4.25 / 8  # bytes of every layer's experts
+        bandwidth = lm.device.hbm_bytes_per_s * lm.device.eff_memory * (1.0 if device == "B200" else 0.5)
+        kernels = 36 * 3 * lm.device.kernel_overhead_us * 1e-3  # three kernels a layer
+        # the expert weights dominate the op's bytes; the rest (router, activations) is < 1 %
+        assert moe[device] == pytest.approx(experts / bandwidth * 1e3 + kernels, rel=0.01)
+    assert moe["H200_SXM"] > 2 * moe["B200"]
+
+
 def test_the_checkpoint_format_is_the_gpu_default_and_the_device_s_elsewhere():
     from orchestrator.scenario import Scenario
 
