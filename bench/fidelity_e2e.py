@@ -17,7 +17,7 @@ FIT rows with attention DP) and its front end on its FIT rows (a grid over retur
 the step times as fitted first), and prints the [frontend] tables to ship.
 
 `--fit` fits, on the FIT rows only, the NVLink all-reduce efficiency of H100/H200 (a grid) and per
-engine its framework time (latency/data/engines/*.toml: step_ms per step + request_us per request
+engine its framework time (latency/data/engines/*.toml: step_ms per step + request_layer_us per request and layer
 in the step), and reports every row with them; without `--fit` the shipped files are used. HELD-OUT
 rows are a different model and GPU than any fitted row of the same engine (Llama-3.1-8B on H200,
 Qwen3-235B-A22B MoE). A closed loop's schedule depends only on counts, so each row is planned once
@@ -75,7 +75,7 @@ FIT_MODELS = {("Qwen/Qwen3-32B", "h100_sxm"), ("meta-llama/Llama-3.1-8B-Instruct
 MOE_REFERENCE = REFERENCE.with_name("measured_serving_moe.csv")
 #: (gemm_quant_mode, moe_quant_mode) of measured_serving_moe.csv -> our quantisation: the NVFP4 and
 #: MXFP4 checkpoints keep attention in bf16 (their configs exclude self_attn); gpt-oss's "nvfp4" rows
-#: are its MXFP4 checkpoint (weight-only on Hopper, FP4 on B200)
+#: are its MXFP4 checkpoint (`quantization`: weight-only on Hopper, FP4 on B200)
 QUANT = {("fp8", "fp8"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4", ("int4_wo", "int4_wo"): "bf16+int4_wo"}
 
 
@@ -93,9 +93,10 @@ KV_CACHE = {"bf16+nvfp4": "fp8"}
 
 def kv_cache(r, engine: EngineProfile) -> str:
     """The KV-cache dtype a measured run used (`engine`: its engine's profile)."""
-    if r.quantization == "fp8" and engine.fp8_kv_cache:
+    label = labelled_quantization(r)  # the launch's KV cache follows what the run was labelled as
+    if label == "fp8" and engine.fp8_kv_cache:
         return "fp8"
-    return KV_CACHE.get(r.quantization, "bf16")
+    return KV_CACHE.get(label, "bf16")
 
 
 #: a run is beyond the compute bound when its measured token rate needs more than this share of the
@@ -125,10 +126,19 @@ def family(model: str) -> str:
     return "MLA" if spec.is_mla else "MoE" if spec.is_moe else "dense"
 
 
-def quantization(r) -> str:
+def labelled_quantization(r) -> str:
+    """The quantisation a measured run's columns name (QUANT)."""
     if isinstance(getattr(r, "moe_quant_mode", None), str):
         return QUANT[(r.gemm_quant_mode, r.moe_quant_mode)]
     return "fp8" if r.precision == "fp8" else "bf16"
+
+
+def quantization(r) -> str:
+    """A run's quantisation: its label's, with the routed experts in the format its checkpoint stores
+    them in where it names one apart (gpt-oss's MXFP4 experts, 4.25 bits, which the file labels nvfp4)."""
+    label = labelled_quantization(r)
+    experts = load_model(our_model(r.model_path)).checkpoint_quantization.partition("+")[2]
+    return f"{label.partition('+')[0]}+{experts}" if experts and "+" in label else label
 
 
 def our_model(path: str) -> str:
@@ -250,24 +260,26 @@ class Row:
             self.base[key] = price(lm, self.plans[label][0].price_keys, True)
         return self.base[key]
 
-    def predict(self, label: str, comm: float, step_ms: float, request_us: float, moe_compute: float = 1.0,
+    def predict(self, label: str, comm: float, step_ms: float, request_layer_us: float, moe_compute: float = 1.0,
                 moe_bandwidth: float = 1.0, moe_fp4_bandwidth: float = 0.0, *, frontend: Frontend | None = None,
                 engine_time: bool = True) -> tuple[float, float]:
         """(TTFT, TPOT) with these engine times; `engine_time` False: kernels only (no DP step time)."""
         moe = (moe_compute, moe_bandwidth, moe_fp4_bandwidth)
         dp = self.dp_step_ms if engine_time else 0.0
         if frontend is not None and frontend.active and label == "bench":
-            return self.timed(comm, step_ms, request_us, moe, frontend, dp)
+            return self.timed(comm, step_ms, request_layer_us, moe, frontend, dp)
         p, requests = self.plans[label]
-        shape_ms = self.kernel_prices(label, comm, moe) + step_ms + dp + request_us * requests * 1e-3
+        per_request = request_layer_us * self.lm.model.num_layers
+        shape_ms = self.kernel_prices(label, comm, moe) + step_ms + dp + per_request * requests * 1e-3
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
 
 
-    def timed(self, comm: float, step_ms: float, request_us: float, moe: tuple,
+    def timed(self, comm: float, step_ms: float, request_layer_us: float, moe: tuple,
               frontend: Frontend, dp_step_ms: float) -> tuple[float, float]:
         """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
-        engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_us=request_us, dp_step_ms=dp_step_ms)
+        engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_layer_us=request_layer_us,
+                                     dp_step_ms=dp_step_ms)
         lm = self._model(comm, engine)
         pricer = StepPricer(lm, self.scheduler)
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
@@ -287,7 +299,7 @@ def _with_requests(p) -> tuple:
     return p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
 
 
-#: engine params (step_ms, request_us, moe_compute, moe_bandwidth, moe_fp4_bandwidth) of kernels alone
+#: engine params (step_ms, request_layer_us, moe_compute, moe_bandwidth, moe_fp4_bandwidth) of kernels alone
 KERNELS_ONLY = (0.0, 0.0, 1.0, 1.0, 0.0)
 
 
@@ -306,7 +318,7 @@ def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None, eng
 
 
 def fit_engine(rows, engine: str, comm: float):
-    """(step_ms, request_us) minimising a robust loss of log(predicted / measured) TPOT over the dense
+    """(step_ms, request_layer_us) minimising a robust loss of log(predicted / measured) TPOT over the dense
     FIT rows of one engine; returns (params, cost). TTFT is left out: its error is the closed loop's
     phase and the client's time (see the front end), which per-step times must not absorb."""
     from scipy.optimize import least_squares
@@ -322,7 +334,7 @@ def fit_engine(rows, engine: str, comm: float):
         return res
 
     mine = [r for r in mine if r.r.family == "dense"] or mine  # MoE rows fit their own efficiencies (fit_moe)
-    sol = least_squares(residuals, x0=[1.0, 10.0], bounds=([0, 0], [50, 500]), loss="soft_l1", f_scale=0.1)
+    sol = least_squares(residuals, x0=[1.0, 0.3], bounds=([0, 0], [50, 10]), loss="soft_l1", f_scale=0.1)
     return (float(sol.x[0]), float(sol.x[1]), 1.0, 1.0, 0.0), float(sol.cost)
 
 
@@ -477,7 +489,7 @@ def main() -> None:
             if dp is not None:
                 print(f"[{e}] dp_step_ms = {dp:g}  # FIT rows with attention DP, median |log TPOT ratio|")
         for e, (step, req, moe_c, moe_b, moe_fp4) in fitted.items():
-            print(f"[{e}] step_ms = {step:.3f}, request_us = {req:.3f}; [{e}.moe] compute = {moe_c:.3f}, "
+            print(f"[{e}] step_ms = {step:.3f}, request_layer_us = {req:.4f}; [{e}.moe] compute = {moe_c:.3f}, "
                   f"bandwidth = {moe_b:.3f}, fp4_bandwidth = {moe_fp4:.3f}")
 
         def params_of(e):
@@ -501,7 +513,7 @@ def main() -> None:
 
         def params_of(e):
             p = load_engine(e)
-            return p.step_ms, p.request_us, p.moe_compute, p.moe_bandwidth, p.moe_fp4_bandwidth
+            return p.step_ms, p.request_layer_us, p.moe_compute, p.moe_bandwidth, p.moe_fp4_bandwidth
 
         def frontend_of(e):
             times = dict(load_engine(e).frontend)

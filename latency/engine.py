@@ -29,12 +29,18 @@ MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """A step costs `step_ms` + `request_us` per request in it + `token_us` per token it computes,
-    on top of its kernels. `frontend` holds the [frontend] table's times (FRONTEND_KEYS)."""
+    """A step costs `step_ms` + `request_us` per request in it + `request_layer_us` per request in
+    each layer + `token_us` per token it computes, on top of its kernels. `frontend` holds the
+    [frontend] table's times (FRONTEND_KEYS)."""
 
     name: str = "none"
     step_ms: float = 0.0
     request_us: float = 0.0
+    #: per request in the step, in every layer: what a decode step spends on each sequence beyond
+    #: its bytes and FLOPs (the attention kernel's per-sequence set-up, page-table walk and split-KV
+    #: merge; rope, cache write and norms at one token). It scales with the model's depth, which a
+    #: per-step CPU time does not: fitted so, a 32-layer model is not priced as a 64-layer one (README)
+    request_layer_us: float = 0.0
     token_us: float = 0.0
     #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
     #: token counts and pad to the busiest), on top of step_ms
@@ -53,9 +59,11 @@ class EngineProfile:
         """The share of the device's memory efficiency the expert GEMMs reach: native FP4 ones apart."""
         return self.moe_fp4_bandwidth if native_fp4 and self.moe_fp4_bandwidth else self.moe_bandwidth
 
-    def overhead_ms(self, requests, tokens, attention_dp: int = 1):
+    def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1):
+        """Milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers adds."""
         dp = self.dp_step_ms if attention_dp > 1 else 0.0
-        return self.step_ms + dp + (self.request_us * requests + self.token_us * tokens) * 1e-3
+        per_request = self.request_us + self.request_layer_us * layers
+        return self.step_ms + dp + (per_request * requests + self.token_us * tokens) * 1e-3
 
 
 def shipped_engines() -> list[str]:
@@ -69,7 +77,7 @@ def load_engine(name: str) -> EngineProfile:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(shipped_engines())}")
     data = tomllib.loads(path.read_text())
     values = {}
-    for key in ("step_ms", "request_us", "token_us", "dp_step_ms"):
+    for key in ("step_ms", "request_us", "request_layer_us", "token_us", "dp_step_ms"):
         try:
             values[key] = float(check_number(f"{path.name}: {key}", data.get(key, 0.0), low=0))
         except RangeError as err:

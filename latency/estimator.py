@@ -205,7 +205,7 @@ class RooflineModel:
         ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, peak=bf16,
                                       in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
-        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, p.attention_dp)
+        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp)
         ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64),
                            np.full(n_steps, "overhead") if detail else None)
         total = sum(ms for ms, _ in ops.values())
