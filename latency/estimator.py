@@ -312,7 +312,9 @@ class RooflineModel:
             n_allreduce = 2 * m.num_layers - (self.moe_layers if spread else 0)
             tp_ms = _ring(p.tp, msg, *self._link(p.tp)) * n_allreduce * 1e3
         if spread:  # with EP an all-to-all (dispatch to the k experts, combine back), else gather + reduce-scatter
-            per_layer = (A2A_ROUNDS * self._all_to_all(msg) if p.ep > 1
+            # the experts' input is sequence parallel: a tp device dispatches its 1/tp of the rank's
+            # tokens, not a replica of all of them (vLLM's use_sequence_parallel_moe under DP, EP, tp > 1)
+            per_layer = (A2A_ROUNDS * self._all_to_all(msg / p.tp) if p.ep > 1
                          else _ring(p.moe_devices, msg * p.attention_dp, *self._link(p.moe_devices)))
             ep_ms = per_layer * self.moe_layers * 1e3
         if p.pp > 1:

@@ -191,6 +191,22 @@ def test_moe_decode_under_attention_dp_dispatches_and_combines():
     assert "tp_comm" not in got
 
 
+def test_attention_dp_with_tp_dispatches_each_device_s_share_of_its_rank_s_tokens():
+    """Qwen3-30B-A3B over 2 attention-DP ranks of tp 2 (4 devices, ep 4): a rank's 16 tokens are on
+    both of its devices after attention's all-reduce; the experts' input is sequence parallel, so
+    each device dispatches 8 of them (3 of 4 copies to peers) and takes them back, not all 16."""
+    lm = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=2, ep=4, attention_dp=2, quantization="bf16")
+    t, q = 16, QWEN3_30B
+    share = t / 2 * q["h"] * 2
+    ep_comm = q["layers"] * 2 * (share * q["k"] * 3 / 4 / INTRA + INTRA_HOP) * 1e3
+    got = _by_op(lm, ForwardKey(True, t, 1, 2048))
+    assert got["ep_comm"] == pytest.approx(ep_comm, rel=1e-9)
+    # attention's all-reduce stays, once a layer (the MoE's is the all-to-all's combine)
+    msg = t * q["h"] * 2
+    assert got["tp_comm"] == pytest.approx(q["layers"] * (2 * 1 / 2 * msg / INTRA + 2 * 1 * INTRA_HOP) * 1e3,
+                                           rel=1e-9)
+
+
 def test_redundant_experts_are_slots_of_their_own():
     """Qwen3-30B-A3B (128 experts) with 8 redundant copies: 136 slots. ep 12 divides neither 128 nor
     136 (refused, naming both), ep 17 divides 136. On 8 devices (tp 1 x 8 ranks, ep 8) a device holds
