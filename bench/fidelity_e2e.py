@@ -38,7 +38,15 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from latency import EngineProfile, RooflineModel, build_latency_model, kernel_tables, load_engine, load_model  # noqa: E402
+from latency import (  # noqa: E402
+    EngineProfile,
+    RooflineModel,
+    build_latency_model,
+    kernel_tables,
+    load_device,
+    load_engine,
+    load_model,
+)
 from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
 from orchestrator.scenario import engine_default_budget  # noqa: E402
 from simulator import (  # noqa: E402
@@ -192,8 +200,10 @@ class Row:
     def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline", launch: str = "defaults"):
         self.r = r
         engine = load_engine(r.engine)
+        reserved = engine.reserved_gib(load_device(r.device).hbm_gib)  # what `servesweep --engine` keeps free
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
                                       attention_dp=int(r.attention_dp), quantization=r.quantization,
+                                      reserved_memory_gb=reserved,
                                       kv_cache_dtype=kv_cache(r, engine))
         self.curve = None
         if backend == kernel_tables.NAME and self.lm.moe_layers:

@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from latency.checks import RangeError, check_number
+from latency.memory import DEFAULT_RESERVED_GIB
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,6 +43,9 @@ class EngineProfile:
     #: per-step CPU time does not: fitted so, a 32-layer model is not priced as a 64-layer one (README)
     request_layer_us: float = 0.0
     token_us: float = 0.0
+    #: the share of each device's memory the engine takes for weights, activations and its KV pool
+    #: (vLLM's --gpu-memory-utilization); 0: not named, DEFAULT_RESERVED_GIB stays free
+    gpu_memory_utilization: float = 0.0
     #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
     #: token counts and pad to the busiest), on top of step_ms
     dp_step_ms: float = 0.0
@@ -58,6 +62,11 @@ class EngineProfile:
     def expert_bandwidth(self, native_fp4: bool) -> float:
         """The share of the device's memory efficiency the expert GEMMs reach: native FP4 ones apart."""
         return self.moe_fp4_bandwidth if native_fp4 and self.moe_fp4_bandwidth else self.moe_bandwidth
+
+    def reserved_gib(self, hbm_gib: float) -> float:
+        """GiB of a device of `hbm_gib` the engine leaves to others: the rest of its utilisation, or
+        the reference tool's fixed reserve when the profile names none."""
+        return (1 - self.gpu_memory_utilization) * hbm_gib if self.gpu_memory_utilization else DEFAULT_RESERVED_GIB
 
     def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1):
         """Milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers adds."""
@@ -105,6 +114,11 @@ def load_engine(name: str) -> EngineProfile:
                                                       low_open=key in MOE_REQUIRED, high=1.5))
         except RangeError as err:
             raise ValueError(str(err)) from None
+    try:
+        values["gpu_memory_utilization"] = float(check_number(
+            f"{path.name}: gpu_memory_utilization", data.get("gpu_memory_utilization", 0.0), low=0, high=1))
+    except RangeError as err:
+        raise ValueError(str(err)) from None
     scheduler = data.get("scheduler", "")
     if not isinstance(scheduler, str):
         raise ValueError(f"{path.name}: scheduler = {scheduler!r} is not allowed; expected a step policy's name")

@@ -205,8 +205,9 @@ FIELDS: tuple[Field, ...] = (
        "backend); or a plugin (entry point group servesweep.latency_backends)", group="hardware"),
     Field("device_price", float, 0.0, "what one device costs per hour; 0 = the device file's [cost] usd_per_hour "
        "(no shipped file names one: prices differ by provider and change)", "USD/h", low=0, group="hardware"),
-    Field("reserved_memory_gb", float, DEFAULT_RESERVED_GIB, "HBM kept free per device", "GiB", low=0,
-       group="hardware"),
+    Field("reserved_memory_gb", float, None, "HBM kept free per device", "GiB", low=0,
+       group="hardware", default_help=f"the --engine's own: what its memory utilisation leaves (vllm: a tenth of "
+       f"the device, its --gpu-memory-utilization 0.9); {DEFAULT_RESERVED_GIB:g} with engines that name none"),
     Field("scheduler", str, None, "step policy: decode-first (the RFC's), token-budget (vLLM V1; "
        "TensorRT-LLM's in-flight batching alike) or prefill-first (SGLang: a waiting prompt's prefill batch runs "
        "before the decodes, never mixed with them)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass, replace
 from functools import cached_property, lru_cache
 
-from latency import load_device, load_engine, load_model, parse_quantization
+from latency import DEFAULT_RESERVED_GIB, load_device, load_engine, load_model, parse_quantization
 from latency.backends import backend_names, has_backend, make_backend
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
@@ -59,6 +59,15 @@ def engine_default_budget(device) -> int:
     return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
 
 
+def _default_reserved_gib(engine: str, device) -> float:
+    """GiB per device `engine` leaves free (`EngineProfile.reserved_gib`); the fixed reserve for an
+    unknown engine, which validate() names."""
+    try:
+        return load_engine(engine).reserved_gib(device.hbm_gib)
+    except ValueError:
+        return DEFAULT_RESERVED_GIB
+
+
 def _default_scheduler(engine: str) -> str:
     """The step policy `engine` runs (its profile's `scheduler`); the RFC's decode-first for "none" or
     an engine that names none (validate() names an unknown engine)."""
@@ -82,6 +91,8 @@ class _ScenarioMethods:
             device = load_device(self.device)
         except ValueError:
             return  # validate() names the device
+        if self.reserved_memory_gb is None:  # what the engine's memory utilisation leaves free
+            object.__setattr__(self, "reserved_memory_gb", _default_reserved_gib(self.engine, device))
         if self.quantization is None:  # the checkpoint's on GPUs, else the device's (the reference tool's on Ascend)
             object.__setattr__(self, "quantization", _default_quantization(self.model, device))
         if not self.max_batched_tokens:

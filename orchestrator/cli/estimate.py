@@ -80,7 +80,8 @@ def cmd_estimate(a) -> int:
           f"{row['measured_requests']} requests measured{'' if row['steady'] else ' (no steady window: all)'}")
     print(f"memory per device: weights {row['weights_gib']:.2f} GiB, KV peak {row['kv_gib']:.2f} GiB "
           f"({row['peak_kv_tokens']:.0f} of {row['kv_capacity_tokens']} tokens), activations "
-          f"{row['activation_gib']:.2f} GiB, free {row['available_gib']:.2f} GiB"
+          f"{row['activation_gib']:.2f} GiB, free {row['available_gib']:.2f} GiB, "
+          f"reserved {s.reserved_memory_gb:.2f} GiB"
           f"{'' if row['fits_memory'] else '  -- DOES NOT FIT'}")
     if row["kv_bound"]:
         print(f"KV cache bound the load: requests waited for blocks as vLLM queues them; "

@@ -150,6 +150,21 @@ def test_engine_profile_adds_its_framework_time_to_every_step():
         load_engine("nope")
 
 
+def test_an_engine_that_names_its_memory_utilisation_leaves_the_rest_free():
+    """vLLM takes 90 % of each GPU (--gpu-memory-utilization): on an H100 (79.6 GiB as it reports
+    itself) 7.96 GiB stay free, and the KV pool is what the 90 % leaves after weights and
+    activations. An engine that names none keeps the fixed 10 GiB."""
+    from latency import load_engine
+
+    vllm = load_engine("vllm")
+    assert vllm.gpu_memory_utilization == 0.9
+    assert vllm.reserved_gib(79.6) == pytest.approx(7.96)
+    assert load_engine("trtllm").reserved_gib(79.6) == load_engine("none").reserved_gib(79.6) == 10.0
+    lm = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", reserved_memory_gb=vllm.reserved_gib(79.6))
+    pool = 0.9 * 79.6 * GIB - lm.weights_bytes - lm.activation_bytes(8192)
+    assert lm.memory_for(8192).kv_capacity_tokens == int(pool // (64 * 2 * 8 * 128 * 2))  # bf16 K and V, 8 heads
+
+
 def test_fingerprint_names_the_pricing_code_version(monkeypatch):
     """A long-lived shared cache must not serve prices of another release of the pricing code."""
     import latency.estimator as estimator

@@ -92,11 +92,11 @@ GOOD = (DEVICE_DATA / "H200_SXM.toml").read_text().replace('name = "H200_SXM"', 
 
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t + "\n[[broken", "device file {p}: "),
-    (lambda t: t.replace("hbm_gib = 131.3", "hbm_gib = -1"), "device file {p}: [memory] hbm_gib must be a number >= 0, "
+    (lambda t: t.replace("hbm_gib = 140.4", "hbm_gib = -1"), "device file {p}: [memory] hbm_gib must be a number >= 0, "
                                                            "got -1"),
-    (lambda t: t.replace("hbm_gib = 131.3", "hbm_gib = true"), "[memory] hbm_gib must be a number >= 0, got True"),
-    (lambda t: t.replace("hbm_gib = 131.3", ""), "[memory] hbm_gib must be a number >= 0, got None"),
-    (lambda t: t.replace("hbm_gib = 131.3", "hbm_gib = 0"), "device file {p}: [memory] hbm_gib must be > 0"),
+    (lambda t: t.replace("hbm_gib = 140.4", "hbm_gib = true"), "[memory] hbm_gib must be a number >= 0, got True"),
+    (lambda t: t.replace("hbm_gib = 140.4", ""), "[memory] hbm_gib must be a number >= 0, got None"),
+    (lambda t: t.replace("hbm_gib = 140.4", "hbm_gib = 0"), "device file {p}: [memory] hbm_gib must be > 0"),
     (lambda t: t.replace("devices_per_node = 8", "devices_per_node = 0"), "[interconnect] devices_per_node must be "
                                                                           "> 0"),
     (lambda t: t.replace("gemm = 0.78", "gemm = 0"), "device file {p}: [efficiency] gemm must be in (0, 1], got 0"),
@@ -148,9 +148,9 @@ def test_activation_and_kv_capacity_by_hand():
     weights = 32 * per_layer + 2 * 128256 * h / 2 * 2  # untied embeddings and LM head, bf16
     assert lm.weights_bytes == pytest.approx(weights, rel=1e-12)
     pic = lm.memory_for(t)
-    free = 131.3 * 2**30 - 10 * 2**30 - weights - act
+    free = 140.4 * 2**30 - 10 * 2**30 - weights - act
     assert pic.kv_capacity_tokens == int(free // kv_per_token)
-    assert (pic.hbm_gib, pic.reserved_gib) == (131.3, 10.0)
+    assert (pic.hbm_gib, pic.reserved_gib) == (140.4, 10.0)
     assert pic.activation_gib == pytest.approx(act / 2**30) and pic.weights_gib == pytest.approx(weights / 2**30)
     moe = build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=4, ep=4)
     widest = max(moe.qkv_params / 2048, 2 * 8 * 768 / 4)  # no dense layer: q/k/v width vs routed gate+up

@@ -30,6 +30,21 @@ def test_one_configuration_prints_metrics_memory_and_breakdown():
     assert {"compute", "memory"} <= set(out.split())
 
 
+def test_the_reserve_is_the_engine_s_own_unless_given():
+    """--reserved-memory-gb defaults to what the engine's memory utilisation leaves (vLLM: a tenth
+    of an H100's 79.6 GiB), 10 GiB with an engine that names none; a given value wins."""
+    base = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "num_devices": 1, "input_length": 2048,
+            "output_length": 128, "tp_sizes": (1,), "concurrency": 8, "arrival": "closed"}
+    assert configure({**base, "engine": "vllm"}).reserved_memory_gb == pytest.approx(7.96)
+    assert configure({**base, "engine": "trtllm"}).reserved_memory_gb == 10.0
+    assert configure(base).reserved_memory_gb == 10.0
+    assert configure({**base, "engine": "vllm", "reserved_memory_gb": 12.0}).reserved_memory_gb == 12.0
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "2048",
+            "--output-length", "128", "--concurrency", "8", "--arrival", "closed", "--engine", "vllm")
+    assert p.returncode == 0, p.stderr
+    assert "reserved 7.96 GiB" in p.stdout
+
+
 def test_estimate_equals_the_optimizer_point():
     s = configure({"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 2, "input_length": 2048,
                    "output_length": 128, "tp_sizes": (1,), "concurrency": 32, "arrival": "closed"})
