@@ -141,12 +141,19 @@ def labelled_quantization(r) -> str:
     return "fp8" if r.precision == "fp8" else "bf16"
 
 
+#: (the label's experts format, the checkpoint's) where the file's label names the checkpoint's 4-bit
+#: float by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4. Kimi-K2.5's
+#: nvfp4 runs are NVIDIA's NVFP4 checkpoint, not its INT4 one, and keep their label.
+SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
+
+
 def quantization(r) -> str:
     """A run's quantisation: its label's, with the routed experts in the format its checkpoint stores
-    them in where it names one apart (gpt-oss's MXFP4 experts, 4.25 bits, which the file labels nvfp4)."""
+    them in where the label misnames it (SAME_CHECKPOINT: gpt-oss's MXFP4, 4.25 bits)."""
     label = labelled_quantization(r)
+    linear, _, labelled = label.partition("+")
     experts = load_model(our_model(r.model_path)).checkpoint_quantization.partition("+")[2]
-    return f"{label.partition('+')[0]}+{experts}" if experts and "+" in label else label
+    return f"{linear}+{experts}" if (labelled, experts) in SAME_CHECKPOINT else label
 
 
 def our_model(path: str) -> str:
