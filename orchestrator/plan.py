@@ -168,7 +168,8 @@ def vllm_serve(s: Scenario, option: PlanOption) -> tuple[str, list[str]]:
             notes.append(f"ep={lay.ep} over part of the tp x attention_dp devices: vLLM's expert parallelism "
                          "spans them all")
     mem = s.latency_model(lay).memory_for(option.max_batched_tokens)
-    utilisation = math.floor((mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib * 100) / 100
+    # rounded down to a hundredth (never more than planned), after a rounding guard: 0.9 x 100 can be 89.99...
+    utilisation = math.floor(round((mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib * 100, 6)) / 100
     longest = s.length_bounds("input_length")[1] + s.length_bounds("output_length")[1]
     args += ["--max-model-len", str(longest), "--max-num-batched-tokens", str(option.max_batched_tokens),
              "--max-num-seqs", str(s.max_num_seqs), "--enable-chunked-prefill",

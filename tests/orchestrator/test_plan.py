@@ -71,6 +71,9 @@ def test_emitted_commands_use_only_vllm_flags_and_fit_our_memory():
     mem = s.latency_model(o.layout).memory_for(4096)
     assert float(_value(words, "--gpu-memory-utilization")) <= (mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib
     assert mem.kv_capacity_tokens > 0  # never a configuration our memory picture says does not fit
+    # with vLLM's own reserve (the --engine vllm default) the command asks for vLLM's own 0.90
+    own = s.with_(engine="vllm", reserved_memory_gb=None)
+    assert _value(shlex.split(vllm_serve(own, o)[0]), "--gpu-memory-utilization") == "0.90"
     mixed = s.with_(input_length=_lengths("uniform:1000:3000"))
     bench = shlex.split(vllm_bench(mixed, o)[0])
     assert {w for w in bench if w.startswith("--")} <= VLLM_BENCH_FLAGS
