@@ -282,21 +282,20 @@ class Row:
                 engine_time: bool = True) -> tuple[float, float]:
         """(TTFT, TPOT) with these engine times; `engine_time` False: kernels only (no DP step time)."""
         moe = (moe_compute, moe_bandwidth, moe_fp4_bandwidth)
-        dp = self.dp_step_ms if engine_time else 0.0
+        engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_layer_us=request_layer_us,
+                                     dp_step_ms=self.dp_step_ms if engine_time else 0.0)
         if frontend is not None and frontend.active and label == "bench":
-            return self.timed(comm, step_ms, request_layer_us, moe, frontend, dp)
+            return self.timed(comm, engine, frontend)
         p, requests = self.plans[label]
-        per_request = request_layer_us * self.lm.model.num_layers
-        shape_ms = self.kernel_prices(label, comm, moe) + step_ms + dp + per_request * requests * 1e-3
+        # the engine's time as the latency model adds it (no token_us: the profiles fit none)
+        overhead = engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp)
+        shape_ms = self.kernel_prices(label, comm, moe) + overhead
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
 
 
-    def timed(self, comm: float, step_ms: float, request_layer_us: float, moe: tuple,
-              frontend: Frontend, dp_step_ms: float) -> tuple[float, float]:
+    def timed(self, comm: float, engine: EngineProfile, frontend: Frontend) -> tuple[float, float]:
         """The benchmark's closed loop behind `frontend`: planned with its prices (it depends on time)."""
-        engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_layer_us=request_layer_us,
-                                     dp_step_ms=dp_step_ms)
         lm = self._model(comm, engine)
         pricer = StepPricer(lm, self.scheduler)
         p = plan(dataclasses.replace(self.workloads["bench"], frontend=frontend), self.scheduler, step_ms=pricer)
