@@ -26,6 +26,9 @@ FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "loo
 #: the [moe] table's keys and their defaults (fp4_bandwidth 0: as bandwidth)
 MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
+#: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
+NUMBER_KEYS = {"step_ms": None, "request_us": None, "request_layer_us": None, "token_us": None,
+               "dp_step_ms": None, "gpu_memory_utilization": 1}
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,9 @@ def load_engine(name: str) -> EngineProfile:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(shipped_engines())}")
     data = tomllib.loads(path.read_text())
     values = {}
-    for key in ("step_ms", "request_us", "request_layer_us", "token_us", "dp_step_ms"):
+    for key, high in NUMBER_KEYS.items():
         try:
-            values[key] = float(check_number(f"{path.name}: {key}", data.get(key, 0.0), low=0))
+            values[key] = float(check_number(f"{path.name}: {key}", data.get(key, 0.0), low=0, high=high))
         except RangeError as err:
             raise ValueError(str(err)) from None
     table = data.get("frontend", {})
@@ -114,11 +117,6 @@ def load_engine(name: str) -> EngineProfile:
                                                       low_open=key in MOE_REQUIRED, high=1.5))
         except RangeError as err:
             raise ValueError(str(err)) from None
-    try:
-        values["gpu_memory_utilization"] = float(check_number(
-            f"{path.name}: gpu_memory_utilization", data.get("gpu_memory_utilization", 0.0), low=0, high=1))
-    except RangeError as err:
-        raise ValueError(str(err)) from None
     scheduler = data.get("scheduler", "")
     if not isinstance(scheduler, str):
         raise ValueError(f"{path.name}: scheduler = {scheduler!r} is not allowed; expected a step policy's name")

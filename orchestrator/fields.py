@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from latency import DEFAULT_RESERVED_GIB, shipped_engines
+from latency import DEFAULT_RESERVED_GIB, load_engine, shipped_engines
 from latency.checks import RangeError, check_number, describe
 from simulator.benchmarks import BENCHMARKS
 from simulator.mix import SYNTAX, Lengths, MixError
@@ -26,6 +26,8 @@ DEFAULT_MAX_CONCURRENCY = 4096
 #: vLLM's defaults for `vllm serve`: `max_num_seqs`, and `max_num_batched_tokens`, larger
 #: on devices with at least VLLM_LARGE_HBM_BYTES of HBM
 VLLM_MAX_NUM_SEQS = 1024
+#: vLLM's --gpu-memory-utilization, as its profile names it (the --reserved-memory-gb default leaves the rest)
+VLLM_MEMORY_UTILIZATION = load_engine("vllm").gpu_memory_utilization
 VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE, VLLM_LARGE_HBM_BYTES = 8192, 16384, 160 * 1024**3
 #: commands that take scenario fields; `sweep` reads them as spec keys
 COMMANDS = ("optimize", "estimate", "sweep")
@@ -205,9 +207,10 @@ FIELDS: tuple[Field, ...] = (
        "backend); or a plugin (entry point group servesweep.latency_backends)", group="hardware"),
     Field("device_price", float, 0.0, "what one device costs per hour; 0 = the device file's [cost] usd_per_hour "
        "(no shipped file names one: prices differ by provider and change)", "USD/h", low=0, group="hardware"),
-    Field("reserved_memory_gb", float, None, "HBM kept free per device", "GiB", low=0,
-       group="hardware", default_help=f"the --engine's own: what its memory utilisation leaves (vllm: a tenth of "
-       f"the device, its --gpu-memory-utilization 0.9); {DEFAULT_RESERVED_GIB:g} with engines that name none"),
+    Field("reserved_memory_gb", float, None, "HBM kept free per device", "GiB", low=0, group="hardware",
+       default_help=f"the --engine's own: what its memory utilisation leaves (vllm: {1 - VLLM_MEMORY_UTILIZATION:g} "
+       f"of the device, its --gpu-memory-utilization {VLLM_MEMORY_UTILIZATION:g}); {DEFAULT_RESERVED_GIB:g} with "
+       "engines that name none"),
     Field("scheduler", str, None, "step policy: decode-first (the RFC's), token-budget (vLLM V1; "
        "TensorRT-LLM's in-flight batching alike) or prefill-first (SGLang: a waiting prompt's prefill batch runs "
        "before the decodes, never mixed with them)",
