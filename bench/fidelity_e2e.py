@@ -17,8 +17,9 @@ FIT rows with attention DP) and its front end on its FIT rows (a grid over retur
 the step times as fitted first), and prints the [frontend] tables to ship.
 
 `--fit` fits, on the FIT rows only, the NVLink all-reduce efficiency of H100/H200 (a grid) and per
-engine its framework time (latency/data/engines/*.toml: step_ms per step + request_layer_us per request and layer
-in the step), and reports every row with them; without `--fit` the shipped files are used. HELD-OUT
+engine its framework time (latency/data/engines/*.toml: step_ms per step + request_layer_us per request and
+layer in the step; layer_us per layer of a step where the engine's dense FIT rows span depths), and reports
+every row with them; without `--fit` the shipped files are used. HELD-OUT
 rows are a different model and GPU than any fitted row of the same engine (Llama-3.1-8B on H200,
 Qwen3-235B-A22B MoE). A closed loop's schedule depends only on counts, so each row is planned once
 and re-priced for every candidate.
@@ -278,12 +279,13 @@ class Row:
         return self.base[key]
 
     def predict(self, label: str, comm: float, step_ms: float, request_layer_us: float, moe_compute: float = 1.0,
-                moe_bandwidth: float = 1.0, moe_fp4_bandwidth: float = 0.0, *, frontend: Frontend | None = None,
+                moe_bandwidth: float = 1.0, moe_fp4_bandwidth: float = 0.0, layer_us: float = 0.0, *,
+                frontend: Frontend | None = None,
                 engine_time: bool = True) -> tuple[float, float]:
         """(TTFT, TPOT) with these engine times; `engine_time` False: kernels only (no DP step time)."""
         moe = (moe_compute, moe_bandwidth, moe_fp4_bandwidth)
         engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_layer_us=request_layer_us,
-                                     dp_step_ms=self.dp_step_ms if engine_time else 0.0)
+                                     layer_us=layer_us, dp_step_ms=self.dp_step_ms if engine_time else 0.0)
         if frontend is not None and frontend.active and label == "bench":
             return self.timed(comm, engine, frontend)
         p, requests = self.plans[label]
@@ -315,8 +317,13 @@ def _with_requests(p) -> tuple:
     return p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
 
 
-#: engine params (step_ms, request_layer_us, moe_compute, moe_bandwidth, moe_fp4_bandwidth) of kernels alone
-KERNELS_ONLY = (0.0, 0.0, 1.0, 1.0, 0.0)
+#: engine params (step_ms, request_layer_us, moe_compute, moe_bandwidth, moe_fp4_bandwidth, layer_us) of kernels alone
+KERNELS_ONLY = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
+#: an engine's dense FIT rows determine a per-layer step time apart from the per-step one only when
+#: their models' depths differ by this factor (TensorRT-LLM: Llama-3.1-8B's 32 layers, Qwen3-32B's 64)
+DEPTH_SPAN = 1.5
+#: starting points of the (step_ms, request_layer_us, layer_us) fit: its loss has local minima
+LAYER_STARTS = ((1.0, 0.3, 0.0), (0.2, 0.8, 10.0), (0.0, 0.5, 20.0))
 
 
 def _moe_engine(moe: tuple) -> EngineProfile:
@@ -334,9 +341,11 @@ def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None, eng
 
 
 def fit_engine(rows, engine: str, comm: float):
-    """(step_ms, request_layer_us) minimising a robust loss of log(predicted / measured) TPOT over the dense
-    FIT rows of one engine; returns (params, cost). TTFT is left out: its error is the closed loop's
-    phase and the client's time (see the front end), which per-step times must not absorb."""
+    """(step_ms, request_layer_us[, layer_us]) minimising a robust loss of log(predicted / measured) TPOT
+    over the dense FIT rows of one engine; returns (params, cost). layer_us only where those rows span
+    depths (DEPTH_SPAN), else it is not told apart from step_ms and stays 0. TTFT is left out: its
+    error is the closed loop's phase and the client's time (see the front end), which per-step times
+    must not absorb."""
     from scipy.optimize import least_squares
 
     mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart]
@@ -344,41 +353,50 @@ def fit_engine(rows, engine: str, comm: float):
         return KERNELS_ONLY, 0.0
 
     def residuals(x):
-        res = []
-        for row in mine:
-            res.append(np.log(row.predict("bench", comm, *x)[1] / row.r.silicon_tpot_ms))
-        return res
+        step, request, layer = (*x, 0.0)[:3]
+        return [np.log(row.predict("bench", comm, step, request, 1.0, 1.0, 0.0, layer)[1] / row.r.silicon_tpot_ms)
+                for row in mine]
 
     mine = [r for r in mine if r.r.family == "dense"] or mine  # MoE rows fit their own efficiencies (fit_moe)
-    sol = least_squares(residuals, x0=[1.0, 0.3], bounds=([0, 0], [50, 10]), loss="soft_l1", f_scale=0.1)
-    return (float(sol.x[0]), float(sol.x[1]), 1.0, 1.0, 0.0), float(sol.cost)
+    depths = [r.lm.model.num_layers for r in mine]
+    if max(depths) >= DEPTH_SPAN * min(depths):
+        sol = min((least_squares(residuals, x0=list(x0), bounds=([0, 0, 0], [50, 10, 200]), loss="soft_l1",
+                                 f_scale=0.1) for x0 in LAYER_STARTS), key=lambda s: s.cost)
+    else:
+        sol = least_squares(residuals, x0=[1.0, 0.3], bounds=([0, 0], [50, 10]), loss="soft_l1", f_scale=0.1)
+    step, request, layer = (*map(float, sol.x), 0.0)[:3]
+    return (step, request, 1.0, 1.0, 0.0, layer), float(sol.cost)
 
 
 def fit_moe(rows, engine: str, comm: float, params) -> tuple:
     """moe_bandwidth, and moe_fp4_bandwidth apart, minimising the robust loss of log TPOT ratios over
     the FIT rows of MoE models of one engine whose experts run weight-only or in FP8, and natively in
     FP4 (its step times as fitted on the dense rows; moe_compute stays 1: MoE TTFT is off by as much
-    as dense TTFT, so the loop, not the expert GEMMs, explains it); unchanged where it has no such rows."""
+    as dense TTFT, so the loop, not the expert GEMMs, explains it); the shipped ones where it has no
+    such rows."""
     from scipy.optimize import least_squares
 
     mine = [r for r in rows if r.r.engine == engine and r.r.split == "fit" and not r.apart
             and r.r.family != "dense"]
-    step, request, _, bandwidth, fp4 = params
+    step, request, _, bandwidth, fp4, layer = params
 
     def solve(subset, moe_of):
         if not subset:
             return None
 
         def residuals(x):
-            return [np.log(row.predict("bench", comm, step, request, *moe_of(x[0]))[1] / row.r.silicon_tpot_ms)
+            return [np.log(row.predict("bench", comm, step, request, *moe_of(x[0]), layer)[1] / row.r.silicon_tpot_ms)
                     for row in subset]
 
         return float(least_squares(residuals, x0=[1.0], bounds=([0.05], [1.5]), loss="soft_l1",
                                    f_scale=0.1).x[0])
 
-    bandwidth = solve([r for r in mine if not r.lm.native_fp4_experts], lambda x: (1.0, x, 0.0)) or bandwidth
-    fp4 = solve([r for r in mine if r.lm.native_fp4_experts], lambda x: (1.0, bandwidth, x)) or fp4
-    return (step, request, 1.0, bandwidth, fp4)
+    shipped = load_engine(engine)  # an engine without MoE FIT rows keeps what its profile ships (SGLang: vLLM's)
+    bandwidth = (solve([r for r in mine if not r.lm.native_fp4_experts], lambda x: (1.0, x, 0.0))
+                 or shipped.moe_bandwidth)
+    fp4 = (solve([r for r in mine if r.lm.native_fp4_experts], lambda x: (1.0, bandwidth, x))
+           or shipped.moe_fp4_bandwidth)
+    return (step, request, 1.0, bandwidth, fp4, layer)
 
 
 #: candidate per-step times of attention-DP ranks (ms) `--fit` tries per engine
@@ -504,8 +522,9 @@ def main() -> None:
             dp = fit_dp(rows, e, comm, p)
             if dp is not None:
                 print(f"[{e}] dp_step_ms = {dp:g}  # FIT rows with attention DP, median |log TPOT ratio|")
-        for e, (step, req, moe_c, moe_b, moe_fp4) in fitted.items():
-            print(f"[{e}] step_ms = {step:.3f}, request_layer_us = {req:.4f}; [{e}.moe] compute = {moe_c:.3f}, "
+        for e, (step, req, moe_c, moe_b, moe_fp4, layer) in fitted.items():
+            print(f"[{e}] step_ms = {step:.3f}, layer_us = {layer:.2f}, request_layer_us = {req:.4f}; "
+                  f"[{e}.moe] compute = {moe_c:.3f}, "
                   f"bandwidth = {moe_b:.3f}, fp4_bandwidth = {moe_fp4:.3f}")
 
         def params_of(e):
@@ -529,7 +548,7 @@ def main() -> None:
 
         def params_of(e):
             p = load_engine(e)
-            return p.step_ms, p.request_layer_us, p.moe_compute, p.moe_bandwidth, p.moe_fp4_bandwidth
+            return p.step_ms, p.request_layer_us, p.moe_compute, p.moe_bandwidth, p.moe_fp4_bandwidth, p.layer_us
 
         def frontend_of(e):
             times = dict(load_engine(e).frontend)

@@ -27,18 +27,23 @@ FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "loo
 MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
-NUMBER_KEYS = {"step_ms": None, "request_us": None, "request_layer_us": None, "token_us": None,
+NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
                "dp_step_ms": None, "gpu_memory_utilization": 1}
 
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """A step costs `step_ms` + `request_us` per request in it + `request_layer_us` per request in
-    each layer + `token_us` per token it computes, on top of its kernels. `frontend` holds the
+    """A step costs `step_ms` + `layer_us` per layer + `request_us` per request in it +
+    `request_layer_us` per request in each layer + `token_us` per token it computes, on top of its
+    kernels. `frontend` holds the
     [frontend] table's times (FRONTEND_KEYS)."""
 
     name: str = "none"
     step_ms: float = 0.0
+    #: per layer of every step, whatever its size: the kernels an engine runs in each layer beyond the
+    #: roofline's (activation quantisation before FP8 GEMMs, residual adds, rope and KV-cache writes)
+    #: and the gaps between them. Fitted only where FIT rows of one engine span depths (README)
+    layer_us: float = 0.0
     request_us: float = 0.0
     #: per request in the step, in every layer: what a decode step spends on each sequence beyond
     #: its bytes and FLOPs (the attention kernel's per-sequence set-up, page-table walk and split-KV
@@ -75,7 +80,7 @@ class EngineProfile:
         """Milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers adds."""
         dp = self.dp_step_ms if attention_dp > 1 else 0.0
         per_request = self.request_us + self.request_layer_us * layers
-        return self.step_ms + dp + (per_request * requests + self.token_us * tokens) * 1e-3
+        return self.step_ms + dp + (self.layer_us * layers + per_request * requests + self.token_us * tokens) * 1e-3
 
 
 def shipped_engines() -> list[str]:

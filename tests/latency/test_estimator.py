@@ -133,18 +133,20 @@ def test_engine_profile_adds_its_framework_time_to_every_step():
     keys = [ForwardKey(True, 64, 1, 2048), ForwardKey(False, 2, 4096, 4096)]
     shapes = [(keys[0],), tuple(keys)]
     bare = build_latency_model("Qwen/Qwen3-8B", "H200_SXM")
-    engine = EngineProfile("test", step_ms=1.5, request_us=20.0, request_layer_us=0.25, token_us=0.5)
+    engine = EngineProfile("test", step_ms=1.5, layer_us=10.0, request_us=20.0, request_layer_us=0.25, token_us=0.5)
     with_engine = build_latency_model("Qwen/Qwen3-8B", "H200_SXM", engine=engine)
     added = with_engine.step_latency_ms(shapes) - bare.step_latency_ms(shapes)
     # step 1: 64 requests, 64 tokens; step 2: 66 requests, 64 + 8192 tokens; Qwen3-8B has 36 layers,
-    # so a request costs 20 us + 36 x 0.25 us = 29 us
-    assert added == pytest.approx([1.5 + (29 * 64 + 0.5 * 64) / 1000, 1.5 + (29 * 66 + 0.5 * 8256) / 1000])
+    # so a step costs 1.5 ms + 36 x 10 us and a request 20 us + 36 x 0.25 us = 29 us
+    step = 1.5 + 0.36
+    assert added == pytest.approx([step + (29 * 64 + 0.5 * 64) / 1000, step + (29 * 66 + 0.5 * 8256) / 1000])
     assert with_engine.fingerprint != bare.fingerprint
-    # the per-layer share follows the model's depth: Qwen3-32B's 64 layers, 64 x 0.25 us a request
+    # the per-layer shares follow the model's depth: Qwen3-32B's 64 layers, 28 more of 10 us a step
+    # and of 0.25 us a request
     deep = build_latency_model("Qwen/Qwen3-32B", "H200_SXM", engine=engine)
     bare = build_latency_model("Qwen/Qwen3-32B", "H200_SXM")
     deep_added = deep.step_latency_ms(shapes) - bare.step_latency_ms(shapes)
-    assert deep_added - added == pytest.approx([0.25 * 28 * 64 / 1000, 0.25 * 28 * 66 / 1000])
+    assert deep_added - added == pytest.approx([(10 * 28 + 0.25 * 28 * 64) / 1000, (10 * 28 + 0.25 * 28 * 66) / 1000])
     assert load_engine("none").overhead_ms(10, 10, 64) == 0.0
     with pytest.raises(ValueError, match="unknown engine"):
         load_engine("nope")

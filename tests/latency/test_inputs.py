@@ -185,7 +185,12 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     (tmp_path / "odd6.toml").write_text('[moe]\nfp8_bandwidth = 0.5\n')
     with pytest.raises(ValueError, match=r"known: compute, bandwidth, fp4_bandwidth"):
         engine.load_engine("odd6")
-    assert got.scheduler == ""  # not said
+    assert got.scheduler == "" and got.layer_us == 0.0  # not said
+    (tmp_path / "deep.toml").write_text('layer_us = 14.5\n')
+    assert engine.load_engine("deep").overhead_ms(0, 0, 64) == pytest.approx(14.5 * 64 / 1000)
+    (tmp_path / "odd7.toml").write_text('layer_us = -1\n')
+    with pytest.raises(ValueError, match=r"odd7.toml: layer_us"):
+        engine.load_engine("odd7")
     (tmp_path / "odd4.toml").write_text('scheduler = 3\n')
     with pytest.raises(ValueError, match="odd4.toml: scheduler = 3 is not allowed"):
         engine.load_engine("odd4")
