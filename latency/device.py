@@ -76,6 +76,10 @@ class DeviceSpec:
         return self.scale_up_devices or self.devices_per_node
 
     fp4_tflops: float = 0.0  # dense FP4 peak ([compute_tflops] fp4); 0: no FP4 tensor cores
+    #: the share of the expert kernels' memory efficiency that weight-only quantised experts (INT4
+    #: weights upcast to bf16 in the kernel, Marlin's family) reach here ([efficiency]
+    #: weight_only_experts; 1: as the others). Below 1 where those kernels trail the device's bandwidth
+    eff_weight_only_experts: float = 1.0
 
     def computes(self, dtype: str) -> bool:
         """Whether the device has tensor cores for `dtype` (FP4 only where it names an FP4 peak)."""
@@ -124,13 +128,18 @@ class DeviceSpec:
         fp4 = data.get("compute_tflops", {}).get("fp4", 0.0)
         if isinstance(fp4, bool) or not isinstance(fp4, (int, float)) or fp4 < 0:
             raise ValueError(f"device file {path}: [compute_tflops] fp4 must be a number >= 0 (0 = none), got {fp4!r}")
+        weight_only = data.get("efficiency", {}).get("weight_only_experts", 1.0)
+        if isinstance(weight_only, bool) or not isinstance(weight_only, (int, float)) or not 0 < weight_only <= 1:
+            raise ValueError(f"device file {path}: [efficiency] weight_only_experts must be in (0, 1], "
+                             f"got {weight_only!r}")
         quant = data.get("defaults", {}).get("quantization", "bf16")
         try:
             parse_quantization(quant)
         except ValueError as err:
             raise ValueError(f"device file {path}: [defaults] quantization: {err}") from None
         return cls(name=name, source=str(data.get("source", "")), default_quantization=quant,
-                   scale_up_devices=scale_up, usd_per_hour=float(price), fp4_tflops=float(fp4), **values)
+                   scale_up_devices=scale_up, usd_per_hour=float(price), fp4_tflops=float(fp4),
+                   eff_weight_only_experts=float(weight_only), **values)
 
 
 @lru_cache(maxsize=256)

@@ -113,6 +113,8 @@ class RooflineModel:
         self.router_params = h * m.num_experts
         #: FP4 experts on FP4 tensor cores: the engine's fp4_bandwidth prices them
         self.native_fp4_experts = self.quant.experts_dtype == "fp4" and self.device.computes("fp4")
+        #: weight-only experts stream at the device's own share for their kernels (B200: below its others)
+        self.weight_only_share = self.device.eff_weight_only_experts if self.quant.weight_only_experts else 1.0
         self.lm_head_params = m.vocab_size * h / tp
 
     @property
@@ -270,7 +272,7 @@ class RooflineModel:
         flops = 2 * (per_device * m.expert_params + tokens * (self.shared_params + self.router_params))
         bytes_ = w_bytes + (2 * tokens + 2 * per_device) * m.hidden_size * ACT_BYTES
         e = self.engine
-        eff_m = min(1.0, d.eff_memory * e.expert_bandwidth(self.native_fp4_experts))
+        eff_m = min(1.0, d.eff_memory * e.expert_bandwidth(self.native_fp4_experts) * self.weight_only_share)
         ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm * e.moe_compute,
                                KERNELS["moe"] * d.kernel_overhead_us * 1e-3, detail, eff_m)
         return ms * self.moe_layers, bound

@@ -27,6 +27,12 @@ class Quantization:
     def experts_dtype(self) -> str:
         return self.expert_compute_dtype or self.compute_dtype
 
+    @property
+    def weight_only_experts(self) -> bool:
+        """Integer-quantised experts computed in bf16 (INT4 weight-only, w4a16, w8a16): the kernel
+        upcasts each weight as it streams it."""
+        return self.experts_dtype == "bf16" and self.experts_bytes < 2.0
+
 
 _LINEAR = {  # our names and the reference tool's (quantize-linear-action)
     "bf16": (2.0, "bf16"), "fp16": (2.0, "fp16"), "disabled": (2.0, "bf16"),

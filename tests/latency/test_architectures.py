@@ -150,3 +150,28 @@ def test_fp4_experts_on_fp4_tensor_cores_stream_at_their_own_efficiency(device, 
     launches = KERNELS["moe"] * lm.device.kernel_overhead_us * 1e-3 * lm.model.num_moe_layers
     assert b["moe"] - launches == pytest.approx((a["moe"] - launches) * (0.5 if native else 1.0), rel=1e-6)
     assert (b.drop("moe") == a.drop("moe")).all()
+
+
+def test_weight_only_int4_experts_keep_only_part_of_b200_s_bandwidth_lead():
+    """Kimi-K2.5's INT4 weight-only experts on B200 stream at the device's weight_only_experts share
+    (0.67) of the expert efficiency; its NVFP4 checkpoint (FP4 tensor cores) and the same INT4
+    checkpoint on H200 (no such share: 1) do not. Hand-computed from a decode step that reads every
+    expert but one in 200: 256 tokens x top-8 of 384, tp 8 (each device an eighth of each expert)."""
+    from latency import EngineProfile
+    from latency.estimator import KERNELS
+
+    engine = EngineProfile("test", moe_bandwidth=0.5, moe_fp4_bandwidth=0.5)
+    key = [ForwardKey(True, 256, 1, 1024)]
+    touched = 1 - (1 - 8 / 384) ** 256  # 0.995 of the experts
+    for device, quantization, share in (("B200", "bf16+int4_wo", 0.67), ("H200_SXM", "bf16+int4_wo", 1.0),
+                                        ("B200", "bf16+nvfp4", 1.0)):
+        lm = build_latency_model("moonshotai/Kimi-K2.5", device=device, tp=8, quantization=quantization,
+                                 engine=engine)
+        assert lm.weight_only_share == share
+        t = lm.breakdown(key).set_index("op")["ms"]
+        m = lm.model
+        experts = m.num_moe_layers * m.num_experts * touched * m.expert_params / 8 * lm.quant.experts_bytes
+        bandwidth = lm.device.hbm_bytes_per_s * lm.device.eff_memory * 0.5 * share
+        launches = KERNELS["moe"] * lm.device.kernel_overhead_us * 1e-3 * m.num_moe_layers
+        # the experts' weights are nearly all of the op's bytes (shared expert, router, activations < 2 %)
+        assert t["moe"] - launches == pytest.approx(experts / bandwidth * 1e3, rel=0.03)
