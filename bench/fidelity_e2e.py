@@ -48,6 +48,7 @@ from latency import (  # noqa: E402
     load_engine,
     load_model,
 )
+from orchestrator import measured_runs  # noqa: E402
 from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
 from orchestrator.scenario import engine_default_budget  # noqa: E402
 from simulator import (  # noqa: E402
@@ -65,8 +66,7 @@ from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
 from simulator.kvbound import BLOCK_SIZE  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
-ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
-DEVICES = {"h100_sxm": "H100_SXM", "h200_sxm": "H200_SXM", "b200_sxm": "B200"}
+ENGINES = {e: e for e in measured_runs.ENGINES}
 #: the NVLink all-reduce efficiency before calibration (what "kernels only" is priced with)
 BEFORE_COMM = 0.65
 #: how the measured runs were driven, as the data show it: (arrival, prompts per unit of concurrency)
@@ -82,30 +82,15 @@ FIT_MODELS = {("Qwen/Qwen3-32B", "h100_sxm"), ("meta-llama/Llama-3.1-8B-Instruct
               ("MiniMaxAI/MiniMax-M2.5", "h100_sxm"), ("MiniMaxAI/MiniMax-M2.5", "h200_sxm"),
               ("MiniMaxAI/MiniMax-M2.5", "b200_sxm")}
 MOE_REFERENCE = REFERENCE.with_name("measured_serving_moe.csv")
-#: (gemm_quant_mode, moe_quant_mode) of measured_serving_moe.csv -> our quantisation: the NVFP4 and
-#: MXFP4 checkpoints keep attention in bf16 (their configs exclude self_attn); gpt-oss's "nvfp4" rows
-#: are its MXFP4 checkpoint (`quantization`: weight-only on Hopper, FP4 on B200)
-QUANT = {("fp8", "fp8"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4", ("int4_wo", "int4_wo"): "bf16+int4_wo"}
-
-
-#: the KV cache a checkpoint brings: NVIDIA's NVFP4 checkpoints declare an FP8 KV cache
-#: (hf_quant_config.json: kv_cache_quant_algo FP8, shared/reference/models/), which vLLM uses
-KV_CACHE = {"bf16+nvfp4": "fp8"}
-#: an engine profile's `fp8_kv_cache`: its FP8 runs in the measured set keep an FP8 KV cache, as
-#: AIConfigurator (whose silicon set this is) configures FP8 deployments (sdk/models/helpers.py: fp8,
-#: fp8_block and nvfp4 checkpoints get an FP8 KV cache and FMHA) and as TensorRT-LLM does for ModelOpt
-#: FP8 checkpoints. The FIT rows show it: TensorRT-LLM's Qwen3-32B on one H100 queues from 275k tokens
-#: in flight on, MiniMax-M2.5 on two B200 from ~600k, what an FP8 cache holds (a bf16 one holds half).
+#: how a measured run is read (model, device, engine, quantisation, KV cache, concurrency of all ranks):
+#: `orchestrator.measured_runs`, as `servesweep estimate --from-csv` reads the same file. An engine
+#: profile's `fp8_kv_cache`: its FP8 runs in the measured set keep an FP8 KV cache, as AIConfigurator
+#: (whose silicon set this is) configures FP8 deployments (sdk/models/helpers.py: fp8, fp8_block and
+#: nvfp4 checkpoints get an FP8 KV cache and FMHA) and as TensorRT-LLM does for ModelOpt FP8
+#: checkpoints. The FIT rows show it: TensorRT-LLM's Qwen3-32B on one H100 queues from 275k tokens in
+#: flight on, MiniMax-M2.5 on two B200 from ~600k, what an FP8 cache holds (a bf16 one holds half).
 #: SGLang keeps its documented default (`--kv-cache-dtype auto`: the activations' bf16); none of its
 #: FIT rows is FP8.
-
-
-def kv_cache(r, engine: EngineProfile) -> str:
-    """The KV-cache dtype a measured run used (`engine`: its engine's profile)."""
-    label = labelled_quantization(r)  # the launch's KV cache follows what the run was labelled as
-    if label == "fp8" and engine.fp8_kv_cache:
-        return "fp8"
-    return KV_CACHE.get(label, "bf16")
 
 
 #: a run is beyond the compute bound when its measured token rate needs more than this share of the
@@ -135,45 +120,18 @@ def family(model: str) -> str:
     return "MLA" if spec.is_mla else "MoE" if spec.is_moe else "dense"
 
 
-def labelled_quantization(r) -> str:
-    """The quantisation a measured run's columns name (QUANT)."""
-    if isinstance(getattr(r, "moe_quant_mode", None), str):
-        return QUANT[(r.gemm_quant_mode, r.moe_quant_mode)]
-    return "fp8" if r.precision == "fp8" else "bf16"
-
-
-#: (the label's experts format, the checkpoint's) where the file's label names the checkpoint's 4-bit
-#: float by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4. Kimi-K2.5's
-#: nvfp4 runs are NVIDIA's NVFP4 checkpoint, not its INT4 one, and keep their label.
-SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
-
-
-def quantization(r) -> str:
-    """A run's quantisation: its label's, with the routed experts in the format its checkpoint stores
-    them in where the label misnames it (SAME_CHECKPOINT: gpt-oss's MXFP4, 4.25 bits)."""
-    label = labelled_quantization(r)
-    linear, _, labelled = label.partition("+")
-    experts = load_model(our_model(r.model_path)).checkpoint_quantization.partition("+")[2]
-    return f"{linear}+{experts}" if (labelled, experts) in SAME_CHECKPOINT else label
-
-
-def our_model(path: str) -> str:
-    name = path.replace("-FP8", "").replace("nvidia/", "meta-llama/")
-    return name
-
-
 def configs(reference: Path) -> pd.DataFrame:
+    """The measured runs of `reference`, each with how `servesweep estimate --from-csv` reads it
+    (measured_runs.to_spec: model, device, engine, layout, quantisation, KV cache), its family and
+    whether it is a FIT row; rows whose MoE layout is no layout (moe_tp x ep != tp x DP) left out."""
     d = pd.read_csv(reference)
-    d["precision"] = d["precision"].fillna("bf16")
-    d["model"] = d["model_path"].map(our_model)
-    d["device"] = d["system"].map(DEVICES)
-    d["engine"] = d["backend"].map(ENGINES)
-    d["ep"] = d["moe_ep_size"].fillna(1).astype(int)
-    d["attention_dp"] = d["attention_dp_size"].fillna(1).astype(int)
+    cells = pd.read_csv(reference, dtype=str, keep_default_na=False).to_dict("records")
+    spec = pd.DataFrame([measured_runs.to_spec(c, f"{reference} line {i + 2}") for i, c in enumerate(cells)])
+    for column in ("model", "device", "engine", "quantization", "kv_cache_dtype"):
+        d[column] = spec[column]
+    d["ep"], d["attention_dp"] = spec["ep"].astype(int), spec["attention_dp"].astype(int)
     d["family"] = d["model"].map(family)
-    d.loc[d["family"] == "dense", ["ep", "attention_dp"]] = 1  # a dense model's MoE columns mean nothing
     d = d[(d["family"] == "dense") | (d["tp_size"] * d["attention_dp"] == d["moe_tp_size"].fillna(1) * d["ep"])]
-    d["quantization"] = [quantization(r) for r in d.itertuples()]
     pairs = zip(d["model_path"], d["system"], strict=True)
     d["split"] = ["fit" if pair in FIT_MODELS else "held-out" for pair in pairs]
     return d.reset_index(drop=True)
@@ -212,7 +170,7 @@ class Row:
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
                                       attention_dp=int(r.attention_dp), quantization=r.quantization,
                                       reserved_memory_gb=reserved,
-                                      kv_cache_dtype=kv_cache(r, engine))
+                                      kv_cache_dtype=r.kv_cache_dtype)
         self.curve = None
         if backend == kernel_tables.NAME and self.lm.moe_layers:
             self.curve, why_not = kernel_tables.expert_curve(self.lm.model, self.lm.device.name, r.engine,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from latency import ForwardKey, load_device
+from orchestrator import measured_runs
 from orchestrator.evaluate import costs, evaluate_point
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
@@ -140,16 +141,23 @@ def breakdown(s: Scenario, row: dict):
 
 def read_configs(path: Path, defaults: dict):
     """The rows of a CSV as field values over `defaults`; a bad cell raises InputError naming the
-    line and column. Returns (list of values, unknown columns)."""
+    line and column. A file of measured runs in AIConfigurator's format (orchestrator.measured_runs)
+    is read as the configurations it measured. Returns (list of values, unknown columns)."""
     import pandas as pd
 
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, ValueError) as err:
         raise InputError("--from-csv", str(path), f"a readable CSV file ({err})") from None
-    unknown = [c for c in table.columns if c not in FIELD_BY_KEY]
+    measured = measured_runs.is_measured(table.columns)
+    rows = table.to_dict("records")
+    if measured:
+        rows = [measured_runs.to_spec(cells, f"{path} line {i + 2}") for i, cells in enumerate(rows)]
+        unknown = []
+    else:
+        unknown = [c for c in table.columns if c not in FIELD_BY_KEY]
     configs = []
-    for i, cells in enumerate(table.to_dict("records")):
+    for i, cells in enumerate(rows):
         values = dict(defaults)
         for column, text in cells.items():
             f = FIELD_BY_KEY.get(column)
@@ -181,6 +189,11 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
         rows.append(estimate(s))
     kept = pd.read_csv(path)  # the input as the user wrote it, typed by pandas
     metrics = pd.DataFrame(rows, index=kept.index)
+    if measured_runs.is_measured(kept.columns):  # the measured runs kept; how we read each, our figures, our errors
+        cells = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+        read = pd.DataFrame([measured_runs.to_spec(c, "") for c in cells], index=kept.index)
+        metrics = metrics[[c for c in metrics.columns if c not in read.columns]]
+        return measured_runs.add_errors(pd.concat([kept, read, metrics], axis=1), metrics), unknown
     for column in [c for c in metrics.columns if c in kept.columns]:  # an empty cell shows the value used
         filled = kept[column].fillna(metrics[column])
         kept[column] = filled.astype(metrics[column].dtype) if filled.notna().all() else filled

@@ -16,7 +16,11 @@ def add_parser(sub) -> None:
     add_field_flags(p, "estimate", require=False)
     o = p.add_argument_group("many configurations")
     o.add_argument("--from-csv", help="a CSV with one configuration per row; columns are spec keys (model, device, "
-                   "tp, concurrency, input_length, ...); a missing column or empty cell takes the flag or default")
+                   "tp, concurrency, input_length, ...); a missing column or empty cell takes the flag or default. "
+                   "A file of measured runs in NVIDIA AIConfigurator's silicon format (model_path, system, backend, "
+                   "isl, osl, batch_size per attention-DP rank, tp_size, ..., silicon_ttft_ms, silicon_tpot_ms) is "
+                   "read as the runs it measured, as aiperf drove them, and our error is written beside each "
+                   "measured metric (ttft_error, tpot_error: ours / measured - 1)")
     o.add_argument("--output", help="where --from-csv writes its rows (.csv or .parquet): the input columns "
                    "kept, the metric columns added, one row per input row in order")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -46,6 +50,11 @@ def cmd_estimate(a) -> int:
         else:
             table.to_csv(a.output, index=False)
         print(f"{len(table)} configurations estimated; written to {a.output}")
+        errors = {k: table[f"{k}_error"].abs() for k in ("ttft", "tpot") if f"{k}_error" in table}
+        if errors:
+            said = ", ".join(f"{k.upper()} {e.median():.1%}" for k, e in errors.items())
+            print(f"against the measured runs: median |error| {said} over {len(table)} runs "
+                  f"({int(table['kv_bound'].sum())} bound by the KV cache)")
         return 0
     if a.output:
         raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")

@@ -229,3 +229,58 @@ def test_an_fp8_answer_says_the_engine_s_measured_runs_kept_an_fp8_kv_cache():
         q = run(*args, *extra)
         assert q.returncode == 0, q.stderr
         assert "FP8 KV cache" not in q.stdout, extra
+
+
+MEASURED_HEADER = ("id,backend,backend_version,model_path,system,precision,gemm_quant_mode,moe_quant_mode,isl,osl,"
+                   "batch_size,tp_size,pp_size,moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,"
+                   "silicon_tpot_ms")
+
+
+def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path):
+    """A silicon CSV as AIConfigurator publishes it: batch_size is one attention-DP rank's (16 x 4
+    ranks = 64 in flight), an -FP8 checkpoint is its model in FP8 (vLLM keeps an FP8 KV cache for
+    it), gpt-oss's nvfp4 label is its MXFP4 checkpoint, an NVFP4 label brings an FP8 cache; each
+    row is what `estimate` says of the same configuration given as spec keys, with ours / measured - 1
+    beside the measured metrics."""
+    src = tmp_path / "silicon.csv"
+    src.write_text("\n".join([
+        MEASURED_HEADER,
+        "a,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,fp8,fp8,1024,1024,16,4,1,1,16,4,150,16",
+        "b,vllm,0.12.0,Qwen/Qwen3-235B-A22B-FP8,h200_sxm,fp8,fp8,fp8,1024,256,8,4,1,4,1,1,120,12",
+        "c,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,1,1,1,1,1,50,4",
+        "d,vllm,0.17.0,moonshotai/Kimi-K2.5,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,4,1,4,1,1,80,8"]) + "\n")
+    out = tmp_path / "out.csv"
+    p = run("estimate", "--from-csv", str(src), "--output", str(out), "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert "against the measured runs: median |error| TTFT" in p.stdout
+    got = pd.read_csv(out)
+    assert list(got["id"]) == ["a", "b", "c", "d"] and list(got["concurrency"]) == [64, 8, 4, 4]
+    assert list(got["model"]) == ["MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "openai/gpt-oss-120b",
+                                  "moonshotai/Kimi-K2.5"]
+    assert list(got["quantization"]) == ["fp8", "fp8", "bf16+mxfp4", "bf16+nvfp4"]
+    assert list(got["kv_cache_dtype"]) == ["fp8"] * 4
+    assert list(got["benchmark"]) == ["aiperf"] * 4 and list(got["arrival"]) == ["closed"] * 4
+    assert got["ttft_error"].tolist() == pytest.approx((got["ttft_ms"] / got["silicon_ttft_ms"] - 1).tolist())
+    assert got["tpot_error"].tolist() == pytest.approx((got["tpot_ms"] / got["silicon_tpot_ms"] - 1).tolist())
+    first = estimate(configure({"model": "MiniMaxAI/MiniMax-M2.5", "device": "B200", "engine": "vllm",
+                                "quantization": "fp8", "kv_cache_dtype": "fp8", "input_length": 1024,
+                                "output_length": 1024, "concurrency": 64, "tp_sizes": (4,),
+                                "attention_dp_sizes": (4,), "ep": 16, "arrival": "closed",
+                                "benchmark": "aiperf"}))
+    assert got.loc[0, "ttft_ms"] == pytest.approx(first["ttft_ms"]) and got.loc[0, "tpot_ms"] == pytest.approx(
+        first["tpot_ms"])
+
+
+@pytest.mark.parametrize("cells, message", [
+    ("a,vllm,0.1,Qwen/Qwen3-32B,mi300x,,,,1024,128,8,1,1,1,1,1,100,10",
+     "line 2, column system: 'mi300x' is not allowed; expected one of a100_sxm, b200_sxm, h100_sxm, h200_sxm"),
+    ("a,tgi,0.1,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,8,1,1,1,1,1,100,10",
+     "line 2, column backend: 'tgi' is not allowed; expected one of vllm, sglang, trtllm"),
+    ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,fp8,w4a8,w4a8,1024,128,8,1,1,1,1,1,100,10",
+     "line 2, columns gemm_quant_mode/moe_quant_mode/precision: 'w4a8/w4a8/fp8' is not allowed"),
+])
+def test_a_measured_run_we_cannot_read_is_one_line_naming_row_and_column(tmp_path, cells, message):
+    src = tmp_path / "silicon.csv"
+    src.write_text(MEASURED_HEADER + "\n" + cells + "\n")
+    p = run("estimate", "--from-csv", str(src), "--output", str(tmp_path / "o.csv"), "--no-progress")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and message in p.stderr, p.stderr

@@ -1,0 +1,134 @@
+"""Measured serving runs in NVIDIA AIConfigurator's silicon format (`silicon_sample.csv`: the format of
+`../shared/reference/measured_serving*.csv`), read as configurations: `estimate --from-csv` takes such
+a file as it is and reports our error beside each measured TTFT and TPOT. One reading of the format,
+shared with `bench/fidelity_e2e.py`.
+
+The format's `batch_size` is the requests in flight on one attention-DP rank (its run ids name
+batch_size x attention_dp_size as the concurrency); our `concurrency` counts all ranks."""
+
+from __future__ import annotations
+
+from orchestrator.fields import InputError
+
+#: the columns that say a CSV is in this format
+SIGNATURE = ("model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size")
+#: the measured metrics, and the error columns written beside our figures (ours / measured - 1)
+MEASURED = {"silicon_ttft_ms": ("ttft_ms", "ttft_error"), "silicon_tpot_ms": ("tpot_ms", "tpot_error")}
+#: the format's GPU names -> our device files
+DEVICES = {"h100_sxm": "H100_SXM", "h200_sxm": "H200_SXM", "b200_sxm": "B200", "a100_sxm": "A100_SXM_80G"}
+ENGINES = ("vllm", "sglang", "trtllm")
+#: (gemm_quant_mode, moe_quant_mode) -> our quantisation: NVFP4 checkpoints keep attention in bf16
+#: (their configs exclude self_attn), and the INT4 ones are weight-only experts
+QUANT = {("fp8", "fp8"): "fp8", ("fp8_block", "fp8_block"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4",
+         ("int4_wo", "int4_wo"): "bf16+int4_wo", ("bf16", "bf16"): "bf16", ("float16", "float16"): "bf16"}
+#: `precision` alone (the dense file has no quant-mode columns)
+PRECISION = {"": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "bf16+nvfp4", "int4": "bf16+int4_wo"}
+#: the KV cache a label brings: NVIDIA's NVFP4 checkpoints declare an FP8 one (hf_quant_config.json:
+#: kv_cache_quant_algo FP8), and an engine whose profile says so keeps FP8 runs' cache in FP8
+LABEL_KV = {"bf16+nvfp4": "fp8"}
+#: (the label's experts format, the checkpoint's) where a label names the checkpoint's 4-bit float
+#: by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4
+SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
+#: checkpoint-name suffixes that say the weights' format, not another model
+FORMAT_SUFFIXES = ("-FP8", "-NVFP4", "-FP4")
+
+
+def is_measured(columns) -> bool:
+    return all(c in columns for c in SIGNATURE)
+
+
+def our_model(path: str) -> str:
+    """The shipped model a checkpoint's name stands for: its format suffix dropped, and another
+    publisher's copy (nvidia/Llama-3.1-8B-Instruct-FP8) read as the shipped original of that name;
+    a name we do not ship is kept (the model's own check names it)."""
+    from latency import shipped_models
+
+    name = path
+    for suffix in FORMAT_SUFFIXES:
+        name = name.removesuffix(suffix)
+    shipped = shipped_models()
+    if name in shipped:
+        return name
+    same = [m for m in shipped if m.split("/")[-1] == name.split("/")[-1]]
+    return same[0] if len(same) == 1 else path
+
+
+def labelled_quantization(cells: dict) -> str:
+    """The quantisation a run's columns name (QUANT, else PRECISION); raises KeyError if unknown."""
+    gemm, moe = cells.get("gemm_quant_mode", ""), cells.get("moe_quant_mode", "")
+    if gemm or moe:
+        return QUANT[(gemm, moe or gemm)]
+    return PRECISION[cells.get("precision", "")]
+
+
+def quantization(label: str, model: str) -> str:
+    """The label's quantisation with the routed experts as the checkpoint stores them where the label
+    misnames them (SAME_CHECKPOINT)."""
+    from latency import load_model
+
+    linear, _, experts = label.partition("+")
+    try:
+        own = load_model(model).checkpoint_quantization.partition("+")[2]
+    except ValueError:  # a model we do not ship: its own check names it
+        return label
+    return f"{linear}+{own}" if (experts, own) in SAME_CHECKPOINT else label
+
+
+def kv_cache(label: str, engine: str) -> str:
+    """The KV-cache dtype a run used: FP8 for an FP8 run of an engine that keeps it so, else the label's."""
+    from latency import load_engine
+
+    if label == "fp8" and load_engine(engine).fp8_kv_cache:
+        return "fp8"
+    return LABEL_KV.get(label, "bf16")
+
+
+def _int(cells: dict, column: str, default: int = 1) -> int:
+    text = cells.get(column, "").strip()
+    return int(float(text)) if text else default
+
+
+def to_spec(cells: dict, where: str) -> dict:
+    """One measured run (its cells as text) as spec keys; `where` names its line for errors."""
+    device = DEVICES.get(cells["system"])
+    if device is None:
+        raise InputError(f"{where}, column system", cells["system"], f"one of {', '.join(sorted(DEVICES))}")
+    if cells["backend"] not in ENGINES:
+        raise InputError(f"{where}, column backend", cells["backend"], f"one of {', '.join(ENGINES)}")
+    try:
+        label = labelled_quantization(cells)
+    except KeyError:
+        allowed = ", ".join(f"{g}/{m}" for g, m in QUANT)
+        raise InputError(f"{where}, columns gemm_quant_mode/moe_quant_mode/precision",
+                         "/".join(cells.get(c, "") for c in ("gemm_quant_mode", "moe_quant_mode", "precision")),
+                         f"one of {allowed}, or precision {', '.join(p for p in PRECISION if p)}") from None
+    try:
+        batch, dp, tp = _int(cells, "batch_size"), _int(cells, "attention_dp_size"), _int(cells, "tp_size")
+        ep, moe_tp, pp = _int(cells, "moe_ep_size"), _int(cells, "moe_tp_size", 0), _int(cells, "pp_size")
+        isl, osl = _int(cells, "isl"), _int(cells, "osl")
+    except ValueError as err:
+        raise InputError(where, str(err).split(": ")[-1], "integers in the layout and length columns") from None
+    model = our_model(cells["model_path"])
+    from latency import load_model
+
+    try:
+        dense = not load_model(model).is_moe
+    except ValueError:
+        dense = False
+    if dense:  # a dense model's MoE columns mean nothing
+        ep, moe_tp, dp = 1, 0, 1
+    spec = {"model": model, "device": device, "engine": cells["backend"], "input_length": str(isl),
+            "output_length": str(osl), "concurrency": str(batch * dp), "tp": str(tp), "pp": str(pp),
+            "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
+            "kv_cache_dtype": kv_cache(label, cells["backend"]), "arrival": "closed", "benchmark": "aiperf"}
+    if moe_tp:
+        spec["moe_tp"] = str(moe_tp)
+    return spec
+
+
+def add_errors(table, metrics):
+    """`table` (the measured runs) with our error beside each measured metric it has."""
+    for measured, (ours, error) in MEASURED.items():
+        if measured in table and ours in metrics:
+            table[error] = metrics[ours] / table[measured].astype(float) - 1
+    return table
