@@ -7,7 +7,7 @@ from latency.engine import EngineProfile, load_engine, shipped_engines
 from latency.estimator import DEFAULT_RESERVED_GIB, MemoryPicture, RooflineModel
 from latency.keys import ForwardKey, StepShape
 from latency.measured import MeasuredLatency, calibrate
-from latency.model import ModelSpec, load_model, shipped_models
+from latency.model import ModelSpec, known_models, load_model, shipped_models
 from latency.parallel import ParallelSpec
 from latency.quant import Quantization, parse_quantization
 
@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_RESERVED_GIB", "DeviceSpec", "EngineProfile", "ForwardKey", "MeasuredLatency", "MemoryPicture",
     "ModelSpec", "ParallelSpec", "Quantization", "RooflineModel", "StepShape", "build_latency_model", "calibrate",
     "load_device", "load_engine", "load_model", "parse_quantization", "shipped_devices", "shipped_engines",
+    "known_models",
     "shipped_models",
 ]
 

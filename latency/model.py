@@ -202,31 +202,54 @@ def _context_length(config: dict) -> int:
     return context
 
 
+#: published checkpoints whose config.json has a shipped model's architecture, every dimension alike
+#: (layers, widths, heads, experts, attention kind), and the keys in which it differs: the name
+#: stands for that config (later releases of one model; a base model beside its instruct one)
+SAME_ARCHITECTURE = {
+    "deepseek-ai/DeepSeek-R1": ("deepseek-ai/DeepSeek-V3", ()),
+    "deepseek-ai/DeepSeek-R1-0528": ("deepseek-ai/DeepSeek-V3", ()),
+    "deepseek-ai/DeepSeek-V3-0324": ("deepseek-ai/DeepSeek-V3", ()),
+    "meta-llama/Llama-3.3-70B-Instruct": ("meta-llama/Llama-3.1-70B-Instruct", ()),
+    "meta-llama/Llama-3.1-70B": ("meta-llama/Llama-3.1-70B-Instruct", ()),
+    "meta-llama/Llama-3.1-8B": ("meta-llama/Llama-3.1-8B-Instruct", ()),
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),
+    "Qwen/Qwen3-235B-A22B-Thinking-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),
+}
+
+
 def shipped_models() -> list[str]:
     return sorted(p.stem.replace("--", "/") for p in DATA.glob("*.json"))
 
 
+def known_models() -> list[str]:
+    """Every name `load_model` knows without a config.json: the shipped ones and SAME_ARCHITECTURE's."""
+    return sorted([*shipped_models(), *SAME_ARCHITECTURE])
+
+
 def load_model(model: str | Path) -> ModelSpec:
-    """A shipped name (e.g. "Qwen/Qwen3-32B"), a path to a config.json, or a folder holding one."""
+    """A shipped name (e.g. "Qwen/Qwen3-32B") or one of SAME_ARCHITECTURE, a path to a config.json, or
+    a folder holding one."""
     path = Path(model)
     if path.is_dir():
         path = path / "config.json"
+    overrides = ()
     if path.suffix == ".json" and path.is_file():
         name = path.parent.name if path.name == "config.json" else path.stem
     else:
-        path = DATA / (str(model).replace("/", "--") + ".json")
-        if not path.is_file():
-            raise ValueError(f"unknown model {str(model)!r}; shipped: {', '.join(shipped_models())}; "
-                             "or give a path to a config.json")
         name = str(model)
-    return _parse(str(path), path.stat().st_mtime_ns, name)
+        shipped, overrides = SAME_ARCHITECTURE.get(name, (name, ()))
+        path = DATA / (shipped.replace("/", "--") + ".json")
+        if not path.is_file():
+            raise ValueError(f"unknown model {str(model)!r}; shipped: {', '.join(known_models())}; "
+                             "or give a path to a config.json")
+    return _parse(str(path), path.stat().st_mtime_ns, name, overrides)
 
 
 @lru_cache(maxsize=256)
-def _parse(path: str, mtime_ns: int, name: str) -> ModelSpec:
+def _parse(path: str, mtime_ns: int, name: str, overrides: tuple = ()) -> ModelSpec:
     """Each config is parsed once per version (a sweep validates thousands of scenarios)."""
     try:
         config = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"cannot read model config {path}: {err}") from None
-    return ModelSpec.from_config(config, name=name)
+    return ModelSpec.from_config({**config, **dict(overrides)}, name=name)

@@ -41,12 +41,12 @@ def our_model(path: str) -> str:
     """The shipped model a checkpoint's name stands for: its format suffix dropped, and another
     publisher's copy (nvidia/Llama-3.1-8B-Instruct-FP8) read as the shipped original of that name;
     a name we do not ship is kept (the model's own check names it)."""
-    from latency import shipped_models
+    from latency import known_models
 
     name = path
     for suffix in FORMAT_SUFFIXES:
         name = name.removesuffix(suffix)
-    shipped = shipped_models()
+    shipped = known_models()
     if name in shipped:
         return name
     same = [m for m in shipped if m.split("/")[-1] == name.split("/")[-1]]

@@ -44,6 +44,22 @@ def test_unknown_model_lists_shipped():
         load_model("nope/X")
 
 
+def test_a_later_release_of_a_shipped_architecture_loads_under_its_own_name():
+    """DeepSeek-R1's config.json is DeepSeek-V3's, Llama-3.3-70B's Llama-3.1-70B's; Qwen3-235B's 2507
+    releases differ only in serving 262,144 positions natively."""
+    import dataclasses
+
+    for name, shipped in (("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"),
+                          ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Llama-3.1-70B-Instruct")):
+        got, same = dataclasses.asdict(load_model(name)), dataclasses.asdict(load_model(shipped))
+        assert got.pop("name") == name and same.pop("name") == shipped and got == same
+    later, first = load_model("Qwen/Qwen3-235B-A22B-Instruct-2507"), load_model("Qwen/Qwen3-235B-A22B")
+    assert (later.max_position_embeddings, first.max_position_embeddings) == (262144, 40960)
+    assert dataclasses.replace(later, name=first.name, max_position_embeddings=40960) == first
+    with pytest.raises(ValueError, match="unknown model 'deepseek-ai/DeepSeek-R2'.*deepseek-ai/DeepSeek-R1"):
+        load_model("deepseek-ai/DeepSeek-R2")
+
+
 def test_config_missing_key_is_named(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ValueError, match="num_attention_heads"):

@@ -284,3 +284,17 @@ def test_a_measured_run_we_cannot_read_is_one_line_naming_row_and_column(tmp_pat
     src.write_text(MEASURED_HEADER + "\n" + cells + "\n")
     p = run("estimate", "--from-csv", str(src), "--output", str(tmp_path / "o.csv"), "--no-progress")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("path, ours", [
+    ("Qwen/Qwen3-235B-A22B-FP8", "Qwen/Qwen3-235B-A22B"), ("nvidia/Llama-3.1-8B-Instruct-FP8",
+                                                           "meta-llama/Llama-3.1-8B-Instruct"),
+    ("nvidia/DeepSeek-R1-FP4", "deepseek-ai/DeepSeek-R1"), ("nvidia/Llama-3.3-70B-Instruct-FP8",
+                                                           "meta-llama/Llama-3.3-70B-Instruct"),
+    ("someone/Unknown-7B", "someone/Unknown-7B")])
+def test_a_checkpoint_name_is_read_as_the_model_it_is(path, ours):
+    """Format suffixes say the weights, not another model; another publisher's copy is the original of
+    that name; a name we do not know is kept, for the model check to name."""
+    from orchestrator.measured_runs import our_model
+
+    assert our_model(path) == ours
