@@ -252,7 +252,8 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
     out = tmp_path / "out.csv"
     p = run("estimate", "--from-csv", str(src), "--output", str(out), "--no-progress")
     assert p.returncode == 0, p.stderr
-    assert "against the measured runs: median |error| TTFT" in p.stdout
+    assert "against the measured runs: median |error| TTFT" in p.stdout and "over 4 runs" in p.stdout
+    assert "  vllm:" not in p.stdout  # one engine: no breakdown
     got = pd.read_csv(out)
     assert list(got["id"]) == ["a", "b", "c", "d"] and list(got["concurrency"]) == [64, 8, 4, 4]
     assert list(got["model"]) == ["MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "openai/gpt-oss-120b",
@@ -298,3 +299,21 @@ def test_a_checkpoint_name_is_read_as_the_model_it_is(path, ours):
     from orchestrator.measured_runs import our_model
 
     assert our_model(path) == ours
+
+
+def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
+    src = tmp_path / "silicon.csv"
+    src.write_text("\n".join([
+        MEASURED_HEADER,
+        "a,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,fp8,,,1024,128,8,2,1,1,1,1,165,11.9",
+        "b,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,fp8,,,4096,512,16,2,1,1,1,1,773,16.1",
+        "c,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,,,1024,1024,32,2,1,1,1,1,237,20.1"]) + "\n")
+    out = tmp_path / "out.csv"
+    p = run("estimate", "--from-csv", str(src), "--output", str(out), "--no-progress")
+    assert p.returncode == 0, p.stderr
+    got = pd.read_csv(out)
+    trt = got[got["engine"] == "trtllm"]
+    lines = p.stdout.splitlines()
+    assert lines[-2] == (f"  trtllm: TTFT {trt['ttft_error'].abs().median():.1%}, TPOT "
+                         f"{trt['tpot_error'].abs().median():.1%} over 2 runs (0 bound by the KV cache)")
+    assert lines[-1].startswith("  vllm: TTFT ") and lines[-1].endswith("over 1 runs (0 bound by the KV cache)")
