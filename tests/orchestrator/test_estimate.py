@@ -236,25 +236,28 @@ MEASURED_HEADER = ("id,backend,backend_version,model_path,system,precision,gemm_
                    "silicon_tpot_ms")
 
 
+def estimate_measured(tmp_path, rows: list[str]):
+    """`estimate --from-csv` of measured runs in AIConfigurator's format: (process, output table or None)."""
+    src, out = tmp_path / "silicon.csv", tmp_path / "out.csv"
+    src.write_text("\n".join([MEASURED_HEADER, *rows]) + "\n")
+    p = run("estimate", "--from-csv", str(src), "--output", str(out), "--no-progress")
+    return p, (pd.read_csv(out) if p.returncode == 0 else None)
+
+
 def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path):
     """A silicon CSV as AIConfigurator publishes it: batch_size is one attention-DP rank's (16 x 4
     ranks = 64 in flight), an -FP8 checkpoint is its model in FP8 (vLLM keeps an FP8 KV cache for
     it), gpt-oss's nvfp4 label is its MXFP4 checkpoint, an NVFP4 label brings an FP8 cache; each
     row is what `estimate` says of the same configuration given as spec keys, with ours / measured - 1
     beside the measured metrics."""
-    src = tmp_path / "silicon.csv"
-    src.write_text("\n".join([
-        MEASURED_HEADER,
+    p, got = estimate_measured(tmp_path, [
         "a,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,fp8,fp8,1024,1024,16,4,1,1,16,4,150,16",
         "b,vllm,0.12.0,Qwen/Qwen3-235B-A22B-FP8,h200_sxm,fp8,fp8,fp8,1024,256,8,4,1,4,1,1,120,12",
         "c,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,1,1,1,1,1,50,4",
-        "d,vllm,0.17.0,moonshotai/Kimi-K2.5,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,4,1,4,1,1,80,8"]) + "\n")
-    out = tmp_path / "out.csv"
-    p = run("estimate", "--from-csv", str(src), "--output", str(out), "--no-progress")
+        "d,vllm,0.17.0,moonshotai/Kimi-K2.5,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,4,1,4,1,1,80,8"])
     assert p.returncode == 0, p.stderr
     assert "against the measured runs: median |error| TTFT" in p.stdout and "over 4 runs" in p.stdout
     assert "  vllm:" not in p.stdout  # one engine: no breakdown
-    got = pd.read_csv(out)
     assert list(got["id"]) == ["a", "b", "c", "d"] and list(got["concurrency"]) == [64, 8, 4, 4]
     assert list(got["model"]) == ["MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "openai/gpt-oss-120b",
                                   "moonshotai/Kimi-K2.5"]
@@ -281,9 +284,7 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
      "line 2, columns gemm_quant_mode/moe_quant_mode/precision: 'w4a8/w4a8/fp8' is not allowed"),
 ])
 def test_a_measured_run_we_cannot_read_is_one_line_naming_row_and_column(tmp_path, cells, message):
-    src = tmp_path / "silicon.csv"
-    src.write_text(MEASURED_HEADER + "\n" + cells + "\n")
-    p = run("estimate", "--from-csv", str(src), "--output", str(tmp_path / "o.csv"), "--no-progress")
+    p, _ = estimate_measured(tmp_path, [cells])
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
 
 
@@ -302,16 +303,11 @@ def test_a_checkpoint_name_is_read_as_the_model_it_is(path, ours):
 
 
 def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
-    src = tmp_path / "silicon.csv"
-    src.write_text("\n".join([
-        MEASURED_HEADER,
+    p, got = estimate_measured(tmp_path, [
         "a,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,fp8,,,1024,128,8,2,1,1,1,1,165,11.9",
         "b,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,fp8,,,4096,512,16,2,1,1,1,1,773,16.1",
-        "c,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,,,1024,1024,32,2,1,1,1,1,237,20.1"]) + "\n")
-    out = tmp_path / "out.csv"
-    p = run("estimate", "--from-csv", str(src), "--output", str(out), "--no-progress")
+        "c,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,,,1024,1024,32,2,1,1,1,1,237,20.1"])
     assert p.returncode == 0, p.stderr
-    got = pd.read_csv(out)
     trt = got[got["engine"] == "trtllm"]
     lines = p.stdout.splitlines()
     assert lines[-2] == (f"  trtllm: TTFT {trt['ttft_error'].abs().median():.1%}, TPOT "
