@@ -66,7 +66,7 @@ from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
 from simulator.kvbound import BLOCK_SIZE  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
-ENGINES = {e: e for e in measured_runs.ENGINES}
+ENGINES = measured_runs.ENGINES
 #: the NVLink all-reduce efficiency before calibration (what "kernels only" is priced with)
 BEFORE_COMM = 0.65
 #: how the measured runs were driven, as the data show it: (arrival, prompts per unit of concurrency)
@@ -387,7 +387,7 @@ def fit(rows):
     """The all-reduce efficiency of the grid with the lowest total cost, and each engine's profile at it."""
     best = None
     for comm in COMM_GRID:
-        fitted = {e: fit_engine(rows, e, comm) for e in ENGINES.values()}
+        fitted = {e: fit_engine(rows, e, comm) for e in ENGINES}
         cost = sum(c for _, c in fitted.values())
         print(f"  all-reduce efficiency {comm:.2f}: fit cost {cost:.2f}", file=sys.stderr)
         if best is None or cost < best[0]:
@@ -488,7 +488,7 @@ def main() -> None:
         def params_of(e):
             return fitted[e]
 
-        fronts = {e: fit_frontend(rows, e, comm, fitted[e]) for e in ENGINES.values()}
+        fronts = {e: fit_frontend(rows, e, comm, fitted[e]) for e in ENGINES}
         for e, (fe, err) in list(fronts.items()):
             times = "" if fe is None else (f"request_ms = {fe.request_ms:g}, return_ms = {fe.return_ms:g}, "
                                            f"client_ms = {fe.client_ms:g}")

@@ -24,9 +24,8 @@ from latency import kernel_tables, load_model  # noqa: E402
 
 MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2.5",
           "openai/gpt-oss-120b", "Qwen/Qwen3-30B-A3B")
-GPUS = ("h100_sxm", "h200_sxm", "b200_sxm")
-ENGINES = ("vllm", "sglang", "trtllm")
-DTYPES = ("fp8_block", "nvfp4", "w4a16_mxfp4", "int4_wo", "bfloat16")
+GPUS = ("h100_sxm", "h200_sxm", "b200_sxm")  # the GPUs of the measured runs (kernel_tables.GPU_DIRS has more)
+ENGINES = tuple(kernel_tables.ENGINE_DIRS.values())
 
 
 def tables_of(root: Path, gpu: str, engine: str) -> list[tuple[str, pd.DataFrame]]:

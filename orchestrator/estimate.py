@@ -142,17 +142,17 @@ def breakdown(s: Scenario, row: dict):
 def read_configs(path: Path, defaults: dict):
     """The rows of a CSV as field values over `defaults`; a bad cell raises InputError naming the
     line and column. A file of measured runs in AIConfigurator's format (orchestrator.measured_runs)
-    is read as the configurations it measured. Returns (list of values, unknown columns)."""
+    is read as the configurations it measured. Returns (list of values, unknown columns, the spec
+    keys each measured run was read as, or None for a file of spec keys)."""
     import pandas as pd
 
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, ValueError) as err:
         raise InputError("--from-csv", str(path), f"a readable CSV file ({err})") from None
-    measured = measured_runs.is_measured(table.columns)
-    rows = table.to_dict("records")
-    if measured:
-        rows = [measured_runs.to_spec(cells, f"{path} line {i + 2}") for i, cells in enumerate(rows)]
+    rows, read = table.to_dict("records"), None
+    if measured_runs.is_measured(table.columns):
+        rows = read = [measured_runs.to_spec(cells, f"{path} line {i + 2}") for i, cells in enumerate(rows)]
         unknown = []
     else:
         unknown = [c for c in table.columns if c not in FIELD_BY_KEY]
@@ -169,7 +169,7 @@ def read_configs(path: Path, defaults: dict):
                 raise InputError(f"{path} line {i + 2}, column {column}", err.value, err.allowed) from None
             values[f.name] = parsed
         configs.append(values)
-    return configs, unknown
+    return configs, unknown, read
 
 
 def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
@@ -177,7 +177,7 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
     import pandas as pd
     from tqdm import tqdm
 
-    configs, unknown = read_configs(path, defaults)
+    configs, unknown, read = read_configs(path, defaults)
     rows = []
     for i, values in enumerate(tqdm(configs, desc="estimate", unit="row", disable=not progress, file=sys.stderr)):
         try:
@@ -189,9 +189,8 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
         rows.append(estimate(s))
     kept = pd.read_csv(path)  # the input as the user wrote it, typed by pandas
     metrics = pd.DataFrame(rows, index=kept.index)
-    if measured_runs.is_measured(kept.columns):  # the measured runs kept; how we read each, our figures, our errors
-        cells = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
-        read = pd.DataFrame([measured_runs.to_spec(c, "") for c in cells], index=kept.index)
+    if read is not None:  # the measured runs kept; how we read each, our figures, our errors
+        read = pd.DataFrame(read, index=kept.index)
         metrics = metrics[[c for c in metrics.columns if c not in read.columns]]
         return measured_runs.add_errors(pd.concat([kept, read, metrics], axis=1), metrics), unknown
     for column in [c for c in metrics.columns if c in kept.columns]:  # an empty cell shows the value used

@@ -8,14 +8,16 @@ batch_size x attention_dp_size as the concurrency); our `concurrency` counts all
 
 from __future__ import annotations
 
+from latency.kernel_tables import GPU_DIRS
 from orchestrator.fields import InputError
 
 #: the columns that say a CSV is in this format
 SIGNATURE = ("model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size")
 #: the measured metrics, and the error columns written beside our figures (ours / measured - 1)
 MEASURED = {"silicon_ttft_ms": ("ttft_ms", "ttft_error"), "silicon_tpot_ms": ("tpot_ms", "tpot_error")}
-#: the format's GPU names -> our device files
-DEVICES = {"h100_sxm": "H100_SXM", "h200_sxm": "H200_SXM", "b200_sxm": "B200", "a100_sxm": "A100_SXM_80G"}
+#: the format's GPU names -> our device files (AIConfigurator names its kernel tables' GPUs alike)
+DEVICES = {system: device for device, system in GPU_DIRS.items()}
+#: the format's backends, which are our engine profiles' names
 ENGINES = ("vllm", "sglang", "trtllm")
 #: (gemm_quant_mode, moe_quant_mode) -> our quantisation: NVFP4 checkpoints keep attention in bf16
 #: (their configs exclude self_attn), and the INT4 ones are weight-only experts
