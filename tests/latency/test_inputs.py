@@ -133,6 +133,16 @@ def test_a_good_device_file_keeps_its_name_source_defaults_and_scale_up(tmp_path
     assert load_device("ATLAS_800_A3_752T_128G_DIE").scale_up_domain == 768
 
 
+def test_an_a3_die_is_half_a_910c_package():
+    """ATLAS_800_A3_752T_128G_DIE is one die (16 a node, as CloudMatrix deploys them); the id's 752
+    TFLOPS FP16, 128 GB and the package's 3.2 TB/s are two dies', as the Ascend tool's device of this
+    name holds them (376 TFLOPS, 64 GiB, 1.6 TB/s a die)."""
+    die = load_device("ATLAS_800_A3_752T_128G_DIE")
+    assert 2 * die.peak_flops("fp16") == 752e12 and 2 * die.peak_flops("int8") == 1504e12
+    assert (2 * die.hbm_gib, 2 * die.hbm_bytes_per_s) == (128, 3.2e12)
+    assert die.devices_per_node == 16
+
+
 def test_activation_and_kv_capacity_by_hand():
     """Llama-3.1-8B, tp 2, bf16 on H200 (131.3 GiB, 10 GiB reserved), a 4096-token step: activations are
     the tokens x (2 x hidden + the widest intermediate: gate+up over tp = 14336) x 2 bytes, plus
