@@ -47,6 +47,8 @@ class InputError(ValueError):
             label = f.flag if style == "flag" else f.key
         else:
             label = MODE_LABELS.get(self.name, {}).get(style, self.name)
+        if self.value is None:  # a value the input had to give and did not
+            return f"{label}: not given; expected {self.allowed}"
         if style == "flag":
             return f"{label}: {self.value!r} is not allowed; expected {self.allowed}"
         return f"{label} = {self.value!r}: expected {self.allowed}"

@@ -159,7 +159,7 @@ def test_a_layout_implies_its_device_count(tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["--tp-sizes", "2", "--num-devices", "3"], "--tp-sizes: 2 is not allowed; expected a divisor of --num-devices 3 "
      "(with pp=1)"),
-    ([], "--num-devices: None is not allowed; expected a device count, or one --tp-sizes value"),
+    ([], "--num-devices: not given; expected a device count, or one --tp-sizes value"),
 ])
 def test_a_device_count_the_layout_cannot_fill_names_both(args, message):
     p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--concurrency", "8", "--input-length", "1024",

@@ -92,6 +92,14 @@ def test_spec_messages_name_the_key_not_the_flag():
         expand({"grid": {**GRID, "input_length": 41000}})
 
 
+def test_a_value_not_given_is_said_so_not_shown_as_none():
+    """A required value the input left out reads "not given" in both styles, never "None"."""
+    e = InputError("num_devices", None, "a device count")
+    assert (e.render("flag"), e.render("key")) == ("--num-devices: not given; expected a device count",
+                                                   "num_devices: not given; expected a device count")
+    assert InputError("num_devices", 0, "an integer >= 1").render("key") == "num_devices = 0: expected an integer >= 1"
+
+
 def test_one_checker_refuses_bools_everywhere():
     from latency.parallel import ParallelSpec
     from simulator import TokenBudget, Workload
