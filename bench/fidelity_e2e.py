@@ -289,6 +289,18 @@ def _moe_engine(moe: tuple) -> EngineProfile:
     return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1], moe_fp4_bandwidth=moe[2])
 
 
+def shipped_params(engine: str) -> tuple:
+    """The engine profile's times as `Row.predict` takes them (what `servesweep --engine` prices with)."""
+    p = load_engine(engine)
+    return p.step_ms, p.request_layer_us, p.moe_compute, p.moe_bandwidth, p.moe_fp4_bandwidth, p.layer_us
+
+
+def shipped_frontend(engine: str) -> Frontend | None:
+    """The engine profile's front end (None when it ships none)."""
+    times = dict(load_engine(engine).frontend)
+    return Frontend(**times) if times else None
+
+
 def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None, engine_time=True) -> pd.DataFrame:
     out = []
     for row in rows:
@@ -504,13 +516,7 @@ def main() -> None:
     else:
         comm = None
 
-        def params_of(e):
-            p = load_engine(e)
-            return p.step_ms, p.request_layer_us, p.moe_compute, p.moe_bandwidth, p.moe_fp4_bandwidth, p.layer_us
-
-        def frontend_of(e):
-            times = dict(load_engine(e).frontend)
-            return Frontend(**times) if times else None
+        params_of, frontend_of = shipped_params, shipped_frontend
     out = table(rows, comm, params_of, frontend_of)
     fmt = {"TTFT |err|": "{:.1%}".format, "TPOT |err|": "{:.1%}".format}
     print(out.to_string(index=False, formatters=fmt))

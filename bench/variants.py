@@ -33,8 +33,6 @@ import fidelity_e2e as fe  # noqa: E402
 
 import latency.estimator as estimator  # noqa: E402
 import simulator.metrics as metrics  # noqa: E402
-from latency import load_engine  # noqa: E402
-from simulator import Frontend  # noqa: E402
 
 
 def lagged(record_times):
@@ -80,22 +78,19 @@ def main() -> None:
         d = d[d.engine == a.engine]
     if a.family:
         d = d[d.family.isin(a.family)]
-    out = []
-    for r in d.iloc[::a.every].itertuples():
-        row = fe.Row(r)
-        if row.apart:  # queued for KV blocks or beyond peak: reported apart by fidelity_e2e
-            continue
-        p = load_engine(r.engine)
-        params = (p.step_ms, p.request_layer_us, p.moe_compute, min(1.0, p.moe_bandwidth * scale),
-                  min(1.0, p.moe_fp4_bandwidth * scale), p.layer_us)
-        times = dict(p.frontend)
-        front = Frontend(**times) if times else None
-        ttft, tpot = row.predict("bench", None, *params, frontend=front)
-        out.append({"split": r.split, "engine": r.engine, "model": r.model_path, "gpu": r.system,
-                    "ttft": ttft / r.silicon_ttft_ms - 1, "tpot": tpot / r.silicon_tpot_ms - 1})
-    x = pd.DataFrame(out)
-    if x.empty:
+    rows = [row for row in map(fe.Row, d.iloc[::a.every].itertuples())
+            if not row.apart]  # queued for KV blocks or beyond peak: reported apart by fidelity_e2e
+    if not rows:
         sys.exit("variants.py: error: no measured run matches --engine and --family")
+
+    def params_of(engine: str) -> tuple:
+        step_ms, request_layer_us, compute, bandwidth, fp4, layer_us = fe.shipped_params(engine)
+        return step_ms, request_layer_us, compute, min(1.0, bandwidth * scale), min(1.0, fp4 * scale), layer_us
+
+    err = fe.errors(rows, None, params_of, frontend_of=fe.shipped_frontend)
+    x = pd.DataFrame({"split": [row.r.split for row in rows], "engine": [row.r.engine for row in rows],
+                      "model": [row.r.model_path for row in rows], "gpu": [row.r.system for row in rows],
+                      "ttft": err["ttft_err"], "tpot": err["tpot_err"]})
     if a.output:
         x.to_csv(a.output, index=False)
     print(f"{a.variant}: {len(x)} runs, median |error| and signed median (%)")
