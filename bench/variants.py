@@ -15,6 +15,10 @@ per split, engine, model and GPU, so the README's "tried" figures can be reprodu
   AIConfigurator models TensorRT-LLM's TTFT as three mixed steps, ai-dynamo/aiconfigurator#610).
   Applied to the times after planning: the closed loop's replacements are still sent at the end of
   the finishing step, so it is an upper bound on what the lag does to TTFT.
+- `aiperf-pool`: aiperf's prompts as it sends them, 100 reused at random (`--num-dataset-entries`),
+  on an engine whose prefix cache serves the ones it still holds (`simulator.prompts`; the KV pool
+  beyond the requests in flight keeps them). The measured runs' engines had no prefix cache (their
+  launches turn it off): the TPOTs say whether that reading holds.
 """
 
 from __future__ import annotations
@@ -29,10 +33,15 @@ import pandas as pd
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
+import dataclasses  # noqa: E402
+
 import fidelity_e2e as fe  # noqa: E402
 
 import latency.estimator as estimator  # noqa: E402
 import simulator.metrics as metrics  # noqa: E402
+from orchestrator.evaluate import with_prompt_cache  # noqa: E402
+from simulator import plan  # noqa: E402
+from simulator.benchmarks import protocol  # noqa: E402
 
 
 def lagged(record_times):
@@ -47,23 +56,35 @@ def lagged(record_times):
     return times
 
 
-def apply(variant: str) -> float:
-    """Installs `variant`; returns the scale of the expert bandwidth efficiencies."""
+def with_prompt_pool(row: fe.Row) -> fe.Row:
+    """The run's loop drawing aiperf's reused prompts on an engine that caches them, planned again."""
+    w = row.workloads["bench"]
+    size, drained = protocol("aiperf").pool("closed", w.concurrency)
+    w = with_prompt_cache(dataclasses.replace(w, prompt_pool=size, pool_warmup=drained, prefix_caching=True), row.lm)
+    row.workloads["bench"], row.plans["bench"] = w, fe._with_requests(plan(w, row.scheduler))
+    row.base.clear()
+    return row
+
+
+def apply(variant: str) -> tuple:
+    """Installs `variant`; returns the scale of the expert bandwidth efficiencies and what it does to a row."""
     name, *args = variant.split(":")
     if name == "shipped" and not args:
-        return 1.0
+        return 1.0, None
     if name == "moe-floor" and len(args) == 2:
         estimator.KERNELS["moe"] = float(args[0])
-        return float(args[1])
+        return float(args[1]), None
     if name == "overlap-lag" and not args:
         metrics._record_times = lagged(metrics._record_times)
-        return 1.0
-    sys.exit(f"variants.py: error: VARIANT {variant!r}: expected shipped, moe-floor:K:S or overlap-lag")
+        return 1.0, None
+    if name == "aiperf-pool" and not args:
+        return 1.0, with_prompt_pool
+    sys.exit(f"variants.py: error: VARIANT {variant!r}: expected shipped, moe-floor:K:S, overlap-lag or aiperf-pool")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("variant", metavar="VARIANT", help="shipped | moe-floor:K:S | overlap-lag")
+    ap.add_argument("variant", metavar="VARIANT", help="shipped | moe-floor:K:S | overlap-lag | aiperf-pool")
     ap.add_argument("--engine", choices=fe.ENGINES, help="only this engine's runs")
     ap.add_argument("--family", choices=("dense", "MoE", "MLA"), nargs="+",
                     help="only these model families' runs")
@@ -72,7 +93,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.every < 1:
         sys.exit(f"variants.py: error: --every {a.every}: expected an integer >= 1")
-    scale = apply(a.variant)
+    scale, transform = apply(a.variant)
     d = pd.concat([fe.configs(p) for p in (fe.REFERENCE, fe.MOE_REFERENCE)], ignore_index=True)
     if a.engine:
         d = d[d.engine == a.engine]
@@ -82,6 +103,8 @@ def main() -> None:
             if not row.apart]  # queued for KV blocks or beyond peak: reported apart by fidelity_e2e
     if not rows:
         sys.exit("variants.py: error: no measured run matches --engine and --family")
+    if transform is not None:
+        rows = [transform(row) for row in rows]
 
     def params_of(engine: str) -> tuple:
         step_ms, request_layer_us, compute, bandwidth, fp4, layer_us = fe.shipped_params(engine)

@@ -66,6 +66,9 @@ class EngineProfile:
     moe_fp4_bandwidth: float = 0.0
     scheduler: str = ""  # the step policy the engine runs by default (a simulator.scheduler name; "": not said)
     fp8_kv_cache: bool = False  # its FP8 deployments keep an FP8 KV cache (the measured runs it is fitted on did)
+    #: it serves a prompt it still holds from its prefix cache by default (vLLM V1, SGLang's radix cache,
+    #: TensorRT-LLM's KV block reuse): what a benchmark client that reuses prompts (aiperf) meets
+    prefix_caching: bool = False
 
     def expert_bandwidth(self, native_fp4: bool) -> float:
         """The share of the device's memory efficiency the expert GEMMs reach: native FP4 ones apart."""
@@ -125,8 +128,10 @@ def load_engine(name: str) -> EngineProfile:
     scheduler = data.get("scheduler", "")
     if not isinstance(scheduler, str):
         raise ValueError(f"{path.name}: scheduler = {scheduler!r} is not allowed; expected a step policy's name")
-    fp8_kv_cache = data.get("fp8_kv_cache", False)
-    if not isinstance(fp8_kv_cache, bool):
-        raise ValueError(f"{path.name}: fp8_kv_cache = {fp8_kv_cache!r} is not allowed; expected true or false")
+    switches = {}
+    for key in ("fp8_kv_cache", "prefix_caching"):
+        switches[key] = data.get(key, False)
+        if not isinstance(switches[key], bool):
+            raise ValueError(f"{path.name}: {key} = {switches[key]!r} is not allowed; expected true or false")
     return EngineProfile(name=name, source=str(data.get("source", "")), frontend=tuple(frontend),
-                         scheduler=scheduler, fp8_kv_cache=fp8_kv_cache, **values)
+                         scheduler=scheduler, **switches, **values)

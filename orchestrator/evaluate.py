@@ -96,13 +96,26 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     """The workload of search point `n`: concurrency n, or (Poisson) the n-th rate of the grid
     unless `rate` is given."""
     poisson = s.arrival == "poisson"
-    prompts, warmup, measured = protocol(s.benchmark).load(s.arrival, 1 if poisson else n,
-                                                          s.num_prompts if s.arrival != "burst" else 0, s.measure)
+    bench = protocol(s.benchmark)
+    prompts, warmup, measured = bench.load(s.arrival, 1 if poisson else n, s.num_prompts if s.arrival != "burst" else 0,
+                                           s.measure)
+    pool, pool_warmup = bench.pool(s.arrival, n) if not s.trace else (0, 0)  # a trace's requests are its own
     return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
                     burstiness=s.burstiness, seed=s.seed, measure=measured, mix=s.request_mix,
-                    warmup_requests=warmup, frontend=_frontend(s.engine) if s.arrival != "burst" else None)
+                    warmup_requests=warmup, frontend=_frontend(s.engine) if s.arrival != "burst" else None,
+                    prompt_pool=pool, pool_warmup=pool_warmup, prefix_caching=s.prefix_caching == "on")
+
+
+def with_prompt_cache(w: Workload, lm) -> Workload:
+    """`w` with the prompt tokens its engine's cache keeps of finished requests, where it reuses prompts:
+    the KV pool beyond its requests in flight (a typical request each), least recently used out."""
+    if not (w.prefix_caching and w.prompt_pool):
+        return w
+    capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
+    in_flight = w.concurrency * (w.input_length + w.output_length)
+    return replace(w, prefix_cache_tokens=max(0, int(capacity - in_flight)))
 
 
 @lru_cache(maxsize=16)
@@ -126,8 +139,8 @@ def _step_pricer(lm, scheduler) -> StepPricer:
 def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     """Phase one of a point: the latency model and the planned schedule. A Poisson schedule depends
     on time, so its steps are priced while planned (a per-process step pricer remembers them)."""
-    w = workload(s, job.max_batched_tokens, n, rate)
     lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
+    w = with_prompt_cache(workload(s, job.max_batched_tokens, n, rate), lm)
     planned = _planned(w, scheduler, job.role, s.decode_context, lm)
     blocks = _kv_blocks(w, scheduler, job, lm, planned)
     if blocks:

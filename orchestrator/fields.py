@@ -252,6 +252,11 @@ FIELDS: tuple[Field, ...] = (
        "aiperf), vllm-bench "
        "(every request measured, --num-prompts or 1000 sent, as vllm bench serve)", choices=BENCHMARKS,
        group="load"),
+    Field("prefix_caching", str, None, "whether the engine serves a prompt it has seen and still holds from its "
+       "prefix cache (vLLM's --enable-prefix-caching, SGLang's radix cache, TensorRT-LLM's block reuse): it matters "
+       "when the client reuses prompts, as aiperf does (--benchmark aiperf: 100 prompts drawn at random), and a hit "
+       "computes only the prompt's last block", choices=("on", "off"), group="load",
+       default_help="the --engine's own (vllm, sglang, trtllm: on); off with --engine none"),
     Field("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
        commands=("estimate",), column=None),
     Field("request_rate", float, 0.0, "poisson: requests per second offered to one instance", "req/s", low=0,

@@ -4,7 +4,10 @@ a file as it is and reports our error beside each measured TTFT and TPOT. One re
 shared with `bench/fidelity_e2e.py`.
 
 The format's `batch_size` is the requests in flight on one attention-DP rank (its run ids name
-batch_size x attention_dp_size as the concurrency); our `concurrency` counts all ranks."""
+batch_size x attention_dp_size as the concurrency); our `concurrency` counts all ranks.
+
+Every run is a closed loop as aiperf drove it, from its pool of 100 prompts, on an engine without a
+prefix cache (`PREFIX_CACHING`)."""
 
 from __future__ import annotations
 
@@ -31,6 +34,12 @@ LABEL_KV = {"bf16+nvfp4": "fp8"}
 #: (the label's experts format, the checkpoint's) where a label names the checkpoint's 4-bit float
 #: by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4
 SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
+#: the runs' engines did not cache prompts: AIConfigurator's generated launches turn the prefix cache
+#: off unless the model's config names a shared prefix (its generator's golden contracts:
+#: disable_prefix_cache true; vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache), and the
+#: runs' TPOTs say so: with aiperf's 100 reused prompts served from a cache, the dense fit rows' TPOT
+#: would be 17 % below the measured, not within 3 % (`python bench/variants.py aiperf-pool`, README)
+PREFIX_CACHING = "off"
 #: checkpoint-name suffixes that say the weights' format, not another model
 FORMAT_SUFFIXES = ("-FP8", "-NVFP4", "-FP4")
 
@@ -122,7 +131,8 @@ def to_spec(cells: dict, where: str) -> dict:
     spec = {"model": model, "device": device, "engine": cells["backend"], "input_length": str(isl),
             "output_length": str(osl), "concurrency": str(batch * dp), "tp": str(tp), "pp": str(pp),
             "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
-            "kv_cache_dtype": kv_cache(label, cells["backend"]), "arrival": "closed", "benchmark": "aiperf"}
+            "kv_cache_dtype": kv_cache(label, cells["backend"]), "arrival": "closed", "benchmark": "aiperf",
+            "prefix_caching": PREFIX_CACHING}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
     return spec

@@ -21,6 +21,7 @@ from orchestrator.fields import (
     VLLM_LARGE_HBM_BYTES,
     InputError,
 )
+from simulator.benchmarks import protocol
 from simulator.mix import Lengths, MixError, RequestMix, Trace
 from simulator.scheduler import DEFAULT_SCHEDULER, Scheduler, make_scheduler
 
@@ -77,6 +78,14 @@ def _default_scheduler(engine: str) -> str:
         return DEFAULT_SCHEDULER
 
 
+def _default_prefix_caching(engine: str) -> str:
+    """Whether `engine` caches prompts by default (its profile's `prefix_caching`): "on" or "off"."""
+    try:
+        return "on" if load_engine(engine).prefix_caching else "off"
+    except ValueError:
+        return "off"
+
+
 class _ScenarioMethods:
     def __post_init__(self) -> None:
         """Fill the defaults that depend on the device or engine: quantisation, the step policy and the
@@ -87,6 +96,8 @@ class _ScenarioMethods:
                 object.__setattr__(self, "num_devices", self.tp_sizes[0] * self.pp * ranks)
         if self.scheduler is None:  # the engine's own step policy; the RFC's without one
             object.__setattr__(self, "scheduler", _default_scheduler(self.engine))
+        if self.prefix_caching is None:  # the engine's own default
+            object.__setattr__(self, "prefix_caching", _default_prefix_caching(self.engine))
         try:
             device = load_device(self.device)
         except ValueError:
@@ -148,6 +159,11 @@ class _ScenarioMethods:
         if load_engine(self.engine).fp8_kv_cache and quant.compute_dtype == "fp8" and quant.kv_bytes > 1:
             notes.append(f"{self.engine}'s measured FP8 runs kept an FP8 KV cache, this answer's is "
                          f"{self.kv_cache_dtype}: to match them, --kv-cache-dtype fp8")
+        size, _ = protocol(self.benchmark).pool(self.arrival, 1)
+        if size and not self.trace:
+            cache = ("its prefix cache serves the ones it still holds" if self.prefix_caching == "on" else
+                     "the prefix cache is off, so each is computed again")
+            notes.append(f"{self.benchmark} draws every prompt from {size} it reuses; {cache} (--prefix-caching)")
         return notes
 
     def validate(self) -> None:

@@ -8,15 +8,20 @@ as the named client measures it; a burst is the RFC's window whatever the protoc
   drain included (num_prompts, when given, is the measured count). aiperf waits for every warm-up
   response before its profiling phase starts (its docs, tutorials/warmup.md: "By default, AIPerf
   waits indefinitely for all warmup responses before starting profiling"), so the measured phase
-  starts from an idle engine, its C first requests at once: the warm-up leaves nothing behind that
-  we model (random prompts: no prefix-cache hits), and is not played.
+  starts from an idle engine, its C first requests at once; the warm-up is not played. Its prompts
+  are not new ones: it makes `--num-dataset-entries` prompts (100 by default; its ConversationConfig:
+  "reused until benchmarking is complete") and draws each request's at random, the warm-up's too,
+  so an engine with a prefix cache serves most of them from it (`simulator.prompts`).
 - `vllm-bench`: `vllm bench serve --max-concurrency C --num-prompts P`: every request counted, no
-  warm-up; P defaults to the client's 1000.
+  warm-up; P defaults to the client's 1000, each its own random prompt (`--dataset-name random`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+#: aiperf's --num-dataset-entries default: the prompts it makes and reuses (its ConversationDefaults.NUM)
+AIPERF_DATASET_ENTRIES = 100
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class Protocol:
     warmup_per_concurrency: int = 0
     default_prompts: int = 0       # a fixed default request count (vllm bench serve's --num-prompts)
     warmup_drains: bool = False    # the client waits for every warm-up response before it measures
+    prompt_pool: int = 0           # distinct prompts it draws each request's from at random; 0: every one new
 
     def load(self, arrival: str, concurrency: int, num_prompts: int, measure: str) -> tuple[int, int, str]:
         """(num_prompts played, warm-up requests among them, measure) for a closed loop of `concurrency`
@@ -44,10 +50,19 @@ class Protocol:
         warmup = 0 if self.warmup_drains else self.warmup_per_concurrency * concurrency
         return measured + warmup, warmup, self.measure
 
+    def pool(self, arrival: str, concurrency: int) -> tuple[int, int]:
+        """(prompts in the client's pool, pool draws before the played requests: a drained warm-up's)
+        of a closed loop of `concurrency` or a Poisson stream; (0, 0) when every prompt is new."""
+        if not self.prompt_pool or arrival == "burst":
+            return 0, 0
+        drained = self.warmup_per_concurrency * concurrency if self.warmup_drains and arrival == "closed" else 0
+        return self.prompt_pool, drained
+
 
 PROTOCOLS = {p.name: p for p in (
     Protocol("steady", "steady"),
-    Protocol("aiperf", "all", measured_per_concurrency=20, warmup_per_concurrency=2, warmup_drains=True),
+    Protocol("aiperf", "all", measured_per_concurrency=20, warmup_per_concurrency=2, warmup_drains=True,
+             prompt_pool=AIPERF_DATASET_ENTRIES),
     Protocol("vllm-bench", "all", default_prompts=1000),
 )}
 BENCHMARKS = tuple(PROTOCOLS)

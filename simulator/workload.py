@@ -11,6 +11,7 @@ import numpy as np
 from latency.checks import check_int, check_number
 from simulator.frontend import Frontend
 from simulator.mix import RequestMix
+from simulator.prompts import PromptPool, cached_on_hit
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class Workload:
     warmup_requests: int = 0      # measure "all": the first this many requests are a benchmark's warm-up, not measured
     kv_blocks: int = 0            # a KV pool of this many 16-token blocks admits requests as vLLM does; 0: unbounded
     frontend: Frontend | None = None  # the API server between client and scheduler (closed, poisson); None: none
+    prompt_pool: int = 0          # distinct prompts the client draws each request's from (aiperf's); 0: all new
+    pool_warmup: int = 0          # prompt_pool: draws made before the played requests (a drained warm-up)
+    prefix_caching: bool = False  # the engine serves a prompt it still holds from its cache (simulator.prompts)
+    prefix_cache_tokens: int | None = None  # prefix_caching: prompt tokens the cache keeps (LRU); None: all
 
     def __post_init__(self) -> None:
         check_int("input_length", self.input_length, 1)
@@ -98,6 +103,12 @@ class Workload:
         check_int("num_prompts", self.num_prompts, 0)
         check_int("warmup_requests", self.warmup_requests, 0)
         check_int("kv_blocks", self.kv_blocks, 0)
+        check_int("prompt_pool", self.prompt_pool, 0)
+        check_int("pool_warmup", self.pool_warmup, 0)
+        if self.prefix_cache_tokens is not None:
+            check_int("prefix_cache_tokens", self.prefix_cache_tokens, 0)
+        if self.prompt_pool and self.mix is not None and self.mix.trace is not None:
+            raise ValueError("prompt_pool does not apply to a trace: a trace's requests are replayed as they are")
         if self.warmup_requests and self.measure != "all":
             raise ValueError(f"warmup_requests={self.warmup_requests} is a benchmark protocol's: "
                              "it needs measure 'all'")
@@ -143,29 +154,52 @@ class Workload:
     def request_lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prompt, output, cached prompt tokens) of every request in send order. A trace is taken in
         file order (repeated if more prompts are sent); distributions are sampled with `seed` (a
-        stream apart from the arrival times')."""
+        stream apart from the arrival times'); with a prompt pool each request is a pool entry, and
+        with prefix caching a held prompt is served from the cache (`simulator.prompts`)."""
         n = self.prompts
         mix = self.mix
-        if mix is None:
+        if mix is None and not self.prompt_pool:
             return (np.full(n, self.input_length, dtype=np.int64), np.full(n, self.output_length, dtype=np.int64),
                     np.full(n, self.cached_prefix_tokens, dtype=np.int64))
-        if mix.trace is not None:
+        cached = hit = None
+        if self.prompt_pool:  # each request is one of the pool's prompts, with that prompt's lengths
+            entries = self.pool.draws(n)[self.pool_warmup:]
+            entry_in, entry_out = self._lengths(self.prompt_pool)
+            inputs, outputs = entry_in[entries], entry_out[entries]
+            if self.prefix_caching:
+                hit = self.pool.hits(entry_in, n, self.prefix_cache_tokens)
+        elif mix.trace is not None:
             t = mix.trace
             inputs, outputs = np.resize(np.array(t.input_length), n), np.resize(np.array(t.output_length), n)
             cached = np.resize(np.array(t.cached_tokens), n) if t.cached_tokens is not None else None
         else:
-            rng = np.random.default_rng([self.seed, 1])
-            inputs, outputs = mix.input.sample(rng, n), mix.output.sample(rng, n)
-            cached = None
+            inputs, outputs = self._lengths(n)
         by_rate = np.floor(inputs * self.prefix_cache_hit_rate).astype(np.int64)
         cached = by_rate if cached is None else np.where(cached < 0, by_rate, cached)  # < 0: not given
+        if hit is not None:  # a miss is served at the rate, a hit its whole prompt but the last block
+            cached = np.where(hit, np.maximum(cached_on_hit(inputs), by_rate), by_rate)
         cached = np.minimum(cached, inputs - 1)  # at least one prompt token is computed
         return inputs.astype(np.int64), outputs.astype(np.int64), cached.astype(np.int64)
+
+    def _lengths(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """n (prompt, output) lengths: the fixed ones, or drawn from the mix with `seed` (a stream apart
+        from the arrival times')."""
+        if self.mix is None:
+            return np.full(n, self.input_length, dtype=np.int64), np.full(n, self.output_length, dtype=np.int64)
+        rng = np.random.default_rng([self.seed, 1])
+        return self.mix.input.sample(rng, n), self.mix.output.sample(rng, n)
+
+    @property
+    def pool(self) -> PromptPool:
+        """The client's prompt pool: `prompt_pool` prompts, the warm-up's draws first, a closed loop's
+        first `concurrency` requests sent at once."""
+        return PromptPool(self.prompt_pool, self.pool_warmup, self.concurrency if self.arrival != "poisson" else 1,
+                          self.seed)
 
     @cached_property
     def kinds(self) -> RequestKinds:
         """The distinct requests of the workload and which one each request is."""
-        if self.mix is None:
+        if self.mix is None and not self.prompt_pool:
             return RequestKinds.single(self.input_length, self.output_length, self.cached_prefix_tokens,
                                        self.prompts, self.tokens_per_decode_step)
         return RequestKinds.of(*self.request_lengths(), self.tokens_per_decode_step)

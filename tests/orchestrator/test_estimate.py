@@ -231,6 +231,32 @@ def test_an_fp8_answer_says_the_engine_s_measured_runs_kept_an_fp8_kv_cache():
         assert "FP8 KV cache" not in q.stdout, extra
 
 
+def test_aiperf_s_reused_prompts_hit_the_engine_s_prefix_cache_unless_it_is_off():
+    """Under --benchmark aiperf the client draws every prompt from 100; vLLM caches prompts by default, so
+    most requests compute one block: TTFT and TPOT fall, and the answer says why. With the cache off, or
+    --engine none (which has none), or another protocol, every prompt is computed."""
+    args = [*BASE, "--tp-sizes", "1", "--concurrency", "16", "--arrival", "closed", "--benchmark", "aiperf"]
+
+    def ttft_tpot(out):  # the mean column of the TTFT and TPOT lines
+        rows = {line.split()[0]: float(line.split()[2]) for line in out.splitlines()
+                if line.startswith(("TTFT ms", "TPOT ms"))}
+        return rows["TTFT"], rows["TPOT"]
+
+    on, off = run(*args, "--engine", "vllm"), run(*args, "--engine", "vllm", "--prefix-caching", "off")
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    assert "note: aiperf draws every prompt from 100 it reuses; its prefix cache serves" in on.stdout
+    assert "the prefix cache is off, so each is computed again" in off.stdout
+    (t_on, p_on), (t_off, p_off) = ttft_tpot(on.stdout), ttft_tpot(off.stdout)
+    assert t_on < 0.5 * t_off and p_on < p_off
+    none = run(*args)  # --engine none: no prefix cache
+    assert ttft_tpot(none.stdout) == ttft_tpot(run(*args, "--prefix-caching", "off").stdout)
+    plain = run(*[a for a in args if a not in ("--benchmark", "aiperf")], "--engine", "vllm")
+    assert "reuses" not in plain.stdout
+    bad = run(*args, "--prefix-caching", "maybe")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--prefix-caching" in bad.stderr, bad.stderr
+    assert "'maybe' is not allowed; expected one of on, off" in bad.stderr
+
+
 MEASURED_HEADER = ("id,backend,backend_version,model_path,system,precision,gemm_quant_mode,moe_quant_mode,isl,osl,"
                    "batch_size,tp_size,pp_size,moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,"
                    "silicon_tpot_ms")
@@ -264,13 +290,14 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
     assert list(got["quantization"]) == ["fp8", "fp8", "bf16+mxfp4", "bf16+nvfp4"]
     assert list(got["kv_cache_dtype"]) == ["fp8"] * 4
     assert list(got["benchmark"]) == ["aiperf"] * 4 and list(got["arrival"]) == ["closed"] * 4
+    assert list(got["prefix_caching"]) == ["off"] * 4  # AIConfigurator's launches: no prefix cache
     assert got["ttft_error"].tolist() == pytest.approx((got["ttft_ms"] / got["silicon_ttft_ms"] - 1).tolist())
     assert got["tpot_error"].tolist() == pytest.approx((got["tpot_ms"] / got["silicon_tpot_ms"] - 1).tolist())
     first = estimate(configure({"model": "MiniMaxAI/MiniMax-M2.5", "device": "B200", "engine": "vllm",
                                 "quantization": "fp8", "kv_cache_dtype": "fp8", "input_length": 1024,
                                 "output_length": 1024, "concurrency": 64, "tp_sizes": (4,),
                                 "attention_dp_sizes": (4,), "ep": 16, "arrival": "closed",
-                                "benchmark": "aiperf"}))
+                                "benchmark": "aiperf", "prefix_caching": "off"}))
     assert got.loc[0, "ttft_ms"] == pytest.approx(first["ttft_ms"]) and got.loc[0, "tpot_ms"] == pytest.approx(
         first["tpot_ms"])
 
