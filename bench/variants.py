@@ -19,6 +19,16 @@ per split, engine, model and GPU, so the README's "tried" figures can be reprodu
   on an engine whose prefix cache serves the ones it still holds (`simulator.prompts`; the KV pool
   beyond the requests in flight keeps them). The measured runs' engines had no prefix cache (their
   launches turn it off): the TPOTs say whether that reading holds.
+- `serial-client:MS`: the client sends one request at a time, MS ms after the one before (not in the
+  request's TTFT: its clock starts at the send), so a cohort that finishes together reaches the
+  scheduler spread out (engines with a front end: vLLM, TensorRT-LLM).
+- `async-since:VERSION`: vLLM runs of VERSION or later schedule a step ahead (async scheduling, on by
+  default since vLLM 0.14): their front end gets `lookahead_steps` 1.
+- `prefill-layer-us:US`: a step that computes a prompt costs US more per layer (it runs without CUDA
+  graphs, which engines capture for decode batches only, so every kernel's host launch shows).
+- `per-step-requests`: the engine's time per request is per step (host work: scheduling, sampling,
+  output), not per layer: `request_layer_us` x 64 / the model's layers (the FIT rows' depth, so they
+  are played as shipped).
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from packaging.version import InvalidVersion, Version
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 sys.path.insert(1, str(Path(__file__).resolve().parent))
@@ -38,6 +49,7 @@ import dataclasses  # noqa: E402
 import fidelity_e2e as fe  # noqa: E402
 
 import latency.estimator as estimator  # noqa: E402
+import simulator.arrivals as arrivals  # noqa: E402
 import simulator.metrics as metrics  # noqa: E402
 from orchestrator.evaluate import with_prompt_cache  # noqa: E402
 from simulator import plan  # noqa: E402
@@ -66,6 +78,75 @@ def with_prompt_pool(row: fe.Row) -> fe.Row:
     return row
 
 
+#: the depth of the FIT rows the engines' per-request times were fitted on (Qwen3-32B, MiniMax-M2.5: 62-64)
+FIT_DEPTH = 64
+
+
+class Tweaked:
+    """A measured run played with another front end or other engine times (what `fe.errors` asks of a row)."""
+
+    def __init__(self, row, frontend=None, params=None):
+        self.row, self.r, self.frontend, self.params = row, row.r, frontend, params
+
+    def predict(self, label, comm, *params, frontend=None, engine_time=True):
+        return self.row.predict(label, comm, *(self.params or params), frontend=self.frontend or frontend,
+                                engine_time=engine_time)
+
+
+def serial_client(ms: float):
+    """`Arrivals.create` with the client sending one request at a time, `ms` apart."""
+    create = arrivals.Arrivals.create
+
+    def serial(self, ready_ms):
+        if not self.frontend.active:  # an engine without a front end: untimed, as shipped
+            return create(self, ready_ms)
+        sent = np.sort(np.asarray(ready_ms, dtype=np.float64) + self.frontend.client_delay(self.rng, len(ready_ms)))
+        free = getattr(self, "client_free", -np.inf)
+        for i, t in enumerate(sent.tolist()):
+            free = sent[i] = max(t, free + ms)
+        self.client_free = free
+        zero = dataclasses.replace(self.frontend, client_ms=0.0)  # the delay is drawn above, once
+        self.frontend, keep = zero, self.frontend
+        create(self, sent)
+        self.frontend = keep
+    return serial
+
+
+def async_since(version: str):
+    """A row transform: vLLM runs of `version` or later get a front end that schedules a step ahead."""
+    since = Version(version)
+
+    def transform(row):
+        try:
+            newer = Version(str(row.r.backend_version).split("-")[0]) >= since
+        except InvalidVersion:  # a nightly build: newer than any release
+            newer = True
+        front = fe.shipped_frontend(row.r.engine)
+        if row.r.engine != "vllm" or not newer or front is None:
+            return row
+        return Tweaked(row, frontend=dataclasses.replace(front, lookahead_steps=1))
+    return transform
+
+
+def prefill_layer_us(us: float) -> None:
+    """Every step with a prompt chunk costs `us` more per layer."""
+    price = estimator.RooflineModel._price
+
+    def priced(self, step, dec, conc, q, s, n_steps, detail=False):
+        out = price(self, step, dec, conc, q, s, n_steps, detail)
+        prefills = np.bincount(step, weights=(~dec).astype(np.float64), minlength=n_steps) > 0
+        out["total"] = out["total"] + us * 1e-3 * self.model.num_layers * prefills
+        return out
+    estimator.RooflineModel._price = priced
+
+
+def per_step_requests(row):
+    """The engine's per-request time per step: request_layer_us scaled to the row's depth."""
+    step_ms, request_layer_us, *rest = fe.shipped_params(row.r.engine)
+    scaled = request_layer_us * FIT_DEPTH / row.lm.model.num_layers
+    return Tweaked(row, params=(step_ms, scaled, *rest))
+
+
 def apply(variant: str) -> tuple:
     """Installs `variant`; returns the scale of the expert bandwidth efficiencies and what it does to a row."""
     name, *args = variant.split(":")
@@ -79,12 +160,26 @@ def apply(variant: str) -> tuple:
         return 1.0, None
     if name == "aiperf-pool" and not args:
         return 1.0, with_prompt_pool
-    sys.exit(f"variants.py: error: VARIANT {variant!r}: expected shipped, moe-floor:K:S, overlap-lag or aiperf-pool")
+    if name == "serial-client" and len(args) == 1:
+        arrivals.Arrivals.create = serial_client(float(args[0]))
+        return 1.0, None
+    if name == "async-since" and len(args) == 1:
+        return 1.0, async_since(args[0])
+    if name == "prefill-layer-us" and len(args) == 1:
+        prefill_layer_us(float(args[0]))
+        return 1.0, None
+    if name == "per-step-requests" and not args:
+        return 1.0, per_step_requests
+    sys.exit(f"variants.py: error: VARIANT {variant!r}: expected one of {VARIANTS}")
+
+
+VARIANTS = ("shipped, moe-floor:K:S, overlap-lag, aiperf-pool, serial-client:MS, async-since:VERSION, "
+            "prefill-layer-us:US, per-step-requests")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("variant", metavar="VARIANT", help="shipped | moe-floor:K:S | overlap-lag | aiperf-pool")
+    ap.add_argument("variant", metavar="VARIANT", help=VARIANTS)
     ap.add_argument("--engine", choices=fe.ENGINES, help="only this engine's runs")
     ap.add_argument("--family", choices=("dense", "MoE", "MLA"), nargs="+",
                     help="only these model families' runs")

@@ -109,6 +109,22 @@ def run_tables(s: Scenario):
     return pd.DataFrame(requests), pd.DataFrame(steps)
 
 
+def prompt_cache_hits(s: Scenario) -> tuple[float, int, int] | None:
+    """(share of the requests that found their prompt cached, requests, prompt tokens the cache kept)
+    where the client reuses prompts and the engine caches them (simulator.prompts); None elsewhere."""
+    import numpy as np
+
+    from orchestrator.evaluate import with_prompt_cache, workload
+
+    job = job_of(s)
+    n = busiest_rank(s.concurrency, job.layout.attention_dp) if s.arrival != "poisson" else 1
+    w = with_prompt_cache(workload(s, job.max_batched_tokens, n), s.latency_model(job.layout))
+    if not (w.prefix_caching and w.prompt_pool):
+        return None
+    inputs, _, cached = w.request_lengths()
+    return float(np.mean(cached > np.floor(inputs * w.prefix_cache_hit_rate))), w.prompts, w.prefix_cache_tokens
+
+
 def steps_path(path: str) -> str:
     """Where the step table goes beside a per-request table: run.parquet -> run.steps.parquet."""
     return path[: -len(".parquet")] + ".steps.parquet" if path.endswith(".parquet") else path + ".steps.parquet"

@@ -47,7 +47,7 @@ def print_errors(table) -> None:
 
 
 def cmd_estimate(a) -> int:
-    from orchestrator.estimate import backend_notes, breakdown, configure, estimate, estimate_many
+    from orchestrator.estimate import backend_notes, breakdown, configure, estimate, estimate_many, prompt_cache_hits
 
     values = field_values(a, "estimate")
     if a.from_csv:
@@ -102,6 +102,10 @@ def cmd_estimate(a) -> int:
           f"{row['activation_gib']:.2f} GiB, free {row['available_gib']:.2f} GiB, "
           f"reserved {s.reserved_memory_gb:.2f} GiB"
           f"{'' if row['fits_memory'] else '  -- DOES NOT FIT'}")
+    hits = prompt_cache_hits(s)
+    if hits is not None:
+        print(f"prefix cache: {hits[0]:.0%} of the {hits[1]} requests found their prompt cached (the cache kept "
+              f"{hits[2]} prompt tokens beside the requests in flight)")
     if row["kv_bound"]:
         print(f"KV cache bound the load: requests waited for blocks as vLLM queues them; "
               f"{row['decoding_requests']:.1f} decoding on average of {row['concurrency']} in flight, "
