@@ -94,9 +94,21 @@ SCENARIO_TABLE = [("model", "model", "{}"), ("device", "device", "{}"), ("devs",
                   ("TPOT<=", "tpot_limit_ms", "{}")]
 
 
+def varying_columns(rows: list[dict]) -> list[tuple[str, str, str]]:
+    """Table entries for the scenario columns (FIELDS) whose value differs between `rows` and that
+    SCENARIO_TABLE does not show: what tells two rows of a sweep apart (benchmark, prefix_caching, ...)."""
+    from orchestrator.fields import FIELDS
+
+    shown = {c for _, c, _ in SCENARIO_TABLE + TABLE}
+    return [(f.column, f.column, "{}") for f in FIELDS
+            if f.column and f.column not in shown and all(f.column in r for r in rows)
+            and len({str(r[f.column]) for r in rows}) > 1]
+
+
 def result_table(rows: list[dict], scenario: bool = False, percentile: float = 0.0) -> str:
-    """Rows as text; TTFT and TPOT are shown where the limits apply: the mean, or `percentile`."""
-    spec = (SCENARIO_TABLE if scenario else []) + TABLE
+    """Rows as text; TTFT and TPOT are shown where the limits apply: the mean, or `percentile`. With
+    `scenario`, the scenario columns too, and any other scenario field that differs between the rows."""
+    spec = (SCENARIO_TABLE + varying_columns(rows) if scenario else []) + TABLE
     tag = f"p{percentile:g} " if percentile else ""
     cells = [[h.replace("TTFT ", f"TTFT {tag}").replace("TPOT ", f"TPOT {tag}") for h, _, _ in spec]]
     for r in rows:

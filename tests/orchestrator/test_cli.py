@@ -67,3 +67,20 @@ def test_a_closed_pipe_ends_quietly():
                        "--input-length 2048 --output-length 64 --concurrency 8 | head -1", shell=True,
                        capture_output=True, text=True, timeout=120)
     assert p.stdout.startswith("Qwen/Qwen3-8B") and "Traceback" not in p.stderr
+
+
+def test_a_sweep_summary_names_the_scenario_fields_its_rows_differ_in():
+    """Two best rows that differ only in prefix_caching (and benchmark) are told apart by those columns;
+    fields equal in every row, and the ones the table always shows, are not repeated."""
+    from orchestrator.cli.common import result_table, varying_columns
+
+    base = {"model": "m", "device": "d", "num_devices": 1, "input_length": 8, "output_length": 4, "arrival": "closed",
+            "ttft_limit_ms": 1.0, "tpot_limit_ms": 1.0, "engine": "vllm", "benchmark": "aiperf"}
+    rows = [{**base, "prefix_caching": "on"}, {**base, "prefix_caching": "off", "benchmark": "steady"}]
+    assert [c for _, c, _ in varying_columns(rows)] == ["benchmark", "prefix_caching"]
+    assert varying_columns([rows[0], dict(rows[0])]) == []
+    from orchestrator.cli.common import TABLE
+
+    point = {**{c: 1 for _, c, _ in TABLE if c}, "tp": 1, "pp": 1, "dp": 1, "ep": 1}
+    header = result_table([{**r, **point} for r in rows], scenario=True).splitlines()[0].split()
+    assert header.index("benchmark") < header.index("prefix_caching") < header.index("role")
