@@ -54,6 +54,7 @@ import simulator.metrics as metrics  # noqa: E402
 from orchestrator.evaluate import with_prompt_cache  # noqa: E402
 from simulator import plan  # noqa: E402
 from simulator.benchmarks import protocol  # noqa: E402
+from simulator.prompts import PromptPool  # noqa: E402
 
 
 def lagged(record_times):
@@ -72,7 +73,7 @@ def with_prompt_pool(row: fe.Row) -> fe.Row:
     """The run's loop drawing aiperf's reused prompts on an engine that caches them, planned again."""
     w = row.workloads["bench"]
     size, drained = protocol("aiperf").pool("closed", w.concurrency)
-    w = with_prompt_cache(dataclasses.replace(w, prompt_pool=size, pool_warmup=drained, prefix_caching=True), row.lm)
+    w = with_prompt_cache(dataclasses.replace(w, prompt_pool=PromptPool(size, drained, cached=True)), row.lm)
     row.workloads["bench"], row.plans["bench"] = w, fe._with_requests(plan(w, row.scheduler))
     row.base.clear()
     return row

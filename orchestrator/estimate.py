@@ -119,10 +119,10 @@ def prompt_cache_hits(s: Scenario) -> tuple[float, int, int] | None:
     job = job_of(s)
     n = busiest_rank(s.concurrency, job.layout.attention_dp) if s.arrival != "poisson" else 1
     w = with_prompt_cache(workload(s, job.max_batched_tokens, n), s.latency_model(job.layout))
-    if not (w.prefix_caching and w.prompt_pool):
+    if w.prompt_pool is None or not w.prompt_pool.cached:
         return None
     inputs, _, cached = w.request_lengths()
-    return float(np.mean(cached > np.floor(inputs * w.prefix_cache_hit_rate))), w.prompts, w.prefix_cache_tokens
+    return float(np.mean(cached > np.floor(inputs * w.prefix_cache_hit_rate))), w.prompts, w.prompt_pool.cache_tokens
 
 
 def steps_path(path: str) -> str:

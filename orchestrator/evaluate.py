@@ -18,6 +18,7 @@ from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, 
 from simulator.benchmarks import protocol
 from simulator.kvbound import BLOCK_SIZE
 from simulator.metrics import goodput, measure
+from simulator.prompts import PromptPool
 
 PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
 #: the Poisson capacity search walks a geometric grid of rates: point n offers
@@ -99,23 +100,24 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     bench = protocol(s.benchmark)
     prompts, warmup, measured = bench.load(s.arrival, 1 if poisson else n, s.num_prompts if s.arrival != "burst" else 0,
                                            s.measure)
-    pool, pool_warmup = bench.pool(s.arrival, n) if not s.trace else (0, 0)  # a trace's requests are its own
+    size, drained = bench.pool(s.arrival, n) if not s.trace else (0, 0)  # a trace's requests are its own
+    pool = PromptPool(size, drained, cached=s.prefix_caching == "on") if size else None
     return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
                     burstiness=s.burstiness, seed=s.seed, measure=measured, mix=s.request_mix,
                     warmup_requests=warmup, frontend=_frontend(s.engine) if s.arrival != "burst" else None,
-                    prompt_pool=pool, pool_warmup=pool_warmup, prefix_caching=s.prefix_caching == "on")
+                    prompt_pool=pool)
 
 
 def with_prompt_cache(w: Workload, lm) -> Workload:
     """`w` with the prompt tokens its engine's cache keeps of finished requests, where it reuses prompts:
     the KV pool beyond its requests in flight (a typical request each), least recently used out."""
-    if not (w.prefix_caching and w.prompt_pool):
+    if w.prompt_pool is None or not w.prompt_pool.cached:
         return w
     capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
     in_flight = w.concurrency * (w.input_length + w.output_length)
-    return replace(w, prefix_cache_tokens=max(0, int(capacity - in_flight)))
+    return replace(w, prompt_pool=replace(w.prompt_pool, cache_tokens=max(0, int(capacity - in_flight))))
 
 
 @lru_cache(maxsize=16)

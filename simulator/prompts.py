@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latency.checks import check_int
+
 #: the KV block a prefix cache hits in whole (vLLM's default block size, tokens)
 PREFIX_BLOCK = 16
 #: the seed stream of a pool's draws (apart from the arrival times', the lengths' and the front end's)
@@ -57,31 +59,42 @@ class PromptCache:
 
 @dataclass(frozen=True)
 class PromptPool:
-    """`size` prompts a client draws from at random (seeded), `warmup` draws made before the played
-    requests (a drained warm-up), the first `wave` played requests sent at once."""
+    """A client that draws every prompt at random from `size` it reuses, `warmup` of its draws made
+    before the played requests (a drained warm-up), against an engine that caches prompts
+    (`cached`), keeping `cache_tokens` prompt tokens of finished requests (None: all)."""
 
     size: int
-    warmup: int
-    wave: int
-    seed: int
+    warmup: int = 0
+    cached: bool = False
+    cache_tokens: int | None = None
 
-    def draws(self, n: int) -> np.ndarray:
+    def __post_init__(self) -> None:
+        check_int("prompt_pool.size", self.size, 1)
+        check_int("prompt_pool.warmup", self.warmup, 0)
+        if self.cache_tokens is not None:
+            check_int("prompt_pool.cache_tokens", self.cache_tokens, 0)
+
+    def draws(self, n: int, seed: int) -> np.ndarray:
         """The pool entry of the warm-up's draws, then of the n played requests, in send order."""
-        return np.random.default_rng([self.seed, POOL_STREAM]).integers(0, self.size, self.warmup + n)
+        return np.random.default_rng([seed, POOL_STREAM]).integers(0, self.size, self.warmup + n)
 
-    def hits(self, prompt_of_entry: np.ndarray, n: int, capacity: int | None) -> np.ndarray:
+    def hits(self, prompt_of_entry: np.ndarray, n: int, wave: int, seed: int) -> np.ndarray:
         """Whether each of the n played requests finds its prompt cached (`prompt_of_entry[j]`: entry
-        j's prompt tokens; `capacity`: the tokens the cache keeps, None: all)."""
-        cache, hit = PromptCache(capacity), np.zeros(n, dtype=bool)
-        draws = self.draws(n).tolist()
+        j's prompt tokens; the first `wave` played requests are sent at once). All False when the
+        engine does not cache prompts."""
+        hit = np.zeros(n, dtype=bool)
+        if not self.cached:
+            return hit
+        cache = PromptCache(self.cache_tokens)
+        draws = self.draws(n, seed).tolist()
         for entry in draws[: self.warmup]:
             cache.keep(entry, int(prompt_of_entry[entry]))
         played = draws[self.warmup:]
         for i, entry in enumerate(played):
             hit[i] = cache.hit(entry)
-            if i >= self.wave:
+            if i >= wave:
                 cache.keep(entry, int(prompt_of_entry[entry]))
-            elif i == self.wave - 1:  # the wave's prompts are cached once the whole wave is sent
-                for e in played[: self.wave]:
+            elif i == wave - 1:  # the wave's prompts are cached once the whole wave is sent
+                for e in played[:wave]:
                     cache.keep(e, int(prompt_of_entry[e]))
         return hit

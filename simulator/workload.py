@@ -66,10 +66,7 @@ class Workload:
     warmup_requests: int = 0      # measure "all": the first this many requests are a benchmark's warm-up, not measured
     kv_blocks: int = 0            # a KV pool of this many 16-token blocks admits requests as vLLM does; 0: unbounded
     frontend: Frontend | None = None  # the API server between client and scheduler (closed, poisson); None: none
-    prompt_pool: int = 0          # distinct prompts the client draws each request's from (aiperf's); 0: all new
-    pool_warmup: int = 0          # prompt_pool: draws made before the played requests (a drained warm-up)
-    prefix_caching: bool = False  # the engine serves a prompt it still holds from its cache (simulator.prompts)
-    prefix_cache_tokens: int | None = None  # prefix_caching: prompt tokens the cache keeps (LRU); None: all
+    prompt_pool: PromptPool | None = None  # prompts the client reuses, and the engine's cache of them; None: all new
 
     def __post_init__(self) -> None:
         check_int("input_length", self.input_length, 1)
@@ -103,11 +100,9 @@ class Workload:
         check_int("num_prompts", self.num_prompts, 0)
         check_int("warmup_requests", self.warmup_requests, 0)
         check_int("kv_blocks", self.kv_blocks, 0)
-        check_int("prompt_pool", self.prompt_pool, 0)
-        check_int("pool_warmup", self.pool_warmup, 0)
-        if self.prefix_cache_tokens is not None:
-            check_int("prefix_cache_tokens", self.prefix_cache_tokens, 0)
-        if self.prompt_pool and self.mix is not None and self.mix.trace is not None:
+        if self.prompt_pool is not None and not isinstance(self.prompt_pool, PromptPool):
+            raise ValueError(f"prompt_pool must be a simulator.prompts.PromptPool, got {self.prompt_pool!r}")
+        if self.prompt_pool is not None and self.mix is not None and self.mix.trace is not None:
             raise ValueError("prompt_pool does not apply to a trace: a trace's requests are replayed as they are")
         if self.warmup_requests and self.measure != "all":
             raise ValueError(f"warmup_requests={self.warmup_requests} is a benchmark protocol's: "
@@ -158,16 +153,17 @@ class Workload:
         with prefix caching a held prompt is served from the cache (`simulator.prompts`)."""
         n = self.prompts
         mix = self.mix
-        if mix is None and not self.prompt_pool:
+        pool = self.prompt_pool
+        if mix is None and pool is None:
             return (np.full(n, self.input_length, dtype=np.int64), np.full(n, self.output_length, dtype=np.int64),
                     np.full(n, self.cached_prefix_tokens, dtype=np.int64))
         cached = hit = None
-        if self.prompt_pool:  # each request is one of the pool's prompts, with that prompt's lengths
-            entries = self.pool.draws(n)[self.pool_warmup:]
-            entry_in, entry_out = self._lengths(self.prompt_pool)
+        if pool is not None:  # each request is one of the pool's prompts, with that prompt's lengths
+            entries = pool.draws(n, self.seed)[pool.warmup:]
+            entry_in, entry_out = self._lengths(pool.size)
             inputs, outputs = entry_in[entries], entry_out[entries]
-            if self.prefix_caching:
-                hit = self.pool.hits(entry_in, n, self.prefix_cache_tokens)
+            if pool.cached:
+                hit = pool.hits(entry_in, n, self.concurrency if self.arrival != "poisson" else 1, self.seed)
         elif mix.trace is not None:
             t = mix.trace
             inputs, outputs = np.resize(np.array(t.input_length), n), np.resize(np.array(t.output_length), n)
@@ -189,17 +185,10 @@ class Workload:
         rng = np.random.default_rng([self.seed, 1])
         return self.mix.input.sample(rng, n), self.mix.output.sample(rng, n)
 
-    @property
-    def pool(self) -> PromptPool:
-        """The client's prompt pool: `prompt_pool` prompts, the warm-up's draws first, a closed loop's
-        first `concurrency` requests sent at once."""
-        return PromptPool(self.prompt_pool, self.pool_warmup, self.concurrency if self.arrival != "poisson" else 1,
-                          self.seed)
-
     @cached_property
     def kinds(self) -> RequestKinds:
         """The distinct requests of the workload and which one each request is."""
-        if self.mix is None and not self.prompt_pool:
+        if self.mix is None and self.prompt_pool is None:
             return RequestKinds.single(self.input_length, self.output_length, self.cached_prefix_tokens,
                                        self.prompts, self.tokens_per_decode_step)
         return RequestKinds.of(*self.request_lengths(), self.tokens_per_decode_step)

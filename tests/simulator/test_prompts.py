@@ -36,10 +36,13 @@ def test_the_cache_drops_the_least_recently_used_prompt():
 def test_one_prompt_hits_from_the_second_wave_on():
     # a pool of one prompt, four requests at once, then replacements: the first wave finds nothing
     # (the prompt is being computed), every later request finds it; after a warm-up, all do
-    pool = PromptPool(size=1, warmup=0, wave=4, seed=0)
-    assert pool.hits(np.array([64]), 10, None).tolist() == [False] * 4 + [True] * 6
-    assert PromptPool(1, 8, 4, 0).hits(np.array([64]), 10, None).all()
-    assert not pool.hits(np.array([64]), 10, 0).any()  # a cache that keeps nothing
+    pool = PromptPool(size=1, cached=True)
+    assert pool.hits(np.array([64]), 10, wave=4, seed=0).tolist() == [False] * 4 + [True] * 6
+    assert PromptPool(1, warmup=8, cached=True).hits(np.array([64]), 10, 4, 0).all()
+    assert not PromptPool(1, cached=True, cache_tokens=0).hits(np.array([64]), 10, 4, 0).any()  # keeps nothing
+    assert not PromptPool(1).hits(np.array([64]), 10, 4, 0).any()  # an engine without a prefix cache
+    with pytest.raises(ValueError, match="prompt_pool.size"):
+        PromptPool(0)
 
 
 def _hits_by_hand(draws, warmup, wave, n):
@@ -58,9 +61,9 @@ def _hits_by_hand(draws, warmup, wave, n):
 @given(size=st.integers(1, 30), warmup=st.integers(0, 20), wave=st.integers(1, 12), n=st.integers(1, 80),
        seed=st.integers(0, 5))
 def test_hits_equal_a_plain_count(size, warmup, wave, n, seed):
-    pool = PromptPool(size, warmup, wave, seed)
-    draws = pool.draws(n).tolist()
-    assert pool.hits(np.full(size, 100), n, None).tolist() == _hits_by_hand(draws, warmup, wave, n)
+    pool = PromptPool(size, warmup, cached=True)
+    draws = pool.draws(n, seed).tolist()
+    assert pool.hits(np.full(size, 100), n, wave, seed).tolist() == _hits_by_hand(draws, warmup, wave, n)
 
 
 def test_aiperf_draws_from_its_hundred_prompts_its_warm_up_first():
@@ -74,18 +77,18 @@ def test_aiperf_draws_from_its_hundred_prompts_its_warm_up_first():
 
 def _aiperf_loop(c=8, prompt=1024, output=16, caching=True, **kw):
     return Workload(prompt, output, 2048, c, arrival="closed", num_prompts=20 * c, measure="all",
-                    prompt_pool=100, pool_warmup=2 * c, prefix_caching=caching, **kw)
+                    prompt_pool=PromptPool(100, 2 * c, cached=caching), **kw)
 
 
 def test_a_workload_s_hits_are_its_pool_s_and_a_miss_keeps_the_rate():
     w = _aiperf_loop(prefix_cache_hit_rate=0.25)
     inputs, _, cached = w.request_lengths()
-    hit = w.pool.hits(np.full(100, 1024), w.prompts, None)
+    hit = w.prompt_pool.hits(np.full(100, 1024), w.prompts, 8, w.seed)
     assert 0 < hit.mean() < 1 and (inputs == 1024).all()
     assert cached[hit].tolist() == [1008] * hit.sum() and cached[~hit].tolist() == [256] * (~hit).sum()
-    off = dataclasses.replace(w, prefix_caching=False)
+    off = dataclasses.replace(w, prompt_pool=dataclasses.replace(w.prompt_pool, cached=False))
     assert off.request_lengths()[2].tolist() == [256] * w.prompts and off.kinds.kind_of is None
-    kept = dataclasses.replace(w, prefix_cache_tokens=0)
+    kept = dataclasses.replace(w, prompt_pool=dataclasses.replace(w.prompt_pool, cache_tokens=0))
     assert kept.request_lengths()[2].tolist() == [256] * w.prompts  # the cache keeps nothing
 
 
@@ -93,7 +96,7 @@ def test_a_mixed_pool_repeats_each_prompt_s_lengths():
     from simulator.mix import Lengths, RequestMix
 
     mix = RequestMix(Lengths.parse("uniform:100:900"), Lengths.parse("uniform:10:50"))
-    w = dataclasses.replace(_aiperf_loop(), mix=mix, prompt_pool=5)
+    w = dataclasses.replace(_aiperf_loop(), mix=mix, prompt_pool=PromptPool(5, 16, cached=True))
     inputs, outputs, cached = w.request_lengths()
     assert len(set(zip(inputs.tolist(), outputs.tolist(), strict=True))) <= 5
     assert ((cached == 0) | (cached == (inputs - 1) // 16 * 16)).all() and (cached > 0).any()
@@ -103,8 +106,7 @@ def test_cached_prompts_make_the_loop_faster_and_nothing_else_changes():
     """Hits only take prefill work away: TTFT and TPOT fall; with the cache off the pool is invisible."""
     lm = lambda keys: np.array([0.5 + 0.01 * k.concurrency * k.query_len for k in keys])  # noqa: E731
     on, off = simulate(_aiperf_loop(), lm, TokenBudget()), simulate(_aiperf_loop(caching=False), lm, TokenBudget())
-    plain = simulate(dataclasses.replace(_aiperf_loop(caching=False), prompt_pool=0, pool_warmup=0), lm,
-                     TokenBudget())
+    plain = simulate(dataclasses.replace(_aiperf_loop(caching=False), prompt_pool=None), lm, TokenBudget())
     assert on.ttft_ms < 0.8 * off.ttft_ms and on.tpot_ms < off.tpot_ms
     assert (off.ttft_ms, off.tpot_ms) == (plain.ttft_ms, plain.tpot_ms)
 
@@ -113,7 +115,7 @@ def test_cached_prompts_make_the_loop_faster_and_nothing_else_changes():
 @given(c=st.integers(1, 6), prompt=st.integers(1, 70), pool=st.integers(1, 12), capacity=st.sampled_from([None, 0, 64]),
        policy=policies)
 def test_plans_with_cached_prompts_equal_the_reference(c, prompt, pool, capacity, policy):
-    w = dataclasses.replace(_aiperf_loop(c, prompt, 5), prompt_pool=pool, prefix_cache_tokens=capacity,
+    w = dataclasses.replace(_aiperf_loop(c, prompt, 5), prompt_pool=PromptPool(pool, 2 * c, True, capacity),
                             max_batched_tokens=48)
     _assert_plays_as_reference(plan(w, policy), w, policy)
 
@@ -124,4 +126,4 @@ def test_a_pool_is_refused_with_a_trace():
     trace = Trace("t.csv", "x", (4, 4), (2, 2))
     with pytest.raises(ValueError, match="prompt_pool does not apply to a trace"):
         Workload(4, 2, 8, 1, arrival="closed", mix=RequestMix(Lengths.parse(4), Lengths.parse(2), trace),
-                 prompt_pool=3)
+                 prompt_pool=PromptPool(3))
