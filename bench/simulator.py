@@ -8,7 +8,8 @@ one batched pricing call + replay): `wall ms` with a cheap latency, a plain func
 every shape is made a tuple), `roofline ms` priced by the real roofline model of
 Qwen3-32B on one H200. Steady-state rows: a closed loop of N in flight and P prompts, and a Poisson
 stream of P prompts at R req/s (priced shape by shape while planned, so its roofline column
-includes that pricing).
+includes that pricing). Then request mixes, and aiperf's loop drawing its 100 reused prompts on an
+engine without and with a prefix cache.
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def main() -> None:
                   f"{wall:>8.2f} {1000 * wall / m.num_steps:>8.2f} {statistics.median(priced):>12.2f}")
     print()
     mixes(args.runs, roofline)
+    print()
+    prompt_reuse(args.runs, roofline)
 
 
 def mixes(runs: int, roofline) -> None:
@@ -136,6 +139,27 @@ def mixes(runs: int, roofline) -> None:
                 simulate(w, roofline, policy)
                 priced.append((time.perf_counter() - t0) * 1000)
             print(f"{inputs:>28} {outputs:>26} {policy.name:>13} {m.num_steps:>6} {len(w.kinds.input):>6} "
+                  f"{statistics.median(walls):>8.2f} {statistics.median(priced):>12.2f}")
+
+
+def prompt_reuse(runs: int, roofline) -> None:
+    """aiperf's closed loop (C=64, 2C drained warm-up, 20C measured, 1024 + 512 tokens, B=8192) drawing
+    its 100 reused prompts, on an engine without and with a prefix cache (simulator.prompts)."""
+    from simulator.prompts import PromptPool
+
+    print(f"{'prefix cache':>12} {'policy':>13} {'steps':>6} {'hits':>6} {'wall ms':>8} {'roofline ms':>12}")
+    for cached in (False, True):
+        for policy in (DecodeFirstWithSlack(), TokenBudget()):
+            walls, priced = [], []
+            for _ in range(runs):
+                for latency, out in ((cheap_latency, walls), (roofline, priced)):
+                    w = Workload(1024, 512, 8192, 64, arrival="closed", num_prompts=1280, measure="all",
+                                 prompt_pool=PromptPool(100, 128, cached=cached))  # fresh: no memo
+                    t0 = time.perf_counter()
+                    m = simulate(w, latency, policy)
+                    out.append((time.perf_counter() - t0) * 1000)
+            hits = (w.request_lengths()[2] > 0).mean()
+            print(f"{'on' if cached else 'off':>12} {policy.name:>13} {m.num_steps:>6} {hits:>6.0%} "
                   f"{statistics.median(walls):>8.2f} {statistics.median(priced):>12.2f}")
 
 
