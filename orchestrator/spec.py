@@ -34,6 +34,7 @@ from orchestrator.fields import FIELD_BY_KEY, FIELDS, InputError
 from orchestrator.jobs import SweepItem
 from orchestrator.modes import MODES, make_mode
 from orchestrator.scenario import Scenario
+from simulator.benchmarks import protocol
 from simulator.mix import Lengths
 
 if sys.version_info >= (3, 11):
@@ -123,7 +124,7 @@ def expand(spec: dict) -> list[SweepItem]:
     if missing:
         raise SpecError(f"grid.{missing[0]}: required key is missing")
     names = list(grid)
-    items = []
+    items, ids = [], set()
     for combo in itertools.product(*(grid[k] for k in names)):
         fields = {}
         for key, value in [*zip(names, combo, strict=True), *options.items()]:
@@ -138,13 +139,22 @@ def expand(spec: dict) -> list[SweepItem]:
             raise SpecError(err.render("key")) from None
         except ValueError as err:
             raise SpecError(str(err)) from None
-        items.append(SweepItem(scenario_id(s, mode), s, mode, jobs))
+        sid = scenario_id(s, mode)
+        if sid not in ids:  # combinations that differ only in an INERT field are one scenario
+            ids.add(sid)
+            items.append(SweepItem(sid, s, mode, jobs))
     return items
+
+
+#: fields that change no result unless a condition holds, left out of the id where it does not, so a
+#: scenario keeps the id it had before the field existed (a resumed sweep finds its finished scenarios)
+INERT = {"prefix_caching": lambda s: not s.trace and protocol(s.benchmark).pool(s.arrival, 1)[0] > 0}
 
 
 def scenario_id(s: Scenario, mode) -> str:
     # a trace is named by its content's digest too: the same path with other requests is another scenario
     trace = str(s.request_mix) if s.trace else ""
-    payload = json.dumps([asdict(s), mode.name, mode.options().get("pd_devices"), trace], sort_keys=True,
+    fields = {k: v for k, v in asdict(s).items() if k not in INERT or INERT[k](s)}
+    payload = json.dumps([fields, mode.name, mode.options().get("pd_devices"), trace], sort_keys=True,
                          default=list)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -651,3 +651,19 @@ def test_a_disaggregated_sweep_names_the_side_that_fails_in_its_best_rows(tmp_pa
     assert failed["role"].tolist() == ["decode"]
     assert failed["message"].iloc[0].startswith("no decode instance meets TPOT <= 1 ms: TPOT fails first")
     assert set(best[best["feasible"]]["role"]) == {"prefill"}
+
+
+def test_prefix_caching_changes_a_scenario_s_id_only_where_it_changes_its_results(tmp_path):
+    """The prefix cache matters only when the client reuses prompts (aiperf): elsewhere both values are
+    one scenario, with the id it had before the field existed, so a resumed sweep finds its rows."""
+    from orchestrator.spec import expand, load_spec
+
+    def ids(benchmark):
+        path = tmp_path / f"{benchmark}.toml"
+        path.write_text('[grid]\nmodel = "Qwen/Qwen3-8B"\ndevice = "H100_SXM"\nnum_devices = 1\ninput_length = 1024\n'
+                        'output_length = 128\nprefix_caching = ["on", "off"]\n[options]\nengine = "vllm"\n'
+                        f'arrival = "closed"\nbenchmark = "{benchmark}"\n')
+        return [item.id for item in expand(load_spec(path))]
+
+    steady, aiperf = ids("steady"), ids("aiperf")
+    assert len(steady) == 1 and len(aiperf) == 2 and steady[0] not in aiperf  # one scenario where it is inert
