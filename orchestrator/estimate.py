@@ -102,11 +102,15 @@ def run_tables(s: Scenario):
 
     from orchestrator.evaluate import point_tables
 
+    requests, steps = point_tables(s, *busiest_point(s))
+    return pd.DataFrame(requests), pd.DataFrame(steps)
+
+
+def busiest_point(s: Scenario) -> tuple[Job, int, float | None]:
+    """(job, requests on the busiest attention-DP rank, its share of a Poisson rate) of the configuration."""
     job = job_of(s)
     ranks = job.layout.attention_dp
-    requests, steps = point_tables(s, job, busiest_rank(s.concurrency, ranks),
-                                   s.request_rate / ranks if s.arrival == "poisson" else None)
-    return pd.DataFrame(requests), pd.DataFrame(steps)
+    return job, busiest_rank(s.concurrency, ranks), s.request_rate / ranks if s.arrival == "poisson" else None
 
 
 def prompt_cache_hits(s: Scenario) -> tuple[float, int, int] | None:
@@ -116,9 +120,8 @@ def prompt_cache_hits(s: Scenario) -> tuple[float, int, int] | None:
 
     from orchestrator.evaluate import with_prompt_cache, workload
 
-    job = job_of(s)
-    n = busiest_rank(s.concurrency, job.layout.attention_dp) if s.arrival != "poisson" else 1
-    w = with_prompt_cache(workload(s, job.max_batched_tokens, n), s.latency_model(job.layout))
+    job, n, rate = busiest_point(s)
+    w = with_prompt_cache(workload(s, job.max_batched_tokens, n, rate), s.latency_model(job.layout))
     if w.prompt_pool is None or not w.prompt_pool.cached:
         return None
     inputs, _, cached = w.request_lengths()

@@ -100,8 +100,7 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     bench = protocol(s.benchmark)
     prompts, warmup, measured = bench.load(s.arrival, 1 if poisson else n, s.num_prompts if s.arrival != "burst" else 0,
                                            s.measure)
-    size, drained = bench.pool(s.arrival, n) if not s.trace else (0, 0)  # a trace's requests are its own
-    pool = PromptPool(size, drained, cached=s.prefix_caching == "on") if size else None
+    pool = (PromptPool(*bench.pool(s.arrival, n), cached=s.prefix_caching == "on") if s.reused_prompts else None)
     return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,

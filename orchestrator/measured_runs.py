@@ -38,7 +38,7 @@ SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
 #: off unless the model's config names a shared prefix (its generator's golden contracts:
 #: disable_prefix_cache true; vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache), and the
 #: runs' TPOTs say so: with aiperf's 100 reused prompts served from a cache, the dense fit rows' TPOT
-#: would be 17 % below the measured, not within 3 % (`python bench/variants.py aiperf-pool`, README)
+#: would be 16-28 % low, not within 3-9 % (`python bench/variants.py aiperf-pool --every 2`, README)
 PREFIX_CACHING = "off"
 #: checkpoint-name suffixes that say the weights' format, not another model
 FORMAT_SUFFIXES = ("-FP8", "-NVFP4", "-FP4")

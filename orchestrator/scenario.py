@@ -128,6 +128,12 @@ class _ScenarioMethods:
             return RequestMix(_as_lengths(self.input_length), _as_lengths(self.output_length))
         return None
 
+    @property
+    def reused_prompts(self) -> int:
+        """Prompts the benchmark client draws every request's from (aiperf's pool); 0 when every prompt is
+        new, a trace's requests included: only then does `prefix_caching` change a result."""
+        return 0 if self.trace else protocol(self.benchmark).pool(self.arrival, 1)[0]
+
     def typical(self, name: str) -> int:
         """The typical request's `input_length` or `output_length`: the value, or the mix's mean, rounded."""
         if self.trace:
@@ -159,11 +165,11 @@ class _ScenarioMethods:
         if load_engine(self.engine).fp8_kv_cache and quant.compute_dtype == "fp8" and quant.kv_bytes > 1:
             notes.append(f"{self.engine}'s measured FP8 runs kept an FP8 KV cache, this answer's is "
                          f"{self.kv_cache_dtype}: to match them, --kv-cache-dtype fp8")
-        size, _ = protocol(self.benchmark).pool(self.arrival, 1)
-        if size and not self.trace:
+        if self.reused_prompts:
             cache = ("its prefix cache serves the ones it still holds" if self.prefix_caching == "on" else
                      "the prefix cache is off, so each is computed again")
-            notes.append(f"{self.benchmark} draws every prompt from {size} it reuses; {cache} (--prefix-caching)")
+            notes.append(f"{self.benchmark} draws every prompt from {self.reused_prompts} it reuses; {cache} "
+                         "(--prefix-caching)")
         return notes
 
     def validate(self) -> None:

@@ -34,7 +34,6 @@ from orchestrator.fields import FIELD_BY_KEY, FIELDS, InputError
 from orchestrator.jobs import SweepItem
 from orchestrator.modes import MODES, make_mode
 from orchestrator.scenario import Scenario
-from simulator.benchmarks import protocol
 from simulator.mix import Lengths
 
 if sys.version_info >= (3, 11):
@@ -148,7 +147,7 @@ def expand(spec: dict) -> list[SweepItem]:
 
 #: fields that change no result unless a condition holds, left out of the id where it does not, so a
 #: scenario keeps the id it had before the field existed (a resumed sweep finds its finished scenarios)
-INERT = {"prefix_caching": lambda s: not s.trace and protocol(s.benchmark).pool(s.arrival, 1)[0] > 0}
+INERT = {"prefix_caching": lambda s: s.reused_prompts > 0}
 
 
 def scenario_id(s: Scenario, mode) -> str:

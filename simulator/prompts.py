@@ -21,16 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from latency.checks import check_int
+from simulator.kvbound import BLOCK_SIZE
 
-#: the KV block a prefix cache hits in whole (vLLM's default block size, tokens)
-PREFIX_BLOCK = 16
 #: the seed stream of a pool's draws (apart from the arrival times', the lengths' and the front end's)
 POOL_STREAM = 3
 
 
 def cached_on_hit(prompt: np.ndarray) -> np.ndarray:
-    """Prompt tokens a prefix-cache hit serves: whole blocks, at least one token left to compute."""
-    return (prompt - 1) // PREFIX_BLOCK * PREFIX_BLOCK
+    """Prompt tokens a prefix-cache hit serves: whole KV blocks, at least one token left to compute."""
+    return (prompt - 1) // BLOCK_SIZE * BLOCK_SIZE
 
 
 class PromptCache:
@@ -78,18 +77,18 @@ class PromptPool:
         """The pool entry of the warm-up's draws, then of the n played requests, in send order."""
         return np.random.default_rng([seed, POOL_STREAM]).integers(0, self.size, self.warmup + n)
 
-    def hits(self, prompt_of_entry: np.ndarray, n: int, wave: int, seed: int) -> np.ndarray:
-        """Whether each of the n played requests finds its prompt cached (`prompt_of_entry[j]`: entry
-        j's prompt tokens; the first `wave` played requests are sent at once). All False when the
-        engine does not cache prompts."""
-        hit = np.zeros(n, dtype=bool)
+    def hits(self, draws: np.ndarray, prompt_of_entry: np.ndarray, wave: int) -> np.ndarray:
+        """Whether each played request finds its prompt cached: `draws` are `draws()`'s (the warm-up's
+        first), `prompt_of_entry[j]` entry j's prompt tokens, and the first `wave` played requests are
+        sent at once. All False when the engine does not cache prompts."""
+        draws = draws.tolist()
+        played = draws[self.warmup:]
+        hit = np.zeros(len(played), dtype=bool)
         if not self.cached:
             return hit
         cache = PromptCache(self.cache_tokens)
-        draws = self.draws(n, seed).tolist()
         for entry in draws[: self.warmup]:
             cache.keep(entry, int(prompt_of_entry[entry]))
-        played = draws[self.warmup:]
         for i, entry in enumerate(played):
             hit[i] = cache.hit(entry)
             if i >= wave:

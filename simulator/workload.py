@@ -155,15 +155,13 @@ class Workload:
         mix = self.mix
         pool = self.prompt_pool
         if mix is None and pool is None:
-            return (np.full(n, self.input_length, dtype=np.int64), np.full(n, self.output_length, dtype=np.int64),
-                    np.full(n, self.cached_prefix_tokens, dtype=np.int64))
+            return *self._lengths(n), np.full(n, self.cached_prefix_tokens, dtype=np.int64)
         cached = hit = None
         if pool is not None:  # each request is one of the pool's prompts, with that prompt's lengths
-            entries = pool.draws(n, self.seed)[pool.warmup:]
+            draws = pool.draws(n, self.seed)
             entry_in, entry_out = self._lengths(pool.size)
-            inputs, outputs = entry_in[entries], entry_out[entries]
-            if pool.cached:
-                hit = pool.hits(entry_in, n, self.concurrency if self.arrival != "poisson" else 1, self.seed)
+            inputs, outputs = entry_in[draws[pool.warmup:]], entry_out[draws[pool.warmup:]]
+            hit = pool.hits(draws, entry_in, self.concurrency if self.arrival != "poisson" else 1)
         elif mix.trace is not None:
             t = mix.trace
             inputs, outputs = np.resize(np.array(t.input_length), n), np.resize(np.array(t.output_length), n)

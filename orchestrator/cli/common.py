@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator.fields import fields_for
+from orchestrator.fields import FIELDS, fields_for
 from orchestrator.scenario import Scenario
 from simulator.mix import Lengths
 
@@ -97,8 +97,6 @@ SCENARIO_TABLE = [("model", "model", "{}"), ("device", "device", "{}"), ("devs",
 def varying_columns(rows: list[dict]) -> list[tuple[str, str, str]]:
     """Table entries for the scenario columns (FIELDS) whose value differs between `rows` and that
     SCENARIO_TABLE does not show: what tells two rows of a sweep apart (benchmark, prefix_caching, ...)."""
-    from orchestrator.fields import FIELDS
-
     shown = {c for _, c, _ in SCENARIO_TABLE + TABLE}
     return [(f.column, f.column, "{}") for f in FIELDS
             if f.column and f.column not in shown and all(f.column in r for r in rows)
