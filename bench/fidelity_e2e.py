@@ -1,7 +1,7 @@
 """End-to-end fidelity against measured serving runs (closed loop at fixed concurrency).
 
     python bench/fidelity_e2e.py [--reference CSV ...] [--fit]
-                                 [--benchmark aiperf|vllm-bench|steady] [--launch defaults|aiconfigurator]
+                                 [--benchmark aiperf|vllm-bench|steady] [--launch as-read|aiconfigurator]
 
 Every row of `measured_serving.csv` (vLLM, SGLang, TensorRT-LLM on H100/H200) and of
 `measured_serving_moe.csv` (three MoE models on vLLM, H100/H200/B200) is simulated as a
@@ -140,19 +140,20 @@ def configs(reference: Path) -> pd.DataFrame:
 #: AIConfigurator's generated aggregated launch (its generator's benchmark rules,
 #: generator/rule_plugin/benchmark/{vllm,trtllm,sglang}.rule): the step's token budget is the batch
 #: size + the prompt + 1500 tokens (TensorRT-LLM's rounded up to its 32-token blocks; SGLang's
-#: --max-prefill-tokens is the prompt + 1500 beside the decodes), the batch size the concurrency, and
-#: SGLang runs --enable-mixed-chunk (since 2026-01-19), which mixes prefill chunks into decode steps
-#: as vLLM's token budget does. TensorRT-LLM's template leaves chunked prefill off; we keep chunks.
-AIC_SPARE_TOKENS, TRTLLM_BLOCK = 1500, 32
-LAUNCHES = ("defaults", "aiconfigurator")
+#: --max-prefill-tokens is the prompt + 1500, its mixed decodes counted in), the batch size the
+#: concurrency, and SGLang runs --enable-mixed-chunk (since 2026-01-19), which mixes prefill chunks
+#: into decode steps as vLLM's token budget does. TensorRT-LLM's template leaves chunked prefill off;
+#: we keep chunks.
+AIC_SPARE_TOKENS, TRTLLM_BLOCK = measured_runs.GENERATED_SPARE_TOKENS, 32
+LAUNCHES = ("as-read", "aiconfigurator")
 
 
 def aiconfigurator_launch(r, policy: str, default_budget: int) -> tuple[str, int, int]:
     """(step policy, token budget, max running requests) of row `r` launched as AIConfigurator's
     generator launches its engine."""
     c, isl = int(r.batch_size), int(r.isl)
-    if r.engine == "sglang":
-        return "token-budget", c + min(default_budget, isl + AIC_SPARE_TOKENS), c
+    if r.engine == "sglang":  # its mixed decodes count against --max-prefill-tokens (SGLang's PrefillAdder)
+        return "token-budget", min(default_budget, isl + AIC_SPARE_TOKENS), c
     budget = c + isl + AIC_SPARE_TOKENS
     if r.engine == "trtllm":
         budget = -(-budget // TRTLLM_BLOCK) * TRTLLM_BLOCK
@@ -163,7 +164,7 @@ class Row:
     """One measured run, planned once as a burst and as the benchmark ran it, priced per candidate
     all-reduce efficiency (kernels only; the engine's overhead is added per step when replayed)."""
 
-    def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline", launch: str = "defaults"):
+    def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline", launch: str = "as-read"):
         self.r = r
         engine = load_engine(r.engine)
         reserved = engine.reserved_gib(load_device(r.device).hbm_gib)  # what `servesweep --engine` keeps free
@@ -181,8 +182,12 @@ class Row:
         # max_num_tokens), as `servesweep` assumes it, and vLLM's max_num_seqs
         budget = engine_default_budget(self.lm.device)
         policy, max_seqs = engine.scheduler or "token-budget", VLLM_MAX_NUM_SEQS  # the engine's own step policy
+        read = measured_runs.launch(r.engine, str(r.backend_version), int(r.isl),
+                                    int(r.batch_size) * int(r.attention_dp), r.device)
         if launch == "aiconfigurator":
             policy, budget, max_seqs = aiconfigurator_launch(r, policy, budget)
+        elif read:  # as `estimate --from-csv` reads the run's launch
+            policy, budget, max_seqs = read["scheduler"], int(read["max_batched_tokens"]), int(read["max_num_seqs"])
         self.devices = self.lm.devices_per_instance
         #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
         self.dp_step_ms = engine.dp_step_ms if int(r.attention_dp) > 1 else 0.0
@@ -471,10 +476,12 @@ def main() -> None:
     ap.add_argument("--latency-backend", choices=("roofline", kernel_tables.NAME), default="roofline",
                     help="what prices the steps: the roofline, or MoE experts from AIConfigurator's measured "
                          "kernel tables (needs servesweep[kernels])")
-    ap.add_argument("--launch", choices=LAUNCHES, default="defaults",
-                    help="how the engines were launched: their defaults (vLLM's max_num_batched_tokens 8192, 16384 "
-                         "on >= 160 GiB; SGLang prefill-first), or as AIConfigurator's generator launches them "
-                         "(budget = concurrency + prompt + 1500, SGLang with --enable-mixed-chunk)")
+    ap.add_argument("--launch", choices=LAUNCHES, default="as-read",
+                    help="how the engines were launched: as `estimate --from-csv` reads each run (the engines' "
+                         "defaults: vLLM's max_num_batched_tokens 8192, 16384 on >= 160 GiB, SGLang prefill-first; "
+                         "SGLang from 0.5.6 as AIConfigurator's generator launches it, measured_runs.launch), or "
+                         "every run as that generator launches it (budget = concurrency + prompt + 1500; SGLang "
+                         "with --enable-mixed-chunk and --max-prefill-tokens prompt + 1500)")
     ap.add_argument("--benchmark", choices=BENCHMARKS, default=BENCHMARK,
                     help=f"the protocol the measured runs are simulated as (default {BENCHMARK})")
     a = ap.parse_args()

@@ -7,9 +7,12 @@ The format's `batch_size` is the requests in flight on one attention-DP rank (it
 batch_size x attention_dp_size as the concurrency); our `concurrency` counts all ranks.
 
 Every run is a closed loop as aiperf drove it, from its pool of 100 prompts, on an engine without a
-prefix cache (`PREFIX_CACHING`)."""
+prefix cache (`PREFIX_CACHING`), launched with the engine's defaults except where the run's engine
+version says AIConfigurator's generator launched it otherwise (`launch`)."""
 
 from __future__ import annotations
+
+import re
 
 from latency.kernel_tables import GPU_DIRS
 from orchestrator.fields import InputError
@@ -40,6 +43,15 @@ SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
 #: runs' TPOTs say so: with aiperf's 100 reused prompts served from a cache, the dense fit rows' TPOT
 #: would be 16-28 % low, not within 3-9 % (`python bench/variants.py aiperf-pool --every 2`, README)
 PREFIX_CACHING = "off"
+#: SGLang from 0.5.6.post2 on (Dynamo 0.8's, in AIConfigurator's backend version matrix) was launched
+#: as AIConfigurator's generator launches SGLang (its rule_plugin/sglang.rule, since 2025-12-04;
+#: --enable-mixed-chunk effective since its 2026-01-19 fix): prompt chunks mixed into the decode steps
+#: (our token-budget policy; SGLang counts the decodes against the budget as vLLM does),
+#: --max-prefill-tokens = the prompt + GENERATED_SPARE_TOKENS, --max-running-requests = the concurrency.
+#: The runs' TPOT says so: read so, the Llama-3.1-8B runs on SGLang 0.5.6.post2 are within 5 % (median),
+#: read as SGLang's defaults (prefill-first) 25 % low; the older 0.5.1 runs fit the defaults (README)
+GENERATED_SGLANG = (0, 5, 6)
+GENERATED_SPARE_TOKENS = 1500
 #: checkpoint-name suffixes that say the weights' format, not another model
 FORMAT_SUFFIXES = ("-FP8", "-NVFP4", "-FP4")
 
@@ -94,6 +106,26 @@ def kv_cache(label: str, engine: str) -> str:
     return LABEL_KV.get(label, "bf16")
 
 
+def version(text: str) -> tuple[int, ...] | None:
+    """A release's (major, minor, patch), or None for a build without one (nightly-5b8c30d)."""
+    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", text.strip())
+    return tuple(int(part) for part in match.groups()) if match else None
+
+
+def launch(engine: str, engine_version: str, isl: int, concurrency: int, device: str) -> dict:
+    """The spec keys of how a run's engine was launched where it was not with its defaults: SGLang
+    from GENERATED_SGLANG on as AIConfigurator's generator launches it (token budget the prompt +
+    GENERATED_SPARE_TOKENS, at most the default chunk; as many running requests as the concurrency)."""
+    release = version(engine_version)
+    if engine != "sglang" or release is None or release < GENERATED_SGLANG:
+        return {}
+    from latency import load_device
+    from orchestrator.scenario import engine_default_budget
+
+    budget = min(engine_default_budget(load_device(device)), isl + GENERATED_SPARE_TOKENS)
+    return {"scheduler": "token-budget", "max_batched_tokens": str(budget), "max_num_seqs": str(concurrency)}
+
+
 def _int(cells: dict, column: str, default: int = 1) -> int:
     text = cells.get(column, "").strip()
     return int(float(text)) if text else default
@@ -135,7 +167,7 @@ def to_spec(cells: dict, where: str) -> dict:
             "prefix_caching": PREFIX_CACHING}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
-    return spec
+    return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch * dp, device)
 
 
 def add_errors(table, metrics):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass, replace
 from functools import cached_property, lru_cache
 
-from latency import DEFAULT_RESERVED_GIB, load_device, load_engine, load_model, parse_quantization
+from latency import DEFAULT_RESERVED_GIB, known_models, load_device, load_engine, load_model, parse_quantization
 from latency.backends import backend_names, has_backend, make_backend
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
@@ -51,6 +51,20 @@ class Layout:
     @property
     def moe_tp(self) -> int:
         return self.tp * self.attention_dp // self.ep
+
+
+def _model_allowed(model: str, error: str) -> str:
+    """What MODEL may be, for a name load_model does not know: the shipped names, and the shipped
+    model a checkpoint of another format or publisher stands for (nvidia/Llama-3.1-8B-Instruct-FP8)."""
+    from orchestrator.measured_runs import our_model
+
+    if not error.startswith("unknown model"):
+        return error
+    allowed = f"a shipped model ({', '.join(known_models())}) or a config.json"
+    ours = our_model(model)
+    if ours != model:
+        allowed += f"; that checkpoint is {ours} (its weight format: --quantize-linear-action)"
+    return allowed
 
 
 def engine_default_budget(device) -> int:
@@ -177,7 +191,7 @@ class _ScenarioMethods:
         try:
             spec = load_model(self.model)
         except ValueError as err:
-            raise InputError("model", self.model, str(err)) from None
+            raise InputError("model", self.model, _model_allowed(self.model, str(err))) from None
         try:
             load_device(self.device)
         except ValueError as err:

@@ -308,6 +308,44 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
         first["tpot_ms"])
 
 
+def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_them(tmp_path):
+    """SGLang 0.5.6.post2 on: prompt chunks mixed into the decode steps (token budget), the budget
+    --max-prefill-tokens = prompt + 1500 capped at the default chunk (8192 on H200), as many running
+    requests as in flight; an older SGLang, another engine or a build without a release number keeps
+    the engine's defaults. Each reading is what `estimate` says of the same spec keys."""
+    p, got = estimate_measured(tmp_path, [
+        "a,sglang,0.5.6.post2,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
+        "b,sglang,0.5.8.post1,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,8000,100,20,1,1,1,1,1,700,34",
+        "c,sglang,0.5.1.post1,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
+        "d,sglang,nightly-5b8c30d,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
+        "e,vllm,0.12.0,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,70,11"])
+    assert p.returncode == 0, p.stderr
+    assert got["scheduler"].fillna("").tolist() == ["token-budget", "token-budget", "", "", ""]
+    assert got["max_batched_tokens"].fillna(0).tolist() == [1000 + 1500, 8192, 0, 0, 0]
+    assert got["max_num_seqs"].fillna(0).tolist() == [160, 20, 0, 0, 0]
+    common = {"model": "meta-llama/Llama-3.1-8B-Instruct", "device": "H200_SXM", "engine": "sglang",
+              "quantization": "fp8", "input_length": 1000, "output_length": 100, "concurrency": 160,
+              "tp_sizes": (1,), "arrival": "closed", "benchmark": "aiperf", "prefix_caching": "off"}
+    mixed = estimate(configure(common | {"scheduler": "token-budget", "max_batched_tokens": (2500,),
+                                         "max_num_seqs": 160}))
+    default = estimate(configure(common))
+    assert got.loc[0, "tpot_ms"] == pytest.approx(mixed["tpot_ms"]) and got.loc[0, "ttft_ms"] == pytest.approx(
+        mixed["ttft_ms"])
+    assert got.loc[2, "tpot_ms"] == pytest.approx(default["tpot_ms"]) and got.loc[3, "tpot_ms"] == pytest.approx(
+        default["tpot_ms"])
+    # prefill-first stops the decodes for every prompt; mixed chunks do not: the cohort waits longer
+    assert default["ttft_ms"] > mixed["ttft_ms"]
+
+
+@pytest.mark.parametrize("text, release", [("0.5.6.post2", (0, 5, 6)), ("v1.2.0rc6.post1", (1, 2, 0)),
+                                           ("0.5.10", (0, 5, 10)), ("nightly-5b8c30d62b754b57", None),
+                                           ("", None)])
+def test_an_engine_version_is_read_as_its_release(text, release):
+    from orchestrator.measured_runs import version
+
+    assert version(text) == release
+
+
 @pytest.mark.parametrize("cells, message", [
     ("a,vllm,0.1,Qwen/Qwen3-32B,mi300x,,,,1024,128,8,1,1,1,1,1,100,10",
      "line 2, column system: 'mi300x' is not allowed; expected one of a100_sxm, b200_sxm, h100_sxm, h200_sxm"),
@@ -346,3 +384,19 @@ def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
     assert lines[-2] == (f"  trtllm: TTFT {trt['ttft_error'].abs().median():.1%}, TPOT "
                          f"{trt['tpot_error'].abs().median():.1%} over 2 runs (0 bound by the KV cache)")
     assert lines[-1].startswith("  vllm: TTFT ") and lines[-1].endswith("over 1 runs (0 bound by the KV cache)")
+
+
+@pytest.mark.parametrize("model, hint", [
+    ("someone/Unknown-7B", None),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "that checkpoint is meta-llama/Llama-3.1-8B-Instruct"),
+])
+def test_a_model_we_do_not_know_is_one_line_listing_the_shipped_ones(model, hint):
+    """The allowed values are the shipped names (not the loader's sentence again); a checkpoint of a
+    shipped model in another format or from another publisher names the model it stands for."""
+    p = run("estimate", model, "--device", "H200_SXM", "--tp-sizes", "1", "--input-length", "8",
+            "--output-length", "1", "--concurrency", "4")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"MODEL: '{model}' is not allowed; expected a shipped model (" in p.stderr
+    assert "meta-llama/Llama-3.1-8B-Instruct, " in p.stderr and "or a config.json" in p.stderr
+    assert "unknown model" not in p.stderr
+    assert (hint in p.stderr) if hint else ("that checkpoint" not in p.stderr)
