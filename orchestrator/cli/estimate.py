@@ -19,8 +19,9 @@ def add_parser(sub) -> None:
                    "tp, concurrency, input_length, ...); a missing column or empty cell takes the flag or default. "
                    "A file of measured runs in NVIDIA AIConfigurator's silicon format (model_path, system, backend, "
                    "isl, osl, batch_size per attention-DP rank, tp_size, ..., silicon_ttft_ms, silicon_tpot_ms) is "
-                   "read as the runs it measured, as aiperf drove them, and our error is written beside each "
-                   "measured metric (ttft_error, tpot_error: ours / measured - 1)")
+                   "read as the runs it measured, as aiperf drove them (SGLang from 0.5.6 launched as AIConfigurator's "
+                   "generator launches it: mixed chunks, budget input + 1500, as many running as in flight), and our "
+                   "error is written beside each measured metric (ttft_error, tpot_error: ours / measured - 1)")
     o.add_argument("--output", help="where --from-csv writes its rows (.csv or .parquet): the input columns "
                    "kept, the metric columns added, one row per input row in order")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -44,6 +45,11 @@ def print_errors(table) -> None:
     if engines.ngroups > 1:
         for engine, rows in engines:
             print(f"  {engine}: {said(rows)}")
+    if "scheduler" in table and table["scheduler"].notna().any():
+        generated = table[table["scheduler"].notna()]
+        print(f"note: {len(generated)} runs ({', '.join(sorted(set(generated['engine'])))}) read as AIConfigurator's "
+              "generator launched them (their engine version; columns scheduler, max_batched_tokens, max_num_seqs), "
+              "the rest at the engines' defaults")
 
 
 def cmd_estimate(a) -> int:

@@ -290,6 +290,7 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
     assert p.returncode == 0, p.stderr
     assert "against the measured runs: median |error| TTFT" in p.stdout and "over 4 runs" in p.stdout
     assert "  vllm:" not in p.stdout  # one engine: no breakdown
+    assert "generator launched them" not in p.stdout  # vLLM runs are read at its defaults
     assert list(got["id"]) == ["a", "b", "c", "d"] and list(got["concurrency"]) == [64, 8, 4, 4]
     assert list(got["model"]) == ["MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "openai/gpt-oss-120b",
                                   "moonshotai/Kimi-K2.5"]
@@ -320,6 +321,7 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
         "d,sglang,nightly-5b8c30d,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
         "e,vllm,0.12.0,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,70,11"])
     assert p.returncode == 0, p.stderr
+    assert "note: 2 runs (sglang) read as AIConfigurator's generator launched them" in p.stdout
     assert got["scheduler"].fillna("").tolist() == ["token-budget", "token-budget", "", "", ""]
     assert got["max_batched_tokens"].fillna(0).tolist() == [1000 + 1500, 8192, 0, 0, 0]
     assert got["max_num_seqs"].fillna(0).tolist() == [160, 20, 0, 0, 0]
