@@ -77,6 +77,11 @@ FRONTEND_GRID = ((0.0, 0.0, 0.0), (0.0, 0.0, 3.0), (0.0, 0.0, 10.0), (0.0, 0.0, 
 NVLINK4 = ("H100_SXM", "H200_SXM")
 #: candidate NVLink all-reduce efficiencies (H100 and H200 share NVLink 4)
 COMM_GRID = (0.65, 0.8, 0.9, 1.0)
+#: an engine without MoE FIT rows (TensorRT-LLM) has its MoE prefill time fitted on this layout of
+#: its MoE rows alone (Qwen3-235B-A22B at tp 4), split apart as MOE_PREFILL_SPLIT; its other layouts
+#: (tp 8) stay held out
+MOE_PREFILL_FIT_TP = 4
+MOE_PREFILL_SPLIT = "fit MoE prefill"
 #: the rows a profile is fitted on; every other row is held out
 FIT_MODELS = {("Qwen/Qwen3-32B", "h100_sxm"), ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm"),
               ("MiniMaxAI/MiniMax-M2.5", "h100_sxm"), ("MiniMaxAI/MiniMax-M2.5", "h200_sxm"),
@@ -134,6 +139,10 @@ def configs(reference: Path) -> pd.DataFrame:
     d = d[(d["family"] == "dense") | (d["tp_size"] * d["attention_dp"] == d["moe_tp_size"].fillna(1) * d["ep"])]
     pairs = zip(d["model_path"], d["system"], strict=True)
     d["split"] = ["fit" if pair in FIT_MODELS else "held-out" for pair in pairs]
+    # an engine without MoE FIT rows has its MoE prefill time fitted on one layout of its MoE rows
+    moe = d["family"] != "dense"
+    no_moe_fit = ~d["engine"].isin(d.loc[moe & (d["split"] == "fit"), "engine"])
+    d.loc[moe & no_moe_fit & (d["tp_size"] == MOE_PREFILL_FIT_TP), "split"] = MOE_PREFILL_SPLIT
     return d.reset_index(drop=True)
 
 
@@ -191,6 +200,8 @@ class Row:
         self.devices = self.lm.devices_per_instance
         #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
         self.dp_step_ms = engine.dp_step_ms if int(r.attention_dp) > 1 else 0.0
+        #: the engine's time per MoE layer of a step with prompt tokens (its profile's; `--fit` fits it)
+        self.moe_prefill_layer_us = engine.moe_prefill_layer_us
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
         scheduler = TokenBudget(max_num_seqs=max_seqs) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
@@ -248,12 +259,14 @@ class Row:
         """(TTFT, TPOT) with these engine times; `engine_time` False: kernels only (no DP step time)."""
         moe = (moe_compute, moe_bandwidth, moe_fp4_bandwidth)
         engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_layer_us=request_layer_us,
-                                     layer_us=layer_us, dp_step_ms=self.dp_step_ms if engine_time else 0.0)
+                                     layer_us=layer_us, dp_step_ms=self.dp_step_ms if engine_time else 0.0,
+                                     moe_prefill_layer_us=self.moe_prefill_layer_us if engine_time else 0.0)
         if frontend is not None and frontend.active and label == "bench":
             return self.timed(comm, engine, frontend)
-        p, requests = self.plans[label]
+        p, requests, prompts = self.plans[label]
         # the engine's time as the latency model adds it (no token_us: the profiles fit none)
-        overhead = engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp)
+        overhead = (engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp)
+                    + prompts * engine.moe_prefill_ms(self.lm.moe_layers))
         shape_ms = self.kernel_prices(label, comm, moe) + overhead
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
@@ -276,8 +289,10 @@ def table_experts(lm) -> str:
 
 
 def _with_requests(p) -> tuple:
-    """A plan and the requests in each of its shapes (the engine's per-request time prices them)."""
-    return p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64)
+    """A plan, the requests in each of its shapes (the engine's per-request time prices them) and
+    whether each computes prompt tokens (its MoE prefill time)."""
+    return (p, np.array([sum(k.concurrency for k in s) for s in p.shapes], dtype=np.float64),
+            np.array([any(not k.is_decode for k in s) for s in p.shapes], dtype=np.float64))
 
 
 #: engine params (step_ms, request_layer_us, moe_compute, moe_bandwidth, moe_fp4_bandwidth, layer_us) of kernels alone
@@ -428,6 +443,39 @@ def fit_frontend(rows, engine: str, comm: float, params) -> tuple[Frontend | Non
     return best
 
 
+#: candidate MoE prefill times per MoE layer (us) `--fit` tries per engine
+MOE_PREFILL_GRID = (0.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 800.0)
+
+
+def moe_prefill_rows(rows, engine: str) -> list:
+    """The rows one engine's MoE prefill time is fitted on: its MoE FIT rows, else its MoE rows at
+    MOE_PREFILL_FIT_TP (KV-bound and beyond-peak ones aside)."""
+    moe = [r for r in rows if r.r.engine == engine and r.r.family != "dense" and not r.apart]
+    return [r for r in moe if r.r.split == "fit"] or [r for r in moe if r.r.split == MOE_PREFILL_SPLIT]
+
+
+def fit_moe_prefill(rows, engine: str, comm: float, params, frontend: Frontend | None) -> float | None:
+    """The MoE prefill time per MoE layer (MOE_PREFILL_GRID) with the lowest median |log TTFT ratio| over
+    `moe_prefill_rows` (None when there are none); every row of the engine keeps it."""
+    mine, every = moe_prefill_rows(rows, engine), [r for r in rows if r.r.engine == engine]
+    if not mine:
+        return None
+
+    def error(us: float) -> float:
+        for row in every:
+            row.moe_prefill_layer_us = us
+        err = float(np.median([abs(np.log(row.predict("bench", comm, *params, frontend=frontend)[0]
+                                          / row.r.silicon_ttft_ms)) for row in mine]))
+        print(f"  [{engine}] moe_prefill_layer_us {us:g}: median |log TTFT ratio| {err:.3f} over {len(mine)} rows",
+              file=sys.stderr)
+        return err
+
+    best = min(MOE_PREFILL_GRID, key=error)
+    for row in every:
+        row.moe_prefill_layer_us = best
+    return best
+
+
 def held_out_ttft(rows, engine: str, comm: float, params, frontend: Frontend | None = None) -> float:
     """Median |TTFT error| of one engine's held-out rows (KV-bound and beyond-peak ones aside): a
     front end fitted on the FIT rows ships only if it does not raise it."""
@@ -517,6 +565,12 @@ def main() -> None:
                   f"{with_it:.1%} with it, {without:.1%} without: {'ships' if ships else 'does not ship'}")
             if not ships:
                 fronts[e] = (None, err)
+
+        for e in ENGINES:
+            us = fit_moe_prefill(rows, e, comm, fitted[e], fronts[e][0])
+            if us is not None:
+                print(f"[{e}] moe_prefill_layer_us = {us:g}  # median |log TTFT ratio| over its MoE FIT rows, or "
+                      f"(none) its MoE rows at tp {MOE_PREFILL_FIT_TP}")
 
         def frontend_of(e):
             return fronts[e][0]

@@ -26,6 +26,9 @@ per split, engine, model and GPU, so the README's "tried" figures can be reprodu
   default since vLLM 0.14): their front end gets `lookahead_steps` 1.
 - `prefill-layer-us:US`: a step that computes a prompt costs US more per layer (it runs without CUDA
   graphs, which engines capture for decode batches only, so every kernel's host launch shows).
+- `moe-prefill-layer-us:US`: as `prefill-layer-us`, for the MoE layers only (a MoE layer's expert
+  path launches many more kernels than a dense MLP: routing, permutation, activation quantisation,
+  two grouped GEMMs, combine).
 - `per-step-requests`: the engine's time per request is per step (host work: scheduling, sampling,
   output), not per layer: `request_layer_us` x 64 / the model's layers (the FIT rows' depth, so they
   are played as shipped).
@@ -141,6 +144,19 @@ def prefill_layer_us(us: float) -> None:
     estimator.RooflineModel._price = priced
 
 
+def moe_prefill_layer_us(us: float) -> None:
+    """Every step with a prompt chunk costs `us` more per MoE layer (the expert path's kernels launched
+    from the host, outside the CUDA graphs engines capture for decode batches)."""
+    price = estimator.RooflineModel._price
+
+    def priced(self, step, dec, conc, q, s, n_steps, detail=False):
+        out = price(self, step, dec, conc, q, s, n_steps, detail)
+        prefills = np.bincount(step, weights=(~dec).astype(np.float64), minlength=n_steps) > 0
+        out["total"] = out["total"] + us * 1e-3 * self.moe_layers * prefills
+        return out
+    estimator.RooflineModel._price = priced
+
+
 def per_step_requests(row):
     """The engine's per-request time per step: request_layer_us scaled to the row's depth."""
     step_ms, request_layer_us, *rest = fe.shipped_params(row.r.engine)
@@ -169,13 +185,16 @@ def apply(variant: str) -> tuple:
     if name == "prefill-layer-us" and len(args) == 1:
         prefill_layer_us(float(args[0]))
         return 1.0, None
+    if name == "moe-prefill-layer-us" and len(args) == 1:
+        moe_prefill_layer_us(float(args[0]))
+        return 1.0, None
     if name == "per-step-requests" and not args:
         return 1.0, per_step_requests
     sys.exit(f"variants.py: error: VARIANT {variant!r}: expected one of {VARIANTS}")
 
 
 VARIANTS = ("shipped, moe-floor:K:S, overlap-lag, aiperf-pool, serial-client:MS, async-since:VERSION, "
-            "prefill-layer-us:US, per-step-requests")
+            "prefill-layer-us:US, moe-prefill-layer-us:US, per-step-requests")
 
 
 def main() -> None:

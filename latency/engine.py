@@ -28,7 +28,7 @@ MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
-               "dp_step_ms": None, "gpu_memory_utilization": 1}
+               "dp_step_ms": None, "moe_prefill_layer_us": None, "gpu_memory_utilization": 1}
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,10 @@ class EngineProfile:
     #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
     #: token counts and pad to the busiest), on top of step_ms
     dp_step_ms: float = 0.0
+    #: per MoE layer of a step that computes prompt tokens: the expert path's kernels (routing,
+    #: permutation, activation quantisation, two grouped GEMMs, combine) launched one by one from the
+    #: host, where the engine runs such steps without the CUDA graphs it captures for decode batches
+    moe_prefill_layer_us: float = 0.0
     source: str = ""
     frontend: tuple = ()  # ((key, value), ...) of the [frontend] table
     moe_compute: float = 1.0    # share of the device's GEMM efficiency its grouped expert GEMMs reach
@@ -78,6 +82,10 @@ class EngineProfile:
         """GiB of a device of `hbm_gib` the engine leaves to others: the rest of its utilisation, or
         the reference tool's fixed reserve when the profile names none."""
         return (1 - self.gpu_memory_utilization) * hbm_gib if self.gpu_memory_utilization else DEFAULT_RESERVED_GIB
+
+    def moe_prefill_ms(self, moe_layers: int) -> float:
+        """Milliseconds a step that computes prompt tokens adds through `moe_layers` MoE layers."""
+        return self.moe_prefill_layer_us * moe_layers * 1e-3
 
     def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1):
         """Milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers adds."""

@@ -208,6 +208,9 @@ class RooflineModel:
                                       in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
         overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp)
+        if self.engine.moe_prefill_layer_us and self.moe_layers:
+            prompts = np.bincount(step, weights=~dec, minlength=n_steps) > 0
+            overhead = overhead + prompts * self.engine.moe_prefill_ms(self.moe_layers)
         ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64),
                            np.full(n_steps, "overhead") if detail else None)
         total = sum(ms for ms, _ in ops.values())

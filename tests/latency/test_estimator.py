@@ -152,6 +152,27 @@ def test_engine_profile_adds_its_framework_time_to_every_step():
         load_engine("nope")
 
 
+def test_a_step_with_prompt_tokens_pays_the_engine_s_moe_prefill_time_in_each_moe_layer():
+    """Qwen3-235B-A22B has 94 layers, all MoE: at 300 us a MoE layer a step with a prompt chunk (alone
+    or mixed with decodes, or one prefill key) costs 28.2 ms more, a decode-only step nothing; a dense
+    model has no MoE layer to pay it in."""
+    from latency import EngineProfile
+
+    engine = EngineProfile("test", moe_prefill_layer_us=300.0)
+    decode, prompt = ForwardKey(True, 8, 1, 2048), ForwardKey(False, 1, 512, 512)
+    shapes = [(decode,), (decode, prompt), (prompt,)]
+    moe = dict(model="Qwen/Qwen3-235B-A22B", device="H100_SXM", tp=4, quantization="fp8")
+    added = (build_latency_model(**moe, engine=engine).step_latency_ms(shapes)
+             - build_latency_model(**moe).step_latency_ms(shapes))
+    assert added == pytest.approx([0.0, 94 * 0.3, 94 * 0.3])
+    keys_added = (build_latency_model(**moe, engine=engine).latency_ms([decode, prompt])
+                  - build_latency_model(**moe).latency_ms([decode, prompt]))
+    assert keys_added == pytest.approx([0.0, 94 * 0.3])
+    dense = dict(model="Qwen/Qwen3-32B", device="H100_SXM", tp=4)
+    assert build_latency_model(**dense, engine=engine).step_latency_ms(shapes) == pytest.approx(
+        build_latency_model(**dense).step_latency_ms(shapes))
+
+
 def test_an_engine_that_names_its_memory_utilisation_leaves_the_rest_free():
     """vLLM takes 90 % of each GPU (--gpu-memory-utilization): on an H100 (79.6 GiB as it reports
     itself) 7.96 GiB stay free, and the KV pool is what the 90 % leaves after weights and

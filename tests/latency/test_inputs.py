@@ -234,6 +234,9 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
         (tmp_path / "slow.toml").write_text('name = "slow"\ndp_step_ms = -1\n')
         with pytest.raises(ValueError, match=r"slow.toml: dp_step_ms"):
             load_engine("slow")
+        (tmp_path / "eager.toml").write_text('name = "eager"\nmoe_prefill_layer_us = -300\n')
+        with pytest.raises(ValueError, match=r"eager.toml: moe_prefill_layer_us"):
+            load_engine("eager")
         (tmp_path / "greedy.toml").write_text('name = "greedy"\ngpu_memory_utilization = 1.2\n')
         greedy = r"greedy.toml: gpu_memory_utilization must be a number in \[0, 1\], got 1.2"
         with pytest.raises(ValueError, match=greedy):
