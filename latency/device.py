@@ -40,6 +40,9 @@ _FIELDS = {  # attribute: (table, key)
     "step_overhead_ms": ("overhead", "step_ms"),
 }
 _EFFICIENCIES = ("eff_gemm", "eff_attention", "eff_memory", "eff_communication")
+#: weight_only_experts above 1 says the upcast bounds those kernels; twice the others' is beyond any
+#: GPU pair measured (H100 1.38)
+MAX_WEIGHT_ONLY_SHARE = 2.0
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,11 @@ class DeviceSpec:
         return self.scale_up_devices or self.devices_per_node
 
     fp4_tflops: float = 0.0  # dense FP4 peak ([compute_tflops] fp4); 0: no FP4 tensor cores
-    #: the share of the expert kernels' memory efficiency that weight-only quantised experts (INT4
-    #: weights upcast to bf16 in the kernel, Marlin's family) reach here ([efficiency]
-    #: weight_only_experts; 1: as the others). Below 1 where those kernels trail the device's bandwidth
+    #: the share of the expert kernels' memory efficiency that weight-only quantised experts (INT4 or
+    #: MXFP4 weights upcast to bf16 in the kernel, Marlin's family) reach here ([efficiency]
+    #: weight_only_experts; 1: as the others). Below 1 where those kernels trail the device's bandwidth;
+    #: above 1 where the upcast on the SMs, not HBM, bounds them and the device has fewer bytes a second
+    #: per SM than the GPU they were measured against (H100: H200's SMs, 0.7 of its bandwidth)
     eff_weight_only_experts: float = 1.0
 
     def computes(self, dtype: str) -> bool:
@@ -129,9 +134,10 @@ class DeviceSpec:
         if isinstance(fp4, bool) or not isinstance(fp4, (int, float)) or fp4 < 0:
             raise ValueError(f"device file {path}: [compute_tflops] fp4 must be a number >= 0 (0 = none), got {fp4!r}")
         weight_only = data.get("efficiency", {}).get("weight_only_experts", 1.0)
-        if isinstance(weight_only, bool) or not isinstance(weight_only, (int, float)) or not 0 < weight_only <= 1:
-            raise ValueError(f"device file {path}: [efficiency] weight_only_experts must be in (0, 1], "
-                             f"got {weight_only!r}")
+        if (isinstance(weight_only, bool) or not isinstance(weight_only, (int, float))
+                or not 0 < weight_only <= MAX_WEIGHT_ONLY_SHARE):
+            raise ValueError(f"device file {path}: [efficiency] weight_only_experts must be in "
+                             f"(0, {MAX_WEIGHT_ONLY_SHARE:g}], got {weight_only!r}")
         quant = data.get("defaults", {}).get("quantization", "bf16")
         try:
             parse_quantization(quant)

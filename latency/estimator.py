@@ -113,8 +113,10 @@ class RooflineModel:
         self.router_params = h * m.num_experts
         #: FP4 experts on FP4 tensor cores: the engine's fp4_bandwidth prices them
         self.native_fp4_experts = self.quant.experts_dtype == "fp4" and self.device.computes("fp4")
-        #: weight-only experts stream at the device's own share for their kernels (B200: below its others)
-        self.weight_only_share = self.device.eff_weight_only_experts if self.quant.weight_only_experts else 1.0
+        #: weight-only experts (INT4; FP4 on a device without FP4 tensor cores, upcast in the kernel alike)
+        #: stream at the device's own share for their kernels (B200: below its others; H100: above)
+        upcast = self.quant.weight_only_experts or (self.quant.experts_dtype == "fp4" and not self.native_fp4_experts)
+        self.weight_only_share = self.device.eff_weight_only_experts if upcast else 1.0
         self.lm_head_params = m.vocab_size * h / tp
 
     @property

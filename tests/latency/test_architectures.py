@@ -154,9 +154,10 @@ def test_fp4_experts_on_fp4_tensor_cores_stream_at_their_own_efficiency(device, 
 
 def test_weight_only_int4_experts_keep_only_part_of_b200_s_bandwidth_lead():
     """Kimi-K2.5's INT4 weight-only experts on B200 stream at the device's weight_only_experts share
-    (0.67) of the expert efficiency; its NVFP4 checkpoint (FP4 tensor cores) and the same INT4
-    checkpoint on H200 (no such share: 1) do not. Hand-computed from a decode step that reads every
-    expert but one in 200: 256 tokens x top-8 of 384, tp 8 (each device an eighth of each expert)."""
+    (0.67) of the expert efficiency, on H100 at 1.38 of it (the upcast, not HBM, bounds them there);
+    its NVFP4 checkpoint (FP4 tensor cores) and the same INT4 checkpoint on H200 (no share: 1) do not.
+    Hand-computed from a decode step that reads every expert but one in 200: 256 tokens x top-8 of
+    384, tp 8 (each device an eighth of each expert)."""
     from latency import EngineProfile
     from latency.estimator import KERNELS
 
@@ -164,7 +165,7 @@ def test_weight_only_int4_experts_keep_only_part_of_b200_s_bandwidth_lead():
     key = [ForwardKey(True, 256, 1, 1024)]
     touched = 1 - (1 - 8 / 384) ** 256  # 0.995 of the experts
     for device, quantization, share in (("B200", "bf16+int4_wo", 0.67), ("H200_SXM", "bf16+int4_wo", 1.0),
-                                        ("B200", "bf16+nvfp4", 1.0)):
+                                        ("B200", "bf16+nvfp4", 1.0), ("H100_SXM", "bf16+int4_wo", 1.38)):
         lm = build_latency_model("moonshotai/Kimi-K2.5", device=device, tp=8, quantization=quantization,
                                  engine=engine)
         assert lm.weight_only_share == share
