@@ -176,3 +176,13 @@ def test_weight_only_int4_experts_keep_only_part_of_b200_s_bandwidth_lead():
         launches = KERNELS["moe"] * lm.device.kernel_overhead_us * 1e-3 * m.num_moe_layers
         # the experts' weights are nearly all of the op's bytes (shared expert, router, activations < 2 %)
         assert t["moe"] - launches == pytest.approx(experts / bandwidth * 1e3, rel=0.03)
+
+
+@pytest.mark.parametrize("device, share, native", [("H100_SXM", 1.38, False), ("H200_SXM", 1.0, False),
+                                                   ("B200", 1.0, True)])
+def test_mxfp4_experts_without_fp4_tensor_cores_are_weight_only(device, share, native):
+    """gpt-oss-120b's MXFP4 experts are upcast in the kernel where the GPU has no FP4 tensor cores
+    (Hopper), so they take the device's weight-only share (H100's 1.38, H200's 1); on B200 they run
+    on its FP4 tensor cores and take none."""
+    lm = build_latency_model("openai/gpt-oss-120b", device=device, tp=2, quantization="bf16+mxfp4")
+    assert (lm.weight_only_share, lm.native_fp4_experts) == (share, native)
