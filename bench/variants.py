@@ -29,6 +29,9 @@ per split, engine, model and GPU, so the README's "tried" figures can be reprodu
 - `moe-prefill-layer-us:US`: as `prefill-layer-us`, for the MoE layers only (a MoE layer's expert
   path launches many more kernels than a dense MLP: routing, permutation, activation quantisation,
   two grouped GEMMs, combine).
+- `async-hides-step:VERSION:K:S`: vLLM runs of VERSION or later (async scheduling by default since
+  0.14) hide the engine's time per step behind the GPU's (step_ms 0), every MoE layer launches K
+  expert kernels, and the expert bandwidths are scaled by S (as `moe-floor`).
 - `per-step-requests`: the engine's time per request is per step (host work: scheduling, sampling,
   output), not per layer: `request_layer_us` x 64 / the model's layers (the FIT rows' depth, so they
   are played as shipped).
@@ -116,6 +119,27 @@ def serial_client(ms: float):
     return serial
 
 
+def async_hides_step(version: str):
+    """A row transform: vLLM runs of `version` or later schedule the next step while one runs (async
+    scheduling), so the engine's time per step hides behind the GPU's: step_ms 0 for them."""
+    since = Version(version)
+
+    def transform(row):
+        try:
+            newer = Version(str(row.r.backend_version).split("-")[0]) >= since
+        except InvalidVersion:  # a nightly build: newer than any release
+            newer = True
+        return StepHidden(row) if row.r.engine == "vllm" and newer else row
+    return transform
+
+
+class StepHidden(Tweaked):
+    """A measured run played with the engine's time per step hidden (step_ms 0), its other times kept."""
+
+    def predict(self, label, comm, step_ms, *params, frontend=None, engine_time=True):
+        return self.row.predict(label, comm, 0.0, *params, frontend=frontend, engine_time=engine_time)
+
+
 def async_since(version: str):
     """A row transform: vLLM runs of `version` or later get a front end that schedules a step ahead."""
     since = Version(version)
@@ -185,6 +209,9 @@ def apply(variant: str) -> tuple:
     if name == "prefill-layer-us" and len(args) == 1:
         prefill_layer_us(float(args[0]))
         return 1.0, None
+    if name == "async-hides-step" and len(args) == 3:  # VERSION:MOE_KERNELS:BANDWIDTH_SCALE
+        estimator.KERNELS["moe"] = float(args[1])
+        return float(args[2]), async_hides_step(args[0])
     if name == "moe-prefill-layer-us" and len(args) == 1:
         moe_prefill_layer_us(float(args[0]))
         return 1.0, None
@@ -194,7 +221,7 @@ def apply(variant: str) -> tuple:
 
 
 VARIANTS = ("shipped, moe-floor:K:S, overlap-lag, aiperf-pool, serial-client:MS, async-since:VERSION, "
-            "prefill-layer-us:US, moe-prefill-layer-us:US, per-step-requests")
+            "prefill-layer-us:US, moe-prefill-layer-us:US, async-hides-step:VERSION:K:S, per-step-requests")
 
 
 def main() -> None:
