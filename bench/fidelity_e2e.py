@@ -195,13 +195,17 @@ class Row:
                                     int(r.batch_size) * int(r.attention_dp), r.device)
         if launch == "aiconfigurator":
             policy, budget, max_seqs = aiconfigurator_launch(r, policy, budget)
-        elif read:  # as `estimate --from-csv` reads the run's launch
+        elif "scheduler" in read:  # as `estimate --from-csv` reads the run's launch
             policy, budget, max_seqs = read["scheduler"], int(read["max_batched_tokens"]), int(read["max_num_seqs"])
         self.devices = self.lm.devices_per_instance
         #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
         self.dp_step_ms = engine.dp_step_ms if int(r.attention_dp) > 1 else 0.0
         #: the engine's time per MoE layer of a step with prompt tokens (its profile's; `--fit` fits it)
         self.moe_prefill_layer_us = engine.moe_prefill_layer_us
+        #: the engine's time per MoE layer of every step, and whether the run's version hid its time per
+        #: step behind the GPU's (async scheduling), as `estimate --from-csv` reads the run
+        self.moe_layer_us = engine.moe_layer_us
+        self.async_scheduling = read.get("async_scheduling", "on" if engine.async_scheduling else "off") == "on"
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
         scheduler = TokenBudget(max_num_seqs=max_seqs) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
@@ -260,14 +264,17 @@ class Row:
         moe = (moe_compute, moe_bandwidth, moe_fp4_bandwidth)
         engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_layer_us=request_layer_us,
                                      layer_us=layer_us, dp_step_ms=self.dp_step_ms if engine_time else 0.0,
-                                     moe_prefill_layer_us=self.moe_prefill_layer_us if engine_time else 0.0)
+                                     moe_prefill_layer_us=self.moe_prefill_layer_us if engine_time else 0.0,
+                                     moe_layer_us=self.moe_layer_us if engine_time else 0.0,
+                                     async_scheduling=self.async_scheduling and engine_time)
         if frontend is not None and frontend.active and label == "bench":
             return self.timed(comm, engine, frontend)
         p, requests, prompts = self.plans[label]
         # the engine's time as the latency model adds it (no token_us: the profiles fit none)
-        overhead = (engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp)
+        overhead = (engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp,
+                                       self.lm.moe_layers)
                     + prompts * engine.moe_prefill_ms(self.lm.moe_layers))
-        shape_ms = self.kernel_prices(label, comm, moe) + overhead
+        shape_ms = engine.hide_step(self.kernel_prices(label, comm, moe) + overhead)
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from latency.checks import RangeError, check_number
 from latency.memory import DEFAULT_RESERVED_GIB
 
@@ -28,7 +30,7 @@ MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
-               "dp_step_ms": None, "moe_prefill_layer_us": None, "gpu_memory_utilization": 1}
+               "dp_step_ms": None, "moe_prefill_layer_us": None, "moe_layer_us": None, "gpu_memory_utilization": 1}
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,12 @@ class EngineProfile:
     #: permutation, activation quantisation, two grouped GEMMs, combine) launched one by one from the
     #: host, where the engine runs such steps without the CUDA graphs it captures for decode batches
     moe_prefill_layer_us: float = 0.0
+    #: per MoE layer of every step: the expert path's kernels beyond the three the roofline launches
+    #: (routing, alignment, activation quantisation, combine), whatever the experts it touches
+    moe_layer_us: float = 0.0
+    #: it schedules step k+1 while step k runs (vLLM's async scheduling, its default since 0.14): the
+    #: time per step (`step_ms`, host work) hides behind the GPU's, and only a step shorter than it waits
+    async_scheduling: bool = False
     source: str = ""
     frontend: tuple = ()  # ((key, value), ...) of the [frontend] table
     moe_compute: float = 1.0    # share of the device's GEMM efficiency its grouped expert GEMMs reach
@@ -87,11 +95,22 @@ class EngineProfile:
         """Milliseconds a step that computes prompt tokens adds through `moe_layers` MoE layers."""
         return self.moe_prefill_layer_us * moe_layers * 1e-3
 
-    def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1):
-        """Milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers adds."""
+    def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1, moe_layers: int = 0):
+        """Milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers adds
+        (`moe_layers` of them MoE), its time per step aside where async scheduling hides it
+        (`hide_step`)."""
         dp = self.dp_step_ms if attention_dp > 1 else 0.0
+        step = 0.0 if self.async_scheduling else self.step_ms
         per_request = self.request_us + self.request_layer_us * layers
-        return self.step_ms + dp + (self.layer_us * layers + per_request * requests + self.token_us * tokens) * 1e-3
+        return step + dp + (self.layer_us * layers + self.moe_layer_us * moe_layers + per_request * requests
+                            + self.token_us * tokens) * 1e-3
+
+    def hide_step(self, step_ms):
+        """Each step's milliseconds with the engine's time per step: added to it, or, with async
+        scheduling, hidden behind it (a step shorter than that time waits for the host)."""
+        if self.async_scheduling:
+            return np.maximum(step_ms, self.step_ms)
+        return step_ms
 
 
 def shipped_engines() -> list[str]:
@@ -137,7 +156,7 @@ def load_engine(name: str) -> EngineProfile:
     if not isinstance(scheduler, str):
         raise ValueError(f"{path.name}: scheduler = {scheduler!r} is not allowed; expected a step policy's name")
     switches = {}
-    for key in ("fp8_kv_cache", "prefix_caching"):
+    for key in ("fp8_kv_cache", "prefix_caching", "async_scheduling"):
         switches[key] = data.get(key, False)
         if not isinstance(switches[key], bool):
             raise ValueError(f"{path.name}: {key} = {switches[key]!r} is not allowed; expected true or false")

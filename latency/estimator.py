@@ -209,13 +209,17 @@ class RooflineModel:
         ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, peak=bf16,
                                       in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
-        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp)
+        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp, self.moe_layers)
         if self.engine.moe_prefill_layer_us and self.moe_layers:
             prompts = np.bincount(step, weights=~dec, minlength=n_steps) > 0
             overhead = overhead + prompts * self.engine.moe_prefill_ms(self.moe_layers)
-        ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64),
-                           np.full(n_steps, "overhead") if detail else None)
+        overhead = np.broadcast_to(overhead, n_steps).astype(np.float64)
+        ops["overhead"] = (overhead, np.full(n_steps, "overhead") if detail else None)
         total = sum(ms for ms, _ in ops.values())
+        hidden = self.engine.hide_step(total)  # async scheduling: the host's time per step behind the GPU's
+        if self.engine.async_scheduling:
+            ops["overhead"] = (overhead + hidden - total, ops["overhead"][1])
+            total = hidden
         if detail:
             return {**ops, "total": total}
         return {"total": total}

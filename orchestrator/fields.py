@@ -257,6 +257,10 @@ FIELDS: tuple[Field, ...] = (
        "when the client reuses prompts, as aiperf does (--benchmark aiperf: 100 prompts drawn at random), and a hit "
        "computes only the prompt's last block", choices=("on", "off"), group="load",
        default_help="the --engine's own (vllm, sglang, trtllm: on); off with --engine none"),
+    Field("async_scheduling", str, None, "whether the engine schedules a step while the one before runs (vLLM's "
+       "--async-scheduling, its default since 0.14): its time per step then hides behind the GPU's",
+       choices=("on", "off"), group="hardware",
+       default_help="the --engine's own (vllm: on; sglang, trtllm, none: off)"),
     Field("concurrency", int, 1, "requests in flight (burst: requests in the window)", low=1, group="load",
        commands=("estimate",), column=None),
     Field("request_rate", float, 0.0, "poisson: requests per second offered to one instance", "req/s", low=0,

@@ -51,6 +51,9 @@ PREFIX_CACHING = "off"
 #: The runs' TPOT says so: read so, the Llama-3.1-8B runs on SGLang 0.5.6.post2 are within 5 % (median),
 #: read as SGLang's defaults (prefill-first) 25 % low; the older 0.5.1 runs fit the defaults (README)
 GENERATED_SGLANG = (0, 5, 6)
+#: vLLM schedules a step while the one before runs (async scheduling) by default since 0.14 (its
+#: release notes; `--async-scheduling`): runs of older releases are read with it off
+VLLM_ASYNC_SINCE = (0, 14, 0)
 GENERATED_SPARE_TOKENS = 1500
 #: checkpoint-name suffixes that say the weights' format, not another model
 FORMAT_SUFFIXES = ("-FP8", "-NVFP4", "-FP4")
@@ -74,6 +77,20 @@ def our_model(path: str) -> str:
         return name
     same = [m for m in shipped if m.split("/")[-1] == name.split("/")[-1]]
     return same[0] if len(same) == 1 else path
+
+
+def model_allowed(model: str, error: str) -> str:
+    """What MODEL may be, for a name load_model does not know: the shipped names, and the shipped
+    model a checkpoint of another format or publisher stands for (nvidia/Llama-3.1-8B-Instruct-FP8)."""
+    from latency import known_models
+
+    if not error.startswith("unknown model"):
+        return error
+    allowed = f"a shipped model ({', '.join(known_models())}) or a config.json"
+    ours = our_model(model)
+    if ours != model:
+        allowed += f"; that checkpoint is {ours} (its weight format: --quantize-linear-action)"
+    return allowed
 
 
 def labelled_quantization(cells: dict) -> str:
@@ -115,8 +132,11 @@ def version(text: str) -> tuple[int, ...] | None:
 def launch(engine: str, engine_version: str, isl: int, concurrency: int, device: str) -> dict:
     """The spec keys of how a run's engine was launched where it was not with its defaults: SGLang
     from GENERATED_SGLANG on as AIConfigurator's generator launches it (token budget the prompt +
-    GENERATED_SPARE_TOKENS, at most the default chunk; as many running requests as the concurrency)."""
+    GENERATED_SPARE_TOKENS, at most the default chunk; as many running requests as the concurrency);
+    vLLM before VLLM_ASYNC_SINCE without async scheduling."""
     release = version(engine_version)
+    if engine == "vllm" and release is not None and release < VLLM_ASYNC_SINCE:
+        return {"async_scheduling": "off"}
     if engine != "sglang" or release is None or release < GENERATED_SGLANG:
         return {}
     from latency import load_device

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass, replace
 from functools import cached_property, lru_cache
 
-from latency import DEFAULT_RESERVED_GIB, known_models, load_device, load_engine, load_model, parse_quantization
+from latency import DEFAULT_RESERVED_GIB, load_device, load_engine, load_model, parse_quantization
 from latency.backends import backend_names, has_backend, make_backend
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
@@ -21,6 +21,7 @@ from orchestrator.fields import (
     VLLM_LARGE_HBM_BYTES,
     InputError,
 )
+from orchestrator.measured_runs import model_allowed
 from simulator.benchmarks import protocol
 from simulator.mix import Lengths, MixError, RequestMix, Trace
 from simulator.scheduler import DEFAULT_SCHEDULER, Scheduler, make_scheduler
@@ -53,20 +54,6 @@ class Layout:
         return self.tp * self.attention_dp // self.ep
 
 
-def _model_allowed(model: str, error: str) -> str:
-    """What MODEL may be, for a name load_model does not know: the shipped names, and the shipped
-    model a checkpoint of another format or publisher stands for (nvidia/Llama-3.1-8B-Instruct-FP8)."""
-    from orchestrator.measured_runs import our_model
-
-    if not error.startswith("unknown model"):
-        return error
-    allowed = f"a shipped model ({', '.join(known_models())}) or a config.json"
-    ours = our_model(model)
-    if ours != model:
-        allowed += f"; that checkpoint is {ours} (its weight format: --quantize-linear-action)"
-    return allowed
-
-
 def engine_default_budget(device) -> int:
     """vLLM's `max_num_batched_tokens` default for `vllm serve`: 8192, or 16384 on GPUs with >= 160 GiB
     (B200; vLLM 0.28 added that tier, `EngineArgs.get_batch_defaults`)."""
@@ -92,10 +79,11 @@ def _default_scheduler(engine: str) -> str:
         return DEFAULT_SCHEDULER
 
 
-def _default_prefix_caching(engine: str) -> str:
-    """Whether `engine` caches prompts by default (its profile's `prefix_caching`): "on" or "off"."""
+def _engine_switch(engine: str, key: str) -> str:
+    """An on/off default the engine's profile names (`prefix_caching`, `async_scheduling`); "off" for an
+    unknown engine (validate() names it)."""
     try:
-        return "on" if load_engine(engine).prefix_caching else "off"
+        return "on" if getattr(load_engine(engine), key) else "off"
     except ValueError:
         return "off"
 
@@ -110,8 +98,9 @@ class _ScenarioMethods:
                 object.__setattr__(self, "num_devices", self.tp_sizes[0] * self.pp * ranks)
         if self.scheduler is None:  # the engine's own step policy; the RFC's without one
             object.__setattr__(self, "scheduler", _default_scheduler(self.engine))
-        if self.prefix_caching is None:  # the engine's own default
-            object.__setattr__(self, "prefix_caching", _default_prefix_caching(self.engine))
+        for switch in ("prefix_caching", "async_scheduling"):  # the engine's own default
+            if getattr(self, switch) is None:
+                object.__setattr__(self, switch, _engine_switch(self.engine, switch))
         try:
             device = load_device(self.device)
         except ValueError:
@@ -191,7 +180,7 @@ class _ScenarioMethods:
         try:
             spec = load_model(self.model)
         except ValueError as err:
-            raise InputError("model", self.model, _model_allowed(self.model, str(err))) from None
+            raise InputError("model", self.model, model_allowed(self.model, str(err))) from None
         try:
             load_device(self.device)
         except ValueError as err:
@@ -307,7 +296,13 @@ class _ScenarioMethods:
         return _latency_model(self.latency_backend, self.model, self.device, layout.tp, layout.pp,
                               self.num_devices // layout.devices, layout.ep, layout.attention_dp, self.quantization,
                               self.kv_cache_dtype, self.reserved_memory_gb, self.engine,
-                              self.redundant_experts if layout.ep > 1 else 0)
+                              self.redundant_experts if layout.ep > 1 else 0, self.async_override)
+
+    @property
+    def async_override(self) -> bool | None:
+        """The async scheduling asked for where it is not the engine's own (None: the engine's)."""
+        own = self.async_scheduling == _engine_switch(self.engine, "async_scheduling")
+        return None if own else self.async_scheduling == "on"
 
     def make_scheduler(self) -> Scheduler:
         """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
@@ -388,8 +383,10 @@ def _default_quantization(model: str, device) -> str:
 
 @lru_cache(maxsize=256)
 def _latency_model(backend, model, device, tp, pp, dp, ep, attention_dp, quantization, kv_cache_dtype, reserved,
-                   engine, redundant_experts):
+                   engine, redundant_experts, async_override=None):
     extra = {"redundant_experts": redundant_experts} if redundant_experts else {}
+    if async_override is not None:
+        extra["async_scheduling"] = async_override
     return make_backend(backend, model, device, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
                         quantization=quantization, kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved,
                         engine=engine, **extra)

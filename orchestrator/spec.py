@@ -147,7 +147,7 @@ def expand(spec: dict) -> list[SweepItem]:
 
 #: fields that change no result unless a condition holds, left out of the id where it does not, so a
 #: scenario keeps the id it had before the field existed (a resumed sweep finds its finished scenarios)
-INERT = {"prefix_caching": lambda s: s.reused_prompts > 0}
+INERT = {"prefix_caching": lambda s: s.reused_prompts > 0, "async_scheduling": lambda s: s.async_override is not None}
 
 
 def scenario_id(s: Scenario, mode) -> str:

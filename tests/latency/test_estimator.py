@@ -1,3 +1,6 @@
+import dataclasses
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -171,6 +174,43 @@ def test_a_step_with_prompt_tokens_pays_the_engine_s_moe_prefill_time_in_each_mo
     dense = dict(model="Qwen/Qwen3-32B", device="H100_SXM", tp=4)
     assert build_latency_model(**dense, engine=engine).step_latency_ms(shapes) == pytest.approx(
         build_latency_model(**dense).step_latency_ms(shapes))
+
+
+def test_async_scheduling_hides_the_time_per_step_behind_the_gpu_s():
+    """With async scheduling a step costs max(its GPU time, step_ms), not their sum: a 5 ms step of
+    Qwen3-32B on one H100 stays 5 ms under a 1.5 ms host time, and a step shorter than the host time
+    waits for it. The per-request and per-layer times are GPU time and stay added."""
+    from latency import EngineProfile
+
+    keys = [ForwardKey(True, 8, 1, 2048), ForwardKey(True, 1, 1, 16)]
+    sync = EngineProfile("test", step_ms=1.5, request_layer_us=0.25)
+    bare = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", engine=EngineProfile("test", request_layer_us=0.25))
+    gpu = bare.latency_ms(keys)
+    synced = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", engine=sync).latency_ms(keys)
+    hidden = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", engine=sync, async_scheduling=True).latency_ms(keys)
+    assert synced == pytest.approx(gpu + 1.5)
+    assert hidden == pytest.approx(np.maximum(gpu, 1.5))
+    assert gpu[0] > 1.5  # the 8-request step hides the host time entirely
+    tiny = build_latency_model("Qwen/Qwen3-8B", "H200_SXM", tp=8, engine=dataclasses.replace(sync, step_ms=50.0),
+                               async_scheduling=True)
+    assert tiny.latency_ms(keys) == pytest.approx([50.0, 50.0])  # the host is the bottleneck
+    parts = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", engine=sync, async_scheduling=True).breakdown(keys[:1])
+    assert parts["ms"].sum() == pytest.approx(hidden[0])
+
+
+def test_every_step_of_a_moe_model_pays_the_engine_s_time_per_moe_layer():
+    """moe_layer_us x the MoE layers, every step (Qwen3-235B-A22B: 94 of them at 28 us: 2.632 ms);
+    a dense model has none to pay."""
+    from latency import EngineProfile
+
+    engine = EngineProfile("test", moe_layer_us=28.0)
+    keys = [ForwardKey(True, 8, 1, 2048), ForwardKey(False, 1, 512, 512)]
+    moe = dict(model="Qwen/Qwen3-235B-A22B", device="H100_SXM", tp=4, quantization="fp8")
+    added = build_latency_model(**moe, engine=engine).latency_ms(keys) - build_latency_model(**moe).latency_ms(keys)
+    assert added == pytest.approx([94 * 0.028] * 2)
+    dense = dict(model="Qwen/Qwen3-32B", device="H100_SXM", tp=4)
+    assert build_latency_model(**dense, engine=engine).latency_ms(keys) == pytest.approx(
+        build_latency_model(**dense).latency_ms(keys))
 
 
 def test_an_engine_that_names_its_memory_utilisation_leaves_the_rest_free():

@@ -298,6 +298,8 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
     assert list(got["kv_cache_dtype"]) == ["fp8"] * 4
     assert list(got["benchmark"]) == ["aiperf"] * 4 and list(got["arrival"]) == ["closed"] * 4
     assert list(got["prefix_caching"]) == ["off"] * 4  # AIConfigurator's launches: no prefix cache
+    # vLLM before 0.14 ran without async scheduling; later ones at vLLM's default (on)
+    assert got["async_scheduling"].fillna("").tolist() == ["", "off", "", ""]
     assert got["ttft_error"].tolist() == pytest.approx((got["ttft_ms"] / got["silicon_ttft_ms"] - 1).tolist())
     assert got["tpot_error"].tolist() == pytest.approx((got["tpot_ms"] / got["silicon_tpot_ms"] - 1).tolist())
     first = estimate(configure({"model": "MiniMaxAI/MiniMax-M2.5", "device": "B200", "engine": "vllm",
@@ -402,3 +404,16 @@ def test_a_model_we_do_not_know_is_one_line_listing_the_shipped_ones(model, hint
     assert "meta-llama/Llama-3.1-8B-Instruct, " in p.stderr and "or a config.json" in p.stderr
     assert "unknown model" not in p.stderr
     assert (hint in p.stderr) if hint else ("that checkpoint" not in p.stderr)
+
+
+def test_async_scheduling_hides_vllm_s_time_per_step_and_is_its_default():
+    """vLLM schedules ahead by default (on): every step of a burst of Qwen3-32B on two H100 (each far
+    above the 1.154 ms host time) is that much shorter than with it off, so TPOT differs by exactly
+    vLLM's step_ms; another engine is off by default."""
+    from latency import load_engine
+
+    common = {"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "engine": "vllm", "input_length": 1024,
+              "output_length": 256, "concurrency": 16, "tp_sizes": (2,), "arrival": "burst"}
+    on, off = configure(common), configure(common | {"async_scheduling": "off"})
+    assert on.async_scheduling == "on" and configure(common | {"engine": "trtllm"}).async_scheduling == "off"
+    assert estimate(off)["tpot_ms"] - estimate(on)["tpot_ms"] == pytest.approx(load_engine("vllm").step_ms)

@@ -667,3 +667,19 @@ def test_prefix_caching_changes_a_scenario_s_id_only_where_it_changes_its_result
 
     steady, aiperf = ids("steady"), ids("aiperf")
     assert len(steady) == 1 and len(aiperf) == 2 and steady[0] not in aiperf  # one scenario where it is inert
+
+
+def test_async_scheduling_changes_a_scenario_s_id_only_where_it_is_not_the_engine_s_own(tmp_path):
+    """The engine's own async scheduling (vLLM: on) keeps the id a scenario had before the field
+    existed; the other value is another scenario."""
+    from orchestrator.spec import expand, load_spec
+
+    def ids(values: str):
+        path = tmp_path / "spec.toml"
+        grid = f"async_scheduling = {values}\n" if values else ""
+        path.write_text('[grid]\nmodel = "Qwen/Qwen3-8B"\ndevice = "H100_SXM"\nnum_devices = 1\ninput_length = 1024\n'
+                        f'output_length = 128\n{grid}[options]\nengine = "vllm"\n')
+        return [item.id for item in expand(load_spec(path))]
+
+    unset, on, both = ids(""), ids('["on"]'), ids('["on", "off"]')
+    assert on == unset and len(both) == 2 and unset[0] in both
