@@ -205,7 +205,7 @@ class Row:
         #: the engine's time per MoE layer of every step, and whether the run's version hid its time per
         #: step behind the GPU's (async scheduling), as `estimate --from-csv` reads the run
         self.moe_layer_us = engine.moe_layer_us
-        self.async_scheduling = read.get("async_scheduling", "on" if engine.async_scheduling else "off") == "on"
+        self.async_scheduling = engine.async_scheduling and read.get("async_scheduling") != "off"
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
         scheduler = TokenBudget(max_num_seqs=max_seqs) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
@@ -274,7 +274,7 @@ class Row:
         overhead = (engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp,
                                        self.lm.moe_layers)
                     + prompts * engine.moe_prefill_ms(self.lm.moe_layers))
-        shape_ms = engine.hide_step(self.kernel_prices(label, comm, moe) + overhead)
+        shape_ms = engine.with_step(self.kernel_prices(label, comm, moe) + overhead)
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms
 

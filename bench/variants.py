@@ -26,12 +26,10 @@ per split, engine, model and GPU, so the README's "tried" figures can be reprodu
   default since vLLM 0.14): their front end gets `lookahead_steps` 1.
 - `prefill-layer-us:US`: a step that computes a prompt costs US more per layer (it runs without CUDA
   graphs, which engines capture for decode batches only, so every kernel's host launch shows).
-- `moe-prefill-layer-us:US`: as `prefill-layer-us`, for the MoE layers only (a MoE layer's expert
-  path launches many more kernels than a dense MLP: routing, permutation, activation quantisation,
-  two grouped GEMMs, combine).
-- `async-hides-step:VERSION:K:S`: vLLM runs of VERSION or later (async scheduling by default since
-  0.14) hide the engine's time per step behind the GPU's (step_ms 0), every MoE layer launches K
-  expert kernels, and the expert bandwidths are scaled by S (as `moe-floor`).
+- `moe-prefill-layer-us:US`, `moe-layer-us:US`: the engine's time per MoE layer of a step with prompt
+  tokens, or of every step, US instead of its profile's (vLLM 100 and 28, TensorRT-LLM 300 and 0).
+- `async-scheduling:on|off`: every run of an engine that has a time per step played with async
+  scheduling on (step_ms hidden behind the GPU's) or off, whatever its version.
 - `per-step-requests`: the engine's time per request is per step (host work: scheduling, sampling,
   output), not per layer: `request_layer_us` x 64 / the model's layers (the FIT rows' depth, so they
   are played as shipped).
@@ -119,25 +117,14 @@ def serial_client(ms: float):
     return serial
 
 
-def async_hides_step(version: str):
-    """A row transform: vLLM runs of `version` or later schedule the next step while one runs (async
-    scheduling), so the engine's time per step hides behind the GPU's: step_ms 0 for them."""
-    since = Version(version)
-
+def with_row(**values):
+    """A row transform: the run played with these engine times of its own (Row attributes: the
+    profile's `moe_prefill_layer_us`, `moe_layer_us`, `async_scheduling`) instead of the shipped ones."""
     def transform(row):
-        try:
-            newer = Version(str(row.r.backend_version).split("-")[0]) >= since
-        except InvalidVersion:  # a nightly build: newer than any release
-            newer = True
-        return StepHidden(row) if row.r.engine == "vllm" and newer else row
+        for name, value in values.items():
+            setattr(row, name, value)
+        return row
     return transform
-
-
-class StepHidden(Tweaked):
-    """A measured run played with the engine's time per step hidden (step_ms 0), its other times kept."""
-
-    def predict(self, label, comm, step_ms, *params, frontend=None, engine_time=True):
-        return self.row.predict(label, comm, 0.0, *params, frontend=frontend, engine_time=engine_time)
 
 
 def async_since(version: str):
@@ -164,19 +151,6 @@ def prefill_layer_us(us: float) -> None:
         out = price(self, step, dec, conc, q, s, n_steps, detail)
         prefills = np.bincount(step, weights=(~dec).astype(np.float64), minlength=n_steps) > 0
         out["total"] = out["total"] + us * 1e-3 * self.model.num_layers * prefills
-        return out
-    estimator.RooflineModel._price = priced
-
-
-def moe_prefill_layer_us(us: float) -> None:
-    """Every step with a prompt chunk costs `us` more per MoE layer (the expert path's kernels launched
-    from the host, outside the CUDA graphs engines capture for decode batches)."""
-    price = estimator.RooflineModel._price
-
-    def priced(self, step, dec, conc, q, s, n_steps, detail=False):
-        out = price(self, step, dec, conc, q, s, n_steps, detail)
-        prefills = np.bincount(step, weights=(~dec).astype(np.float64), minlength=n_steps) > 0
-        out["total"] = out["total"] + us * 1e-3 * self.moe_layers * prefills
         return out
     estimator.RooflineModel._price = priced
 
@@ -209,19 +183,18 @@ def apply(variant: str) -> tuple:
     if name == "prefill-layer-us" and len(args) == 1:
         prefill_layer_us(float(args[0]))
         return 1.0, None
-    if name == "async-hides-step" and len(args) == 3:  # VERSION:MOE_KERNELS:BANDWIDTH_SCALE
-        estimator.KERNELS["moe"] = float(args[1])
-        return float(args[2]), async_hides_step(args[0])
-    if name == "moe-prefill-layer-us" and len(args) == 1:
-        moe_prefill_layer_us(float(args[0]))
-        return 1.0, None
+    if name in ("moe-prefill-layer-us", "moe-layer-us") and len(args) == 1:
+        return 1.0, with_row(**{name.replace("-", "_"): float(args[0])})
+    if name == "async-scheduling" and args in (["on"], ["off"]):
+        return 1.0, with_row(async_scheduling=args[0] == "on")
     if name == "per-step-requests" and not args:
         return 1.0, per_step_requests
     sys.exit(f"variants.py: error: VARIANT {variant!r}: expected one of {VARIANTS}")
 
 
 VARIANTS = ("shipped, moe-floor:K:S, overlap-lag, aiperf-pool, serial-client:MS, async-since:VERSION, "
-            "prefill-layer-us:US, moe-prefill-layer-us:US, async-hides-step:VERSION:K:S, per-step-requests")
+            "prefill-layer-us:US, moe-prefill-layer-us:US, moe-layer-us:US, async-scheduling:on|off, "
+            "per-step-requests")
 
 
 def main() -> None:

@@ -96,21 +96,19 @@ class EngineProfile:
         return self.moe_prefill_layer_us * moe_layers * 1e-3
 
     def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1, moe_layers: int = 0):
-        """Milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers adds
-        (`moe_layers` of them MoE), its time per step aside where async scheduling hides it
-        (`hide_step`)."""
+        """GPU milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers
+        (`moe_layers` of them MoE) adds; the host's time per step comes in `with_step`."""
         dp = self.dp_step_ms if attention_dp > 1 else 0.0
-        step = 0.0 if self.async_scheduling else self.step_ms
         per_request = self.request_us + self.request_layer_us * layers
-        return step + dp + (self.layer_us * layers + self.moe_layer_us * moe_layers + per_request * requests
-                            + self.token_us * tokens) * 1e-3
+        return dp + (self.layer_us * layers + self.moe_layer_us * moe_layers + per_request * requests
+                     + self.token_us * tokens) * 1e-3
 
-    def hide_step(self, step_ms):
-        """Each step's milliseconds with the engine's time per step: added to it, or, with async
-        scheduling, hidden behind it (a step shorter than that time waits for the host)."""
+    def with_step(self, gpu_ms):
+        """Each step's milliseconds from its GPU time: the host's time per step (`step_ms`) added, or,
+        with async scheduling, hidden behind it (a step shorter than that waits for the host)."""
         if self.async_scheduling:
-            return np.maximum(step_ms, self.step_ms)
-        return step_ms
+            return np.maximum(gpu_ms, self.step_ms)
+        return gpu_ms + self.step_ms
 
 
 def shipped_engines() -> list[str]:

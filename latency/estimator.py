@@ -215,11 +215,9 @@ class RooflineModel:
             overhead = overhead + prompts * self.engine.moe_prefill_ms(self.moe_layers)
         overhead = np.broadcast_to(overhead, n_steps).astype(np.float64)
         ops["overhead"] = (overhead, np.full(n_steps, "overhead") if detail else None)
-        total = sum(ms for ms, _ in ops.values())
-        hidden = self.engine.hide_step(total)  # async scheduling: the host's time per step behind the GPU's
-        if self.engine.async_scheduling:
-            ops["overhead"] = (overhead + hidden - total, ops["overhead"][1])
-            total = hidden
+        gpu = sum(ms for ms, _ in ops.values())
+        total = self.engine.with_step(gpu)
+        ops["overhead"] = (overhead + total - gpu, ops["overhead"][1])
         if detail:
             return {**ops, "total": total}
         return {"total": total}

@@ -51,10 +51,10 @@ PREFIX_CACHING = "off"
 #: The runs' TPOT says so: read so, the Llama-3.1-8B runs on SGLang 0.5.6.post2 are within 5 % (median),
 #: read as SGLang's defaults (prefill-first) 25 % low; the older 0.5.1 runs fit the defaults (README)
 GENERATED_SGLANG = (0, 5, 6)
+GENERATED_SPARE_TOKENS = 1500
 #: vLLM schedules a step while the one before runs (async scheduling) by default since 0.14 (its
 #: release notes; `--async-scheduling`): runs of older releases are read with it off
 VLLM_ASYNC_SINCE = (0, 14, 0)
-GENERATED_SPARE_TOKENS = 1500
 #: checkpoint-name suffixes that say the weights' format, not another model
 FORMAT_SUFFIXES = ("-FP8", "-NVFP4", "-FP4")
 
