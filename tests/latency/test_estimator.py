@@ -213,6 +213,20 @@ def test_every_step_of_a_moe_model_pays_the_engine_s_time_per_moe_layer():
         build_latency_model(**dense).latency_ms(keys))
 
 
+def test_sglang_s_moe_layers_pay_vllm_s_expert_floor_and_its_prefills_nothing_more():
+    """SGLang's shipped profile carries vLLM's expert path as a whole (the same Triton kernel family):
+    a MoE layer costs 28 us beyond the roofline in every step, DeepSeek-V3's 58 of them 1.624 ms, and
+    with no moe_prefill_layer_us a prefill step pays that floor and no more."""
+    from latency import load_engine
+
+    sglang = load_engine("sglang")
+    decode_ms = sglang.overhead_ms(1, 1, 61, moe_layers=58) - sglang.overhead_ms(1, 1, 61)
+    assert decode_ms == pytest.approx(58 * 0.028)
+    assert sglang.moe_prefill_ms(58) == 0.0
+    assert (sglang.moe_layer_us, sglang.moe_bandwidth) == (load_engine("vllm").moe_layer_us,
+                                                          load_engine("vllm").moe_bandwidth)
+
+
 def test_an_engine_that_names_its_memory_utilisation_leaves_the_rest_free():
     """vLLM takes 90 % of each GPU (--gpu-memory-utilization): on an H100 (79.6 GiB as it reports
     itself) 7.96 GiB stay free, and the KV pool is what the 90 % leaves after weights and
