@@ -52,6 +52,12 @@ PREFIX_CACHING = "off"
 #: read as SGLang's defaults (prefill-first) 25 % low; the older 0.5.1 runs fit the defaults (README)
 GENERATED_SGLANG = (0, 5, 6)
 GENERATED_SPARE_TOKENS = 1500
+#: vLLM 0.12 (what Dynamo 0.8 ships beside SGLang 0.5.6.post2 in that matrix) was launched as the generator
+#: launches vLLM (its rule_plugin/vllm.rule; --max-num-batched-tokens in its run.sh since 2026-01-08):
+#: a token budget of the concurrency + the prompt + GENERATED_SPARE_TOKENS, --max-num-seqs the
+#: concurrency. The later vLLM runs we have are another campaign's (the MoE file: its own run ids, at
+#: vLLM's defaults: its FIT rows' TTFT 23.6 % at the defaults, 33.4 % read so), so 0.12 alone [from, to)
+GENERATED_VLLM = ((0, 12, 0), (0, 13, 0))
 #: vLLM schedules a step while the one before runs (async scheduling) by default since 0.14 (its
 #: release notes; `--async-scheduling`): runs of older releases are read with it off
 VLLM_ASYNC_SINCE = (0, 14, 0)
@@ -133,10 +139,11 @@ def launch(engine: str, engine_version: str, isl: int, concurrency: int, device:
     """The spec keys of how a run's engine was launched where it was not with its defaults: SGLang
     from GENERATED_SGLANG on as AIConfigurator's generator launches it (token budget the prompt +
     GENERATED_SPARE_TOKENS, at most the default chunk; as many running requests as the concurrency);
-    vLLM before VLLM_ASYNC_SINCE without async scheduling."""
+    vLLM before VLLM_ASYNC_SINCE without async scheduling, and GENERATED_VLLM as the generator
+    launches it (token budget the concurrency + the prompt + GENERATED_SPARE_TOKENS)."""
     release = version(engine_version)
-    if engine == "vllm" and release is not None and release < VLLM_ASYNC_SINCE:
-        return {"async_scheduling": "off"}
+    if engine == "vllm":
+        return _vllm_launch(release, isl, concurrency)
     if engine != "sglang" or release is None or release < GENERATED_SGLANG:
         return {}
     from latency import load_device
@@ -144,6 +151,17 @@ def launch(engine: str, engine_version: str, isl: int, concurrency: int, device:
 
     budget = min(engine_default_budget(load_device(device)), isl + GENERATED_SPARE_TOKENS)
     return {"scheduler": "token-budget", "max_batched_tokens": str(budget), "max_num_seqs": str(concurrency)}
+
+
+def _vllm_launch(release: tuple | None, isl: int, concurrency: int) -> dict:
+    """A vLLM run's launch keys by its release (`launch`)."""
+    if release is None:  # a nightly build: newer than any release, at vLLM's defaults
+        return {}
+    keys = {"async_scheduling": "off"} if release < VLLM_ASYNC_SINCE else {}
+    if GENERATED_VLLM[0] <= release < GENERATED_VLLM[1]:
+        keys |= {"scheduler": "token-budget", "max_batched_tokens": str(concurrency + isl + GENERATED_SPARE_TOKENS),
+                 "max_num_seqs": str(concurrency)}
+    return keys
 
 
 def _int(cells: dict, column: str, default: int = 1) -> int:

@@ -290,7 +290,7 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
     assert p.returncode == 0, p.stderr
     assert "against the measured runs: median |error| TTFT" in p.stdout and "over 4 runs" in p.stdout
     assert "  vllm:" not in p.stdout  # one engine: no breakdown
-    assert "generator launched them" not in p.stdout  # vLLM runs are read at its defaults
+    assert "note: 1 runs (vllm) read as AIConfigurator's generator launched them" in p.stdout  # 0.12 alone
     assert list(got["id"]) == ["a", "b", "c", "d"] and list(got["concurrency"]) == [64, 8, 4, 4]
     assert list(got["model"]) == ["MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "openai/gpt-oss-120b",
                                   "moonshotai/Kimi-K2.5"]
@@ -321,7 +321,7 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
         "b,sglang,0.5.8.post1,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,8000,100,20,1,1,1,1,1,700,34",
         "c,sglang,0.5.1.post1,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
         "d,sglang,nightly-5b8c30d,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
-        "e,vllm,0.12.0,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,70,11"])
+        "e,trtllm,1.2.0rc6.post1,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,70,11"])
     assert p.returncode == 0, p.stderr
     assert "note: 2 runs (sglang) read as AIConfigurator's generator launched them" in p.stdout
     assert got["scheduler"].fillna("").tolist() == ["token-budget", "token-budget", "", "", ""]
@@ -339,6 +339,33 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
         default["tpot_ms"])
     # prefill-first stops the decodes for every prompt; mixed chunks do not: the cohort waits longer
     assert default["ttft_ms"] > mixed["ttft_ms"]
+
+
+def test_vllm_0_12_runs_are_read_as_aiconfigurator_s_generator_launched_them(tmp_path):
+    """vLLM 0.12 (Dynamo 0.8's): a token budget of the concurrency + prompt + 1500 (128 + 1024 + 1500 =
+    2652), as many running requests as in flight, no async scheduling; 0.11 and 0.15 keep vLLM's
+    defaults (0.11 without async scheduling). The reading is what `estimate` says of the same keys."""
+    p, got = estimate_measured(tmp_path, [
+        f"{name},vllm,{release},Qwen/Qwen3-32B,h100_sxm,,,,1024,128,128,2,1,1,1,1,690,80"
+        for name, release in (("a", "0.12.0"), ("b", "0.11.2"), ("c", "0.15.1"))])
+    assert p.returncode == 0, p.stderr
+    assert "note: 1 runs (vllm) read as AIConfigurator's generator launched them" in p.stdout
+    assert got["scheduler"].fillna("").tolist() == ["token-budget", "", ""]
+    assert got["max_batched_tokens"].fillna(0).tolist() == [128 + 1024 + 1500, 0, 0]
+    assert got["max_num_seqs"].fillna(0).tolist() == [128, 0, 0]
+    assert got["async_scheduling"].fillna("").tolist() == ["off", "off", ""]
+    common = {"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "engine": "vllm", "input_length": 1024,
+              "output_length": 128, "concurrency": 128, "tp_sizes": (2,), "arrival": "closed",
+              "benchmark": "aiperf", "prefix_caching": "off", "async_scheduling": "off"}
+    generated = estimate(configure(common | {"scheduler": "token-budget", "max_batched_tokens": (2652,),
+                                             "max_num_seqs": 128}))
+    default = estimate(configure(common))
+    assert got.loc[0, "ttft_ms"] == pytest.approx(generated["ttft_ms"])
+    assert got.loc[1, "ttft_ms"] == pytest.approx(default["ttft_ms"])
+    # a budget of 2,652 tokens takes two 1,024-token prompts a step: a cohort that finishes together is
+    # prefilled two by two beside the decodes instead of eight at once, so the loop's phase spreads (its
+    # TTFT falls) and more decode steps carry a prompt chunk (its TPOT rises)
+    assert generated["ttft_ms"] < default["ttft_ms"] and generated["tpot_ms"] > default["tpot_ms"]
 
 
 @pytest.mark.parametrize("text, release", [("0.5.6.post2", (0, 5, 6)), ("v1.2.0rc6.post1", (1, 2, 0)),
@@ -385,9 +412,10 @@ def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
     assert p.returncode == 0, p.stderr
     trt = got[got["engine"] == "trtllm"]
     lines = p.stdout.splitlines()
-    assert lines[-2] == (f"  trtllm: TTFT {trt['ttft_error'].abs().median():.1%}, TPOT "
+    assert lines[-3] == (f"  trtllm: TTFT {trt['ttft_error'].abs().median():.1%}, TPOT "
                          f"{trt['tpot_error'].abs().median():.1%} over 2 runs (0 bound by the KV cache)")
-    assert lines[-1].startswith("  vllm: TTFT ") and lines[-1].endswith("over 1 runs (0 bound by the KV cache)")
+    assert lines[-2].startswith("  vllm: TTFT ") and lines[-2].endswith("over 1 runs (0 bound by the KV cache)")
+    assert lines[-1].startswith("note: 1 runs (vllm) read as AIConfigurator's generator launched them")
 
 
 @pytest.mark.parametrize("model, hint", [
@@ -408,7 +436,7 @@ def test_a_model_we_do_not_know_is_one_line_listing_the_shipped_ones(model, hint
 
 def test_async_scheduling_hides_vllm_s_time_per_step_and_is_its_default():
     """vLLM schedules ahead by default (on): every step of a burst of Qwen3-32B on two H100 (each far
-    above the 1.154 ms host time) is that much shorter than with it off, so TPOT differs by exactly
+    above the 0.923 ms host time) is that much shorter than with it off, so TPOT differs by exactly
     vLLM's step_ms; another engine is off by default."""
     from latency import load_engine
 
