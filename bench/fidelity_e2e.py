@@ -191,8 +191,7 @@ class Row:
         # max_num_tokens), as `servesweep` assumes it, and vLLM's max_num_seqs
         budget = engine_default_budget(self.lm.device)
         policy, max_seqs = engine.scheduler or "token-budget", VLLM_MAX_NUM_SEQS  # the engine's own step policy
-        read = measured_runs.launch(r.engine, str(r.backend_version), int(r.isl),
-                                    int(r.batch_size) * int(r.attention_dp), r.device)
+        read = measured_runs.launch(r.engine, str(r.backend_version), int(r.isl), int(r.batch_size), r.device)
         if launch == "aiconfigurator":
             policy, budget, max_seqs = aiconfigurator_launch(r, policy, budget)
         elif "scheduler" in read:  # as `estimate --from-csv` reads the run's launch

@@ -54,8 +54,8 @@ GENERATED_SGLANG = (0, 5, 6)
 GENERATED_SPARE_TOKENS = 1500
 #: vLLM 0.12 (what Dynamo 0.8 ships beside SGLang 0.5.6.post2 in that matrix) was launched as the generator
 #: launches vLLM (its rule_plugin/vllm.rule; --max-num-batched-tokens in its run.sh since 2026-01-08):
-#: a token budget of the concurrency + the prompt + GENERATED_SPARE_TOKENS, --max-num-seqs the
-#: concurrency. The later vLLM runs we have are another campaign's (the MoE file: its own run ids, at
+#: a token budget of the batch on a rank + the prompt + GENERATED_SPARE_TOKENS, --max-num-seqs that
+#: batch. The later vLLM runs we have are another campaign's (the MoE file: its own run ids, at
 #: vLLM's defaults: its FIT rows' TTFT 23.6 % at the defaults, 33.4 % read so), so 0.12 alone [from, to)
 GENERATED_VLLM = ((0, 12, 0), (0, 13, 0))
 #: vLLM schedules a step while the one before runs (async scheduling) by default since 0.14 (its
@@ -135,32 +135,33 @@ def version(text: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.groups()) if match else None
 
 
-def launch(engine: str, engine_version: str, isl: int, concurrency: int, device: str) -> dict:
-    """The spec keys of how a run's engine was launched where it was not with its defaults: SGLang
+def launch(engine: str, engine_version: str, isl: int, batch: int, device: str) -> dict:
+    """The spec keys of how a run's engine was launched where it was not with its defaults, `batch`
+    being the requests in flight on one attention-DP rank (the generator's max_batch_size): SGLang
     from GENERATED_SGLANG on as AIConfigurator's generator launches it (token budget the prompt +
-    GENERATED_SPARE_TOKENS, at most the default chunk; as many running requests as the concurrency);
+    GENERATED_SPARE_TOKENS, at most the default chunk; as many running requests as in flight);
     vLLM before VLLM_ASYNC_SINCE without async scheduling, and GENERATED_VLLM as the generator
-    launches it (token budget the concurrency + the prompt + GENERATED_SPARE_TOKENS)."""
+    launches it (token budget the batch + the prompt + GENERATED_SPARE_TOKENS)."""
     release = version(engine_version)
     if engine == "vllm":
-        return _vllm_launch(release, isl, concurrency)
+        return _vllm_launch(release, isl, batch)
     if engine != "sglang" or release is None or release < GENERATED_SGLANG:
         return {}
     from latency import load_device
     from orchestrator.scenario import engine_default_budget
 
     budget = min(engine_default_budget(load_device(device)), isl + GENERATED_SPARE_TOKENS)
-    return {"scheduler": "token-budget", "max_batched_tokens": str(budget), "max_num_seqs": str(concurrency)}
+    return {"scheduler": "token-budget", "max_batched_tokens": str(budget), "max_num_seqs": str(batch)}
 
 
-def _vllm_launch(release: tuple | None, isl: int, concurrency: int) -> dict:
+def _vllm_launch(release: tuple | None, isl: int, batch: int) -> dict:
     """A vLLM run's launch keys by its release (`launch`)."""
     if release is None:  # a nightly build: newer than any release, at vLLM's defaults
         return {}
     keys = {"async_scheduling": "off"} if release < VLLM_ASYNC_SINCE else {}
     if GENERATED_VLLM[0] <= release < GENERATED_VLLM[1]:
-        keys |= {"scheduler": "token-budget", "max_batched_tokens": str(concurrency + isl + GENERATED_SPARE_TOKENS),
-                 "max_num_seqs": str(concurrency)}
+        keys |= {"scheduler": "token-budget", "max_batched_tokens": str(batch + isl + GENERATED_SPARE_TOKENS),
+                 "max_num_seqs": str(batch)}
     return keys
 
 
@@ -205,7 +206,7 @@ def to_spec(cells: dict, where: str) -> dict:
             "prefix_caching": PREFIX_CACHING}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
-    return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch * dp, device)
+    return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch, device)
 
 
 def add_errors(table, metrics):
