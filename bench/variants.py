@@ -87,6 +87,12 @@ def with_prompt_pool(row: fe.Row) -> fe.Row:
 FIT_DEPTH = 64
 
 
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit 2 (as argparse's own errors)."""
+    print(f"variants.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 class Tweaked:
     """A measured run played with another front end or other engine times (what `fe.errors` asks of a row)."""
 
@@ -124,6 +130,32 @@ def with_row(**values):
         for name, value in values.items():
             setattr(row, name, value)
         return row
+    return transform
+
+
+def with_frontend(settings: str):
+    """A row transform: the engine's shipped front end with `settings` (key=value,...) replaced, e.g.
+    lookahead_steps=1 (the engine schedules a step ahead: SGLang's overlap scheduler) or client_ms=50."""
+    from simulator.frontend import Frontend
+
+    fields = {f.name: f.type for f in dataclasses.fields(Frontend)}
+    values = {}
+    for item in settings.split(","):
+        key, _, text = item.partition("=")
+        if key not in fields:
+            fail(f"VARIANT frontend:{settings}: {key!r} is not one of {', '.join(fields)}")
+        try:
+            values[key] = int(text) if key == "lookahead_steps" else float(text)
+        except ValueError:
+            fail(f"VARIANT frontend:{settings}: {key}={text!r} is not a number")
+    try:
+        Frontend(**values)
+    except ValueError as err:
+        fail(f"VARIANT frontend:{settings}: {err}")
+
+    def transform(row):
+        front = fe.shipped_frontend(row.r.engine) or Frontend()
+        return Tweaked(row, frontend=dataclasses.replace(front, **values))
     return transform
 
 
@@ -178,6 +210,8 @@ def apply(variant: str) -> tuple:
     if name == "serial-client" and len(args) == 1:
         arrivals.Arrivals.create = serial_client(float(args[0]))
         return 1.0, None
+    if name == "frontend" and len(args) == 1:
+        return 1.0, with_frontend(args[0])
     if name == "async-since" and len(args) == 1:
         return 1.0, async_since(args[0])
     if name == "prefill-layer-us" and len(args) == 1:
@@ -189,10 +223,11 @@ def apply(variant: str) -> tuple:
         return 1.0, with_row(async_scheduling=args[0] == "on")
     if name == "per-step-requests" and not args:
         return 1.0, per_step_requests
-    sys.exit(f"variants.py: error: VARIANT {variant!r}: expected one of {VARIANTS}")
+    fail(f"VARIANT {variant!r}: expected one of {VARIANTS}")
 
 
 VARIANTS = ("shipped, moe-floor:K:S, overlap-lag, aiperf-pool, serial-client:MS, async-since:VERSION, "
+            "frontend:KEY=VALUE[,KEY=VALUE], "
             "prefill-layer-us:US, moe-prefill-layer-us:US, moe-layer-us:US, async-scheduling:on|off, "
             "per-step-requests")
 
@@ -207,7 +242,7 @@ def main() -> None:
     ap.add_argument("--output", type=Path, help="also write each run's errors to this CSV")
     a = ap.parse_args()
     if a.every < 1:
-        sys.exit(f"variants.py: error: --every {a.every}: expected an integer >= 1")
+        fail(f"--every {a.every}: expected an integer >= 1")
     scale, transform = apply(a.variant)
     d = pd.concat([fe.configs(p) for p in (fe.REFERENCE, fe.MOE_REFERENCE)], ignore_index=True)
     if a.engine:
@@ -217,7 +252,7 @@ def main() -> None:
     rows = [row for row in map(fe.Row, d.iloc[::a.every].itertuples())
             if not row.apart]  # queued for KV blocks or beyond peak: reported apart by fidelity_e2e
     if not rows:
-        sys.exit("variants.py: error: no measured run matches --engine and --family")
+        fail("no measured run matches --engine and --family")
     if transform is not None:
         rows = [transform(row) for row in rows]
 
