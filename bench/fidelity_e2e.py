@@ -146,27 +146,7 @@ def configs(reference: Path) -> pd.DataFrame:
     return d.reset_index(drop=True)
 
 
-#: AIConfigurator's generated aggregated launch (its generator's benchmark rules,
-#: generator/rule_plugin/benchmark/{vllm,trtllm,sglang}.rule): the step's token budget is the batch
-#: size + the prompt + 1500 tokens (TensorRT-LLM's rounded up to its 32-token blocks; SGLang's
-#: --max-prefill-tokens is the prompt + 1500, its mixed decodes counted in), the batch size the
-#: concurrency, and SGLang runs --enable-mixed-chunk (since 2026-01-19), which mixes prefill chunks
-#: into decode steps as vLLM's token budget does. TensorRT-LLM's template leaves chunked prefill off;
-#: we keep chunks.
-AIC_SPARE_TOKENS, TRTLLM_BLOCK = measured_runs.GENERATED_SPARE_TOKENS, 32
 LAUNCHES = ("as-read", "aiconfigurator")
-
-
-def aiconfigurator_launch(r, policy: str, default_budget: int) -> tuple[str, int, int]:
-    """(step policy, token budget, max running requests) of row `r` launched as AIConfigurator's
-    generator launches its engine."""
-    c, isl = int(r.batch_size), int(r.isl)
-    if r.engine == "sglang":  # its mixed decodes count against --max-prefill-tokens (SGLang's PrefillAdder)
-        return "token-budget", min(default_budget, isl + AIC_SPARE_TOKENS), c
-    budget = c + isl + AIC_SPARE_TOKENS
-    if r.engine == "trtllm":
-        budget = -(-budget // TRTLLM_BLOCK) * TRTLLM_BLOCK
-    return policy, budget, c
 
 
 class Row:
@@ -192,9 +172,9 @@ class Row:
         budget = engine_default_budget(self.lm.device)
         policy, max_seqs = engine.scheduler or "token-budget", VLLM_MAX_NUM_SEQS  # the engine's own step policy
         read = measured_runs.launch(r.engine, str(r.backend_version), int(r.isl), int(r.batch_size), r.device)
-        if launch == "aiconfigurator":
-            policy, budget, max_seqs = aiconfigurator_launch(r, policy, budget)
-        elif "scheduler" in read:  # as `estimate --from-csv` reads the run's launch
+        if launch == "aiconfigurator":  # every run as AIConfigurator's generator launches its engine
+            read |= measured_runs.generated_launch(r.engine, int(r.isl), int(r.batch_size), r.device)
+        if "scheduler" in read:  # as `estimate --from-csv` reads the run's launch
             policy, budget, max_seqs = read["scheduler"], int(read["max_batched_tokens"]), int(read["max_num_seqs"])
         self.devices = self.lm.devices_per_instance
         #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
@@ -270,9 +250,8 @@ class Row:
             return self.timed(comm, engine, frontend)
         p, requests, prompts = self.plans[label]
         # the engine's time as the latency model adds it (no token_us: the profiles fit none)
-        overhead = (engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp,
-                                       self.lm.moe_layers)
-                    + prompts * engine.moe_prefill_ms(self.lm.moe_layers))
+        overhead = engine.overhead_ms(requests, 0, self.lm.model.num_layers, self.lm.parallel.attention_dp,
+                                      self.lm.moe_layers, prompts)
         shape_ms = engine.with_step(self.kernel_prices(label, comm, moe) + overhead)
         m = replay(p, shape_ms[p.step_shape], self.devices)
         return m.ttft_ms, m.tpot_ms

@@ -138,16 +138,17 @@ def with_frontend(settings: str):
     lookahead_steps=1 (the engine schedules a step ahead: SGLang's overlap scheduler) or client_ms=50."""
     from simulator.frontend import Frontend
 
-    fields = {f.name: f.type for f in dataclasses.fields(Frontend)}
+    defaults = dataclasses.asdict(Frontend())  # each time's type is its default's (lookahead_steps: int)
     values = {}
     for item in settings.split(","):
         key, _, text = item.partition("=")
-        if key not in fields:
-            fail(f"VARIANT frontend:{settings}: {key!r} is not one of {', '.join(fields)}")
+        if key not in defaults:
+            fail(f"VARIANT frontend:{settings}: {key!r} is not one of {', '.join(defaults)}")
         try:
-            values[key] = int(text) if key == "lookahead_steps" else float(text)
+            values[key] = type(defaults[key])(text)
         except ValueError:
-            fail(f"VARIANT frontend:{settings}: {key}={text!r} is not a number")
+            kind = "an integer" if isinstance(defaults[key], int) else "a number"
+            fail(f"VARIANT frontend:{settings}: {key}={text!r}: expected {kind}")
     try:
         Frontend(**values)
     except ValueError as err:

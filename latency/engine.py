@@ -95,13 +95,14 @@ class EngineProfile:
         """Milliseconds a step that computes prompt tokens adds through `moe_layers` MoE layers."""
         return self.moe_prefill_layer_us * moe_layers * 1e-3
 
-    def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1, moe_layers: int = 0):
+    def overhead_ms(self, requests, tokens, layers: int, attention_dp: int = 1, moe_layers: int = 0, prefills=0):
         """GPU milliseconds a step of `requests` sequences and `tokens` tokens through `layers` layers
-        (`moe_layers` of them MoE) adds; the host's time per step comes in `with_step`."""
+        (`moe_layers` of them MoE) adds, `prefills` 1 where it computes prompt tokens (numbers, or
+        arrays of steps); the host's time per step comes in `with_step`."""
         dp = self.dp_step_ms if attention_dp > 1 else 0.0
         per_request = self.request_us + self.request_layer_us * layers
         return dp + (self.layer_us * layers + self.moe_layer_us * moe_layers + per_request * requests
-                     + self.token_us * tokens) * 1e-3
+                     + self.token_us * tokens) * 1e-3 + prefills * self.moe_prefill_ms(moe_layers)
 
     def with_step(self, gpu_ms):
         """Each step's milliseconds from its GPU time: the host's time per step (`step_ms`) added, or,

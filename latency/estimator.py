@@ -209,15 +209,15 @@ class RooflineModel:
         ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, peak=bf16,
                                       in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
-        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp, self.moe_layers)
+        prefills = 0  # which steps compute prompt tokens: only a MoE prefill time asks
         if self.engine.moe_prefill_layer_us and self.moe_layers:
-            prompts = np.bincount(step, weights=~dec, minlength=n_steps) > 0
-            overhead = overhead + prompts * self.engine.moe_prefill_ms(self.moe_layers)
+            prefills = np.bincount(step, weights=~dec, minlength=n_steps) > 0
+        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp, self.moe_layers,
+                                                                prefills)
         overhead = np.broadcast_to(overhead, n_steps).astype(np.float64)
-        ops["overhead"] = (overhead, np.full(n_steps, "overhead") if detail else None)
-        gpu = sum(ms for ms, _ in ops.values())
+        gpu = sum(ms for ms, _ in ops.values()) + overhead
         total = self.engine.with_step(gpu)
-        ops["overhead"] = (overhead + total - gpu, ops["overhead"][1])
+        ops["overhead"] = (overhead + total - gpu, np.full(n_steps, "overhead") if detail else None)
         if detail:
             return {**ops, "total": total}
         return {"total": total}

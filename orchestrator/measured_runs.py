@@ -50,14 +50,16 @@ PREFIX_CACHING = "off"
 #: --max-prefill-tokens = the prompt + GENERATED_SPARE_TOKENS, --max-running-requests = the concurrency.
 #: The runs' TPOT says so: read so, the Llama-3.1-8B runs on SGLang 0.5.6.post2 are within 5 % (median),
 #: read as SGLang's defaults (prefill-first) 25 % low; the older 0.5.1 runs fit the defaults (README)
-GENERATED_SGLANG = (0, 5, 6)
 GENERATED_SPARE_TOKENS = 1500
+#: TensorRT-LLM's max_num_tokens is a whole number of its KV blocks (the generator's tokens_per_block)
+TRTLLM_BLOCK_TOKENS = 32
 #: vLLM 0.12 (what Dynamo 0.8 ships beside SGLang 0.5.6.post2 in that matrix) was launched as the generator
 #: launches vLLM (its rule_plugin/vllm.rule; --max-num-batched-tokens in its run.sh since 2026-01-08):
 #: a token budget of the batch on a rank + the prompt + GENERATED_SPARE_TOKENS, --max-num-seqs that
 #: batch. The later vLLM runs we have are another campaign's (the MoE file: its own run ids, at
-#: vLLM's defaults: its FIT rows' TTFT 23.6 % at the defaults, 33.4 % read so), so 0.12 alone [from, to)
-GENERATED_VLLM = ((0, 12, 0), (0, 13, 0))
+#: vLLM's defaults: its FIT rows' TTFT 23.6 % at the defaults, 33.4 % read so), so 0.12 alone.
+#: Per engine, the releases [from, to) read as generated (to None: every later one)
+GENERATED = {"sglang": ((0, 5, 6), None), "vllm": ((0, 12, 0), (0, 13, 0))}
 #: vLLM schedules a step while the one before runs (async scheduling) by default since 0.14 (its
 #: release notes; `--async-scheduling`): runs of older releases are read with it off
 VLLM_ASYNC_SINCE = (0, 14, 0)
@@ -137,32 +139,36 @@ def version(text: str) -> tuple[int, ...] | None:
 
 def launch(engine: str, engine_version: str, isl: int, batch: int, device: str) -> dict:
     """The spec keys of how a run's engine was launched where it was not with its defaults, `batch`
-    being the requests in flight on one attention-DP rank (the generator's max_batch_size): SGLang
-    from GENERATED_SGLANG on as AIConfigurator's generator launches it (token budget the prompt +
-    GENERATED_SPARE_TOKENS, at most the default chunk; as many running requests as in flight);
-    vLLM before VLLM_ASYNC_SINCE without async scheduling, and GENERATED_VLLM as the generator
-    launches it (token budget the batch + the prompt + GENERATED_SPARE_TOKENS)."""
+    being the requests in flight on one attention-DP rank: vLLM before VLLM_ASYNC_SINCE without async
+    scheduling, and the releases GENERATED names as AIConfigurator's generator launches them
+    (`generated_launch`). A build without a release number (a nightly) is newer than any: defaults."""
     release = version(engine_version)
-    if engine == "vllm":
-        return _vllm_launch(release, isl, batch)
-    if engine != "sglang" or release is None or release < GENERATED_SGLANG:
+    if release is None:
         return {}
-    from latency import load_device
-    from orchestrator.scenario import engine_default_budget
-
-    budget = min(engine_default_budget(load_device(device)), isl + GENERATED_SPARE_TOKENS)
-    return {"scheduler": "token-budget", "max_batched_tokens": str(budget), "max_num_seqs": str(batch)}
-
-
-def _vllm_launch(release: tuple | None, isl: int, batch: int) -> dict:
-    """A vLLM run's launch keys by its release (`launch`)."""
-    if release is None:  # a nightly build: newer than any release, at vLLM's defaults
-        return {}
-    keys = {"async_scheduling": "off"} if release < VLLM_ASYNC_SINCE else {}
-    if GENERATED_VLLM[0] <= release < GENERATED_VLLM[1]:
-        keys |= {"scheduler": "token-budget", "max_batched_tokens": str(batch + isl + GENERATED_SPARE_TOKENS),
-                 "max_num_seqs": str(batch)}
+    keys = {"async_scheduling": "off"} if engine == "vllm" and release < VLLM_ASYNC_SINCE else {}
+    since, until = GENERATED.get(engine, (None, None))
+    if since is not None and since <= release and (until is None or release < until):
+        keys |= generated_launch(engine, isl, batch, device)
     return keys
+
+
+def generated_launch(engine: str, isl: int, batch: int, device: str) -> dict:
+    """The spec keys of AIConfigurator's generated aggregated launch (its rule_plugin/benchmark/*.rule)
+    of `batch` requests a rank: prompt chunks mixed into the decode steps (token budget), a budget of
+    the batch + the prompt + GENERATED_SPARE_TOKENS (TensorRT-LLM's in whole KV blocks; SGLang's
+    --max-prefill-tokens is the prompt + the spare, its mixed decodes counted in, at most the default
+    chunk), as many running requests as the batch. TensorRT-LLM's template leaves chunked prefill
+    off; a prompt longer than its budget is chunked here all the same."""
+    if engine == "sglang":
+        from latency import load_device
+        from orchestrator.scenario import engine_default_budget
+
+        budget = min(engine_default_budget(load_device(device)), isl + GENERATED_SPARE_TOKENS)
+    else:
+        budget = batch + isl + GENERATED_SPARE_TOKENS
+        if engine == "trtllm":
+            budget = -(-budget // TRTLLM_BLOCK_TOKENS) * TRTLLM_BLOCK_TOKENS
+    return {"scheduler": "token-budget", "max_batched_tokens": str(budget), "max_num_seqs": str(batch)}
 
 
 def _int(cells: dict, column: str, default: int = 1) -> int:

@@ -342,7 +342,7 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
 
 
 def test_vllm_0_12_runs_are_read_as_aiconfigurator_s_generator_launched_them(tmp_path):
-    """vLLM 0.12 (Dynamo 0.8's): a token budget of the concurrency + prompt + 1500 (128 + 1024 + 1500 =
+    """vLLM 0.12 (Dynamo 0.8's): a token budget of the batch on a rank + prompt + 1500 (128 + 1024 + 1500 =
     2652), as many running requests as in flight, no async scheduling; 0.11 and 0.15 keep vLLM's
     defaults (0.11 without async scheduling). The reading is what `estimate` says of the same keys."""
     p, got = estimate_measured(tmp_path, [
