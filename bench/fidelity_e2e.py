@@ -174,8 +174,8 @@ class Row:
         read = measured_runs.launch(r.engine, str(r.backend_version), int(r.isl), int(r.batch_size), r.device)
         if launch == "aiconfigurator":  # every run as AIConfigurator's generator launches its engine
             read |= measured_runs.generated_launch(r.engine, int(r.isl), int(r.batch_size), r.device)
-        if "scheduler" in read:  # as `estimate --from-csv` reads the run's launch
-            policy, budget, max_seqs = read["scheduler"], int(read["max_batched_tokens"]), int(read["max_num_seqs"])
+        policy = read.get("scheduler", policy)  # as `estimate --from-csv` reads the run's launch
+        budget, max_seqs = int(read.get("max_batched_tokens", budget)), int(read.get("max_num_seqs", max_seqs))
         self.devices = self.lm.devices_per_instance
         #: the engine's per-step time of attention-DP ranks (its profile's; `--fit` fits it)
         self.dp_step_ms = engine.dp_step_ms if int(r.attention_dp) > 1 else 0.0

@@ -306,7 +306,7 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
                                 "quantization": "fp8", "kv_cache_dtype": "fp8", "input_length": 1024,
                                 "output_length": 1024, "concurrency": 64, "tp_sizes": (4,),
                                 "attention_dp_sizes": (4,), "ep": 16, "arrival": "closed",
-                                "benchmark": "aiperf", "prefix_caching": "off"}))
+                                "benchmark": "aiperf", "prefix_caching": "off", "max_batched_tokens": (8192,)}))
     assert got.loc[0, "ttft_ms"] == pytest.approx(first["ttft_ms"]) and got.loc[0, "tpot_ms"] == pytest.approx(
         first["tpot_ms"])
 
@@ -366,6 +366,26 @@ def test_vllm_0_12_runs_are_read_as_aiconfigurator_s_generator_launched_them(tmp
     # prefilled two by two beside the decodes instead of eight at once, so the loop's phase spreads (its
     # TTFT falls) and more decode steps carry a prompt chunk (its TPOT rises)
     assert generated["ttft_ms"] < default["ttft_ms"] and generated["tpot_ms"] > default["tpot_ms"]
+
+
+def test_vllm_runs_before_0_28_on_b200_are_read_with_the_8192_token_budget_their_release_defaulted_to(tmp_path):
+    """vLLM's 16,384-token default budget on devices of >= 160 GiB came in 0.28 (`get_batch_defaults`): a
+    0.19 run on B200 is read with 8,192; a 0.28 run and a nightly there, and a 0.19 run on H200 (8,192
+    either way), keep the defaults. The reading is what `estimate` says of the same keys."""
+    p, got = estimate_measured(tmp_path, [
+        f"{name},vllm,{release},Qwen/Qwen3-32B,{gpu},,,,8192,128,64,2,1,1,1,1,900,30"
+        for name, release, gpu in (("a", "0.19.0", "b200_sxm"), ("b", "0.28.0", "b200_sxm"),
+                                   ("c", "nightly-5b8c30d", "b200_sxm"), ("d", "0.19.0", "h200_sxm"))])
+    assert p.returncode == 0, p.stderr
+    assert got["max_batched_tokens"].fillna(0).tolist() == [8192, 0, 0, 0]
+    common = {"model": "Qwen/Qwen3-32B", "device": "B200", "engine": "vllm", "input_length": 8192,
+              "output_length": 128, "concurrency": 64, "tp_sizes": (2,), "arrival": "closed",
+              "benchmark": "aiperf", "prefix_caching": "off"}
+    older = estimate(configure(common | {"max_batched_tokens": (8192,)}))
+    default = estimate(configure(common))
+    assert got.loc[0, "ttft_ms"] == pytest.approx(older["ttft_ms"])
+    assert got.loc[1, "ttft_ms"] == pytest.approx(default["ttft_ms"])
+    assert older["ttft_ms"] != pytest.approx(default["ttft_ms"], rel=0.05)  # the reading matters here
 
 
 @pytest.mark.parametrize("text, release", [("0.5.6.post2", (0, 5, 6)), ("v1.2.0rc6.post1", (1, 2, 0)),
