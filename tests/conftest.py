@@ -46,6 +46,7 @@ class Faults:
         self.killed: list[int] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._sigint = None  # the SIGINT handler interrupt_when replaced, restored by stop
 
     def _watch(self, poll, act):
         def loop():
@@ -71,13 +72,19 @@ class Faults:
         self._watch(running, kill)
 
     def interrupt_when(self, condition) -> None:
-        """KeyboardInterrupt in the main thread, wherever it is, as soon as `condition()` is true."""
+        """KeyboardInterrupt in the main thread, wherever it is, as soon as `condition()` is true. A
+        process started in the background of a non-interactive shell inherits SIGINT ignored, and then
+        interrupt_main does nothing: Python's own handler is put back for the test."""
+        if self._sigint is None:
+            self._sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
         self._watch(condition, lambda _: _thread.interrupt_main())
 
     def stop(self):
         self._stop.set()
         for t in self._threads:
             t.join(5)
+        if self._sigint is not None:
+            signal.signal(signal.SIGINT, self._sigint)
 
 
 @pytest.fixture

@@ -193,13 +193,11 @@ def test_killed_worker_loses_and_duplicates_nothing(ray_session, inline_run, tmp
 
 def test_interrupted_driver_resumes_without_loss_or_duplicates(ray_session, inline_run, tmp_path, faults):
     out = tmp_path / "out"
-    # interrupted at the first finished scenario: the interrupt reaches the main thread up to ~10 writes
-    # later (measured), and the whole sweep's writes take ~0.2 s, so a later trigger can miss the run
-    faults.interrupt_when(lambda: any(out.glob("best/*/*/*.parquet")))
+    faults.interrupt_when(lambda: len(list(out.glob("best/*/*/*.parquet"))) >= 5)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(expand(SPEC), out, backend="ray", progress=False)
     partial = read_table(out, "best")["scenario_id"].nunique()
-    assert 1 <= partial < 16
+    assert 5 <= partial < 16
     assert not list(out.rglob("*.tmp"))  # an interrupted write leaves no half file behind
     with pytest.raises(FileExistsError):
         run_sweep(expand(SPEC), out, backend="ray", progress=False)
