@@ -58,8 +58,10 @@ TRTLLM_BLOCK_TOKENS = 32
 #: a token budget of the batch on a rank + the prompt + GENERATED_SPARE_TOKENS, --max-num-seqs that
 #: batch. The later vLLM runs we have are another campaign's (the MoE file: its own run ids, at
 #: vLLM's defaults: its FIT rows' TTFT 23.6 % at the defaults, 33.4 % read so), so 0.12 alone.
+#: TensorRT-LLM 1.2 (1.2.0rc6.post1 is the third engine of that Dynamo 0.8 row) likewise: its template's
+#: max_num_tokens (the batch + the prompt + GENERATED_SPARE_TOKENS, in KV blocks) and max_batch_size.
 #: Per engine, the releases [from, to) read as generated (to None: every later one)
-GENERATED = {"sglang": ((0, 5, 6), None), "vllm": ((0, 12, 0), (0, 13, 0))}
+GENERATED = {"sglang": ((0, 5, 6), None), "vllm": ((0, 12, 0), (0, 13, 0)), "trtllm": ((1, 2, 0), (1, 3, 0))}
 #: vLLM schedules a step while the one before runs (async scheduling) by default since 0.14 (its
 #: release notes; `--async-scheduling`): runs of older releases are read with it off
 VLLM_ASYNC_SINCE = (0, 14, 0)

@@ -314,8 +314,8 @@ def test_measured_runs_in_aiconfigurator_s_format_are_read_as_they_ran(tmp_path)
 def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_them(tmp_path):
     """SGLang 0.5.6.post2 on: prompt chunks mixed into the decode steps (token budget), the budget
     --max-prefill-tokens = prompt + 1500 capped at the default chunk (8192 on H200), as many running
-    requests as in flight; an older SGLang, another engine or a build without a release number keeps
-    the engine's defaults. Each reading is what `estimate` says of the same spec keys."""
+    requests as in flight; an older SGLang or a build without a release number keeps the engine's
+    defaults. Each reading is what `estimate` says of the same spec keys."""
     p, got = estimate_measured(tmp_path, [
         "a,sglang,0.5.6.post2,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
         "b,sglang,0.5.8.post1,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,8000,100,20,1,1,1,1,1,700,34",
@@ -323,10 +323,11 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
         "d,sglang,nightly-5b8c30d,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,1600,27",
         "e,trtllm,1.2.0rc6.post1,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,,,1000,100,160,1,1,1,1,1,70,11"])
     assert p.returncode == 0, p.stderr
-    assert "note: 2 runs (sglang) read as AIConfigurator's generator launched them" in p.stdout
-    assert got["scheduler"].fillna("").tolist() == ["token-budget", "token-budget", "", "", ""]
-    assert got["max_batched_tokens"].fillna(0).tolist() == [1000 + 1500, 8192, 0, 0, 0]
-    assert got["max_num_seqs"].fillna(0).tolist() == [160, 20, 0, 0, 0]
+    assert "note: 3 runs (sglang, trtllm) read as AIConfigurator's generator launched them" in p.stdout
+    assert got["scheduler"].fillna("").tolist() == ["token-budget", "token-budget", "", "", "token-budget"]
+    # TensorRT-LLM 1.2 (Dynamo 0.8's, beside SGLang 0.5.6.post2): batch + prompt + 1500 in 32-token blocks
+    assert got["max_batched_tokens"].fillna(0).tolist() == [1000 + 1500, 8192, 0, 0, 84 * 32]
+    assert got["max_num_seqs"].fillna(0).tolist() == [160, 20, 0, 0, 160]
     common = {"model": "meta-llama/Llama-3.1-8B-Instruct", "device": "H200_SXM", "engine": "sglang",
               "quantization": "fp8", "input_length": 1000, "output_length": 100, "concurrency": 160,
               "tp_sizes": (1,), "arrival": "closed", "benchmark": "aiperf", "prefix_caching": "off"}
@@ -339,6 +340,10 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
         default["tpot_ms"])
     # prefill-first stops the decodes for every prompt; mixed chunks do not: the cohort waits longer
     assert default["ttft_ms"] > mixed["ttft_ms"]
+    trt = estimate(configure(common | {"engine": "trtllm", "kv_cache_dtype": "fp8", "scheduler": "token-budget",
+                                       "max_batched_tokens": (84 * 32,), "max_num_seqs": 160}))
+    assert got.loc[4, "ttft_ms"] == pytest.approx(trt["ttft_ms"]) and got.loc[4, "tpot_ms"] == pytest.approx(
+        trt["tpot_ms"])
 
 
 def test_vllm_0_12_runs_are_read_as_aiconfigurator_s_generator_launched_them(tmp_path):
