@@ -29,6 +29,8 @@ VLLM_MAX_NUM_SEQS = 1024
 #: vLLM's --gpu-memory-utilization, as its profile names it (the --reserved-memory-gb default leaves the rest)
 VLLM_MEMORY_UTILIZATION = load_engine("vllm").gpu_memory_utilization
 VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE, VLLM_LARGE_HBM_BYTES = 8192, 16384, 160 * 1024**3
+#: the release that added that tier (`EngineArgs.get_batch_defaults`): older ones took 8192 there too
+VLLM_LARGE_BUDGET_SINCE = (0, 28, 0)
 #: commands that take scenario fields; `sweep` reads them as spec keys
 COMMANDS = ("optimize", "estimate", "sweep")
 

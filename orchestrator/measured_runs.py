@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from latency.kernel_tables import GPU_DIRS
-from orchestrator.fields import VLLM_BATCHED_TOKENS, InputError
+from orchestrator.fields import InputError
 
 #: the columns that say a CSV is in this format
 SIGNATURE = ("model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size")
@@ -65,9 +65,6 @@ GENERATED = {"sglang": ((0, 5, 6), None), "vllm": ((0, 12, 0), (0, 13, 0)), "trt
 #: vLLM schedules a step while the one before runs (async scheduling) by default since 0.14 (its
 #: release notes; `--async-scheduling`): runs of older releases are read with it off
 VLLM_ASYNC_SINCE = (0, 14, 0)
-#: vLLM's --max-num-batched-tokens default on devices with >= 160 GiB (B200) is 16384 since 0.28 (that
-#: release added the tier to `EngineArgs.get_batch_defaults`); before it, 8192 as on any GPU of >= 70 GiB
-VLLM_LARGE_BUDGET_SINCE = (0, 28, 0)
 #: checkpoint-name suffixes that say the weights' format, not another model
 FORMAT_SUFFIXES = ("-FP8", "-NVFP4", "-FP4")
 
@@ -145,19 +142,19 @@ def version(text: str) -> tuple[int, ...] | None:
 def launch(engine: str, engine_version: str, isl: int, batch: int, device: str) -> dict:
     """The spec keys of how a run's engine was launched where it was not with its defaults, `batch`
     being the requests in flight on one attention-DP rank: vLLM before VLLM_ASYNC_SINCE without async
-    scheduling and, before VLLM_LARGE_BUDGET_SINCE, with the budget its release defaulted to, and the
-    releases GENERATED names as AIConfigurator's generator launches them (`generated_launch`). A build
-    without a release number (a nightly) is newer than any: defaults."""
+    scheduling, vLLM with the budget its release defaulted to where today's differs
+    (`engine_default_budget`), and the releases GENERATED names as AIConfigurator's generator launches
+    them (`generated_launch`). A build without a release number (a nightly) is newer than any: defaults."""
     release = version(engine_version)
     if release is None:
         return {}
-    keys = {"async_scheduling": "off"} if engine == "vllm" and release < VLLM_ASYNC_SINCE else {}
-    if engine == "vllm" and release < VLLM_LARGE_BUDGET_SINCE:
-        from latency import load_device
-        from orchestrator.scenario import engine_default_budget
-
-        if engine_default_budget(load_device(device)) != VLLM_BATCHED_TOKENS:
-            keys["max_batched_tokens"] = str(VLLM_BATCHED_TOKENS)
+    keys = {}
+    if engine == "vllm":
+        if release < VLLM_ASYNC_SINCE:
+            keys["async_scheduling"] = "off"
+        own, today = _default_budget(device, release), _default_budget(device)
+        if own != today:
+            keys["max_batched_tokens"] = str(own)
     since, until = GENERATED.get(engine, (None, None))
     if since is not None and since <= release and (until is None or release < until):
         keys |= generated_launch(engine, isl, batch, device)
@@ -172,15 +169,20 @@ def generated_launch(engine: str, isl: int, batch: int, device: str) -> dict:
     chunk), as many running requests as the batch. TensorRT-LLM's template leaves chunked prefill
     off; a prompt longer than its budget is chunked here all the same."""
     if engine == "sglang":
-        from latency import load_device
-        from orchestrator.scenario import engine_default_budget
-
-        budget = min(engine_default_budget(load_device(device)), isl + GENERATED_SPARE_TOKENS)
+        budget = min(_default_budget(device), isl + GENERATED_SPARE_TOKENS)
     else:
         budget = batch + isl + GENERATED_SPARE_TOKENS
         if engine == "trtllm":
             budget = -(-budget // TRTLLM_BLOCK_TOKENS) * TRTLLM_BLOCK_TOKENS
     return {"scheduler": "token-budget", "max_batched_tokens": str(budget), "max_num_seqs": str(batch)}
+
+
+def _default_budget(device: str, release: tuple[int, ...] | None = None) -> int:
+    """`scenario.engine_default_budget` of a device named as the measured files name it."""
+    from latency import load_device
+    from orchestrator.scenario import engine_default_budget  # scenario imports this module
+
+    return engine_default_budget(load_device(device), release)
 
 
 def _int(cells: dict, column: str, default: int = 1) -> int:

@@ -18,6 +18,7 @@ from orchestrator.fields import (
     FIELDS,
     VLLM_BATCHED_TOKENS,
     VLLM_BATCHED_TOKENS_LARGE,
+    VLLM_LARGE_BUDGET_SINCE,
     VLLM_LARGE_HBM_BYTES,
     InputError,
 )
@@ -54,10 +55,12 @@ class Layout:
         return self.tp * self.attention_dp // self.ep
 
 
-def engine_default_budget(device) -> int:
+def engine_default_budget(device, release: tuple[int, ...] | None = None) -> int:
     """vLLM's `max_num_batched_tokens` default for `vllm serve`: 8192, or 16384 on GPUs with >= 160 GiB
-    (B200; vLLM 0.28 added that tier, `EngineArgs.get_batch_defaults`)."""
+    (B200) since VLLM_LARGE_BUDGET_SINCE; `release` None: the current vLLM's."""
     large = device.hbm_gib * 1024**3 >= VLLM_LARGE_HBM_BYTES
+    if release is not None and release < VLLM_LARGE_BUDGET_SINCE:
+        large = False
     return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
 
 

@@ -326,7 +326,8 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
     assert "note: 3 runs (sglang, trtllm) read as AIConfigurator's generator launched them" in p.stdout
     assert got["scheduler"].fillna("").tolist() == ["token-budget", "token-budget", "", "", "token-budget"]
     # TensorRT-LLM 1.2 (Dynamo 0.8's, beside SGLang 0.5.6.post2): batch + prompt + 1500 in 32-token blocks
-    assert got["max_batched_tokens"].fillna(0).tolist() == [1000 + 1500, 8192, 0, 0, 84 * 32]
+    trt_budget = -(-(160 + 1000 + 1500) // 32) * 32
+    assert got["max_batched_tokens"].fillna(0).tolist() == [1000 + 1500, 8192, 0, 0, trt_budget]
     assert got["max_num_seqs"].fillna(0).tolist() == [160, 20, 0, 0, 160]
     common = {"model": "meta-llama/Llama-3.1-8B-Instruct", "device": "H200_SXM", "engine": "sglang",
               "quantization": "fp8", "input_length": 1000, "output_length": 100, "concurrency": 160,
@@ -341,7 +342,7 @@ def test_sglang_runs_from_0_5_6_are_read_as_aiconfigurator_s_generator_launched_
     # prefill-first stops the decodes for every prompt; mixed chunks do not: the cohort waits longer
     assert default["ttft_ms"] > mixed["ttft_ms"]
     trt = estimate(configure(common | {"engine": "trtllm", "kv_cache_dtype": "fp8", "scheduler": "token-budget",
-                                       "max_batched_tokens": (84 * 32,), "max_num_seqs": 160}))
+                                       "max_batched_tokens": (trt_budget,), "max_num_seqs": 160}))
     assert got.loc[4, "ttft_ms"] == pytest.approx(trt["ttft_ms"]) and got.loc[4, "tpot_ms"] == pytest.approx(
         trt["tpot_ms"])
 

@@ -177,3 +177,13 @@ def test_vllm_s_default_budget_tier_is_160_gib(hbm_gib, budget):
 
     device = dataclasses.replace(load_device("H200_SXM"), hbm_gib=hbm_gib)
     assert engine_default_budget(device) == budget
+
+
+@pytest.mark.parametrize(("device", "release", "budget"), [
+    ("B200", (0, 27, 0), 8192), ("B200", (0, 28, 0), 16384), ("B200", None, 16384), ("H200_SXM", (0, 28, 0), 8192)])
+def test_vllm_s_large_budget_tier_came_in_0_28(device, release, budget):
+    """A release before 0.28 had no 160 GiB tier: 8192 on B200 too; None is the current vLLM."""
+    from latency import load_device
+    from orchestrator.scenario import engine_default_budget
+
+    assert engine_default_budget(load_device(device), release) == budget
