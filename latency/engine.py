@@ -4,6 +4,7 @@ input preparation, sampling, detokenisation), as measured end to end. One TOML f
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +30,15 @@ FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "loo
 MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
+#: a profile's [efficiency] table: multipliers on the device file's achievable efficiencies per op class
+#: (what `servesweep calibrate` fits where a deployment's kernels run faster or slower than the device's
+#: defaults); the product is capped at 1, the whole of the device's peak
+EFFICIENCY_KEYS = ("gemm", "attention", "memory", "communication")
+#: the range a multiplier may take: a quarter to twice the device's own efficiency
+EFFICIENCY_RANGE = (0.25, 2.0)
+#: a profile's [launch] table: how the engine was launched where the scenario does not say
+#: (max_batched_tokens 0: the engine's default budget on the device)
+LAUNCH_KEYS = ("max_batched_tokens",)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
                "dp_step_ms": None, "moe_prefill_layer_us": None, "moe_layer_us": None, "gpu_memory_utilization": 1}
 
@@ -81,6 +91,23 @@ class EngineProfile:
     #: it serves a prompt it still holds from its prefix cache by default (vLLM V1, SGLang's radix cache,
     #: TensorRT-LLM's KV block reuse): what a benchmark client that reuses prompts (aiperf) meets
     prefix_caching: bool = False
+    #: the shipped engine a calibrated profile starts from (its kernel tables, its measured runs' reading);
+    #: "" for a shipped profile: its own name
+    base: str = ""
+    efficiency: tuple = ()  # ((op class, multiplier), ...) of the [efficiency] table (EFFICIENCY_KEYS)
+    max_batched_tokens: int = 0  # [launch]: the budget the engine runs with; 0: its default on the device
+
+    @property
+    def family(self) -> str:
+        """The shipped engine whose kernels and launch rules this profile describes."""
+        return self.base or self.name
+
+    def scaled_device(self, device):
+        """`device` with its efficiencies multiplied by the [efficiency] table (each at most 1)."""
+        if not self.efficiency:
+            return device
+        return dataclasses.replace(device, **{f"eff_{key}": min(1.0, getattr(device, f"eff_{key}") * value)
+                                              for key, value in self.efficiency})
 
     def expert_bandwidth(self, native_fp4: bool) -> float:
         """The share of the device's memory efficiency the expert GEMMs reach: native FP4 ones apart."""
@@ -116,12 +143,34 @@ def shipped_engines() -> list[str]:
     return sorted(p.stem for p in DATA.glob("*.toml"))
 
 
-@lru_cache(maxsize=64)
-def load_engine(name: str) -> EngineProfile:
-    path = DATA / f"{name}.toml"
-    if not path.is_file():
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(shipped_engines())}")
-    data = tomllib.loads(path.read_text())
+def is_profile_path(engine: str) -> bool:
+    """Whether `engine` names a profile file (a .toml path) rather than a shipped engine."""
+    return str(engine).endswith(".toml")
+
+
+def load_engine(engine: str) -> EngineProfile:
+    """A shipped engine by name, or an engine profile file by its .toml path; a file is read again when
+    it changes."""
+    path = Path(engine) if is_profile_path(engine) else DATA / f"{engine}.toml"
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        raise ValueError(f"unknown engine {str(engine)!r}; known: {', '.join(shipped_engines())}, or an engine "
+                         "profile .toml path") from None
+    return _load(str(path), mtime)
+
+
+@lru_cache(maxsize=256)
+def _load(path: str, mtime_ns: int) -> EngineProfile:
+    return parse_profile(Path(path))
+
+
+def parse_profile(path: Path) -> EngineProfile:
+    """The profile a TOML file describes; ValueError naming the file and key of a bad value."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"{path.name}: not a readable engine profile ({err})") from None
     values = {}
     for key, high in NUMBER_KEYS.items():
         try:
@@ -159,5 +208,32 @@ def load_engine(name: str) -> EngineProfile:
         switches[key] = data.get(key, False)
         if not isinstance(switches[key], bool):
             raise ValueError(f"{path.name}: {key} = {switches[key]!r} is not allowed; expected true or false")
-    return EngineProfile(name=name, source=str(data.get("source", "")), frontend=tuple(frontend),
-                         scheduler=scheduler, **switches, **values)
+    base = data.get("base", "")
+    if base and (not isinstance(base, str) or base not in shipped_engines()):
+        raise ValueError(f"{path.name}: base = {base!r} is not allowed; expected one of {', '.join(shipped_engines())}")
+    return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
+                         scheduler=scheduler, base=base, efficiency=_efficiency(path, data.get("efficiency", {})),
+                         max_batched_tokens=_launch(path, data.get("launch", {})), **switches, **values)
+
+
+def _efficiency(path: Path, table: dict) -> tuple:
+    unknown = sorted(set(table) - set(EFFICIENCY_KEYS))
+    if unknown:
+        raise ValueError(f"{path.name}: [efficiency] has unknown keys {unknown}; known: {', '.join(EFFICIENCY_KEYS)}")
+    low, high = EFFICIENCY_RANGE
+    try:
+        return tuple((key, float(check_number(f"{path.name}: [efficiency] {key}", table[key], low=low, high=high)))
+                     for key in EFFICIENCY_KEYS if key in table)
+    except RangeError as err:
+        raise ValueError(str(err)) from None
+
+
+def _launch(path: Path, table: dict) -> int:
+    unknown = sorted(set(table) - set(LAUNCH_KEYS))
+    if unknown:
+        raise ValueError(f"{path.name}: [launch] has unknown keys {unknown}; known: {', '.join(LAUNCH_KEYS)}")
+    try:
+        return check_number(f"{path.name}: [launch] max_batched_tokens", table.get("max_batched_tokens", 0), low=0,
+                            integer=True)
+    except RangeError as err:
+        raise ValueError(str(err)) from None

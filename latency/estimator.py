@@ -72,7 +72,8 @@ class RooflineModel:
         parallel.validate(model)
         if reserved_memory_gib < 0:
             raise ValueError(f"reserved_memory_gb must be >= 0, got {reserved_memory_gib}")
-        self.model, self.device, self.parallel, self.quant = model, device, parallel, quant
+        self.model, self.device, self.parallel, self.quant = model, engine.scaled_device(device), parallel, quant
+        self.device_file = device  # as its file says, before the engine's [efficiency] multipliers
         self.reserved_memory_gib = reserved_memory_gib
         self.activation_tokens = activation_tokens
         self.engine = engine

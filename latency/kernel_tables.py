@@ -180,15 +180,16 @@ def experts_quantization(quant) -> str:
 def build(model, device, *, engine: str = "none", **options) -> KernelTableModel:
     """The backend's factory (latency.backends): refuses an engine the tables do not name, since the
     tables are each engine's own kernels."""
-    from latency import build_latency_model
+    from latency import build_latency_model, load_engine
 
-    if engine not in ENGINE_DIRS:
+    family = load_engine(engine).family  # a calibrated profile runs its base engine's kernels
+    if family not in ENGINE_DIRS:
         raise ValueError(f"latency backend {NAME!r} prices the kernels an engine runs: give --engine "
-                         f"{'|'.join(sorted(ENGINE_DIRS))} (got {engine!r})")
+                         f"{'|'.join(sorted(ENGINE_DIRS))} or a profile based on one (got {engine!r})")
     roof = build_latency_model(model, device, engine=engine, **options)
     curve, why_not = None, ""
     if roof.moe_layers:
-        curve, why_not = expert_curve(roof.model, roof.device.name, engine, roof.parallel,
+        curve, why_not = expert_curve(roof.model, roof.device.name, family, roof.parallel,
                                       experts_quantization(roof.quant))
-    return KernelTableModel(roof.model, roof.device, roof.parallel, roof.quant, roof.reserved_memory_gib,
+    return KernelTableModel(roof.model, roof.device_file, roof.parallel, roof.quant, roof.reserved_memory_gib,
                             engine=roof.engine, curve=curve, why_not=why_not)

@@ -15,7 +15,7 @@ from orchestrator import measured_runs
 from orchestrator.evaluate import costs, evaluate_point
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
-from orchestrator.scenario import Scenario, engine_default_budget
+from orchestrator.scenario import Scenario, launch_budget
 
 
 def configure(values: dict) -> Scenario:
@@ -27,7 +27,7 @@ def configure(values: dict) -> Scenario:
             raise InputError(f.name, None, "a value (it is required)")
     if not values.get("max_batched_tokens"):
         try:
-            values["max_batched_tokens"] = (engine_default_budget(load_device(values["device"])),)
+            values["max_batched_tokens"] = (launch_budget(values.get("engine", "none"), load_device(values["device"])),)
         except ValueError as err:
             raise InputError("device", values["device"], str(err).split("; ", 1)[-1]) from None
     if not values.get("attention_dp_sizes"):
@@ -172,6 +172,9 @@ def read_configs(path: Path, defaults: dict):
     rows, read = table.to_dict("records"), None
     if measured_runs.is_measured(table.columns):
         rows = read = [measured_runs.to_spec(cells, f"{path} line {i + 2}") for i, cells in enumerate(rows)]
+        if "engine" in defaults:  # an --engine given on the command line wins over the rows' backend
+            read = [dict(spec, engine=defaults["engine"]) for spec in read]
+            rows = read
         unknown = []
     else:
         unknown = [c for c in table.columns if c not in FIELD_BY_KEY]

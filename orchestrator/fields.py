@@ -83,6 +83,7 @@ class Field:
     scheduler: str = ""          # a scheduler option: passed to that policy only
     scalar_column: bool = False  # a list field whose column holds its one value (None if empty)
     default_help: str = ""       # how --help names a default computed elsewhere
+    path_suffix: str = ""        # besides its choices, a path with this suffix (a file of one's own) is allowed
 
     def __post_init__(self):
         object.__setattr__(self, "flag", self.flag or "--" + self.name.replace("_", "-"))
@@ -94,6 +95,8 @@ class Field:
     def allowed(self) -> str:
         if self.kind is Lengths:
             return SYNTAX
+        if self.choices and self.path_suffix:
+            return f"one of {', '.join(self.choices)}, or a path ending in {self.path_suffix}"
         if self.choices:
             return "one of " + ", ".join(self.choices)
         if self.kind is str:
@@ -120,7 +123,8 @@ class Field:
                 raise InputError(self.name, value, self.allowed)
             return value
         if self.kind is str:
-            if not isinstance(value, str) or (self.choices and value not in self.choices):
+            if not isinstance(value, str) or (self.choices and value not in self.choices
+                                              and not (self.path_suffix and value.endswith(self.path_suffix))):
                 raise InputError(self.name, value, self.allowed)
             return value
         try:
@@ -203,8 +207,9 @@ FIELDS: tuple[Field, ...] = (
        default_help="the device file's: W8A8_DYNAMIC on Ascend and TEST_DEVICE as the reference tool, bf16 on GPUs"),
     Field("kv_cache_dtype", str, "bf16", "KV-cache dtype (bf16, int8, fp8)", group="hardware"),
     Field("engine", str, "none", "serving engine whose framework time per step is added (latency/data/engines: "
-       "none = kernels only, as the reference tool; vllm, sglang, trtllm fitted on measured runs)",
-       choices=tuple(shipped_engines()), group="hardware"),
+       "none = kernels only, as the reference tool; vllm, sglang, trtllm fitted on measured runs), or an engine "
+       "profile .toml of your own (servesweep calibrate writes one from your measured runs)",
+       choices=tuple(shipped_engines()), path_suffix=".toml", group="hardware"),
     Field("latency_backend", str, "roofline", "what prices a forward step: roofline; aiconfigurator-tables (MoE "
        "experts from NVIDIA AIConfigurator's measured kernel tables for the GPU and --engine, the rest roofline; "
        "pip install 'servesweep[kernels]'); slow-roofline (the roofline at 5 ms a key: stands in for an expensive "

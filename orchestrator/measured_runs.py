@@ -219,14 +219,28 @@ def to_spec(cells: dict, where: str) -> dict:
         dense = False
     if dense:  # a dense model's MoE columns mean nothing
         ep, moe_tp, dp = 1, 0, 1
+    concurrency = batch * dp
+    group = max(moe_tp, 1) * ep
+    if not dense and not cells.get("attention_dp_size", "").strip() and group > tp and group % tp == 0:
+        dp, concurrency = implied_attention_dp(cells, tp, group, batch)
     spec = {"model": model, "device": device, "engine": cells["backend"], "input_length": str(isl),
-            "output_length": str(osl), "concurrency": str(batch * dp), "tp": str(tp), "pp": str(pp),
+            "output_length": str(osl), "concurrency": str(concurrency), "tp": str(tp), "pp": str(pp),
             "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
             "kv_cache_dtype": kv_cache(label, cells["backend"]), "arrival": "closed", "benchmark": "aiperf",
             "prefix_caching": PREFIX_CACHING}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
     return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch, device)
+
+
+def implied_attention_dp(cells: dict, tp: int, group: int, batch: int) -> tuple[int, int]:
+    """(attention-DP ranks, concurrency) of a run that leaves attention_dp_size empty while its MoE group
+    (moe_tp x moe_ep) spans more devices than tp: vLLM's data-parallel attention under one MoE group
+    (--data-parallel-size with --enable-expert-parallel), group / tp ranks; the concurrency the run id
+    names (`_c<N>_`), else batch_size on each rank."""
+    dp = group // tp
+    named = re.search(r"_c(\d+)_", cells.get("id", ""))
+    return dp, int(named.group(1)) if named else batch * dp
 
 
 def add_errors(table, metrics):

@@ -64,6 +64,16 @@ def engine_default_budget(device, release: tuple[int, ...] | None = None) -> int
     return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
 
 
+def launch_budget(engine: str, device) -> int:
+    """The token budget `engine` runs with on `device` unless told: its profile's [launch] budget (a
+    calibrated one's), else vLLM's default there; vLLM's default for an unknown engine (validate() names it)."""
+    try:
+        own = load_engine(engine).max_batched_tokens
+    except ValueError:
+        own = 0
+    return own or engine_default_budget(device)
+
+
 def _default_reserved_gib(engine: str, device) -> float:
     """GiB per device `engine` leaves free (`EngineProfile.reserved_gib`); the fixed reserve for an
     unknown engine, which validate() names."""
@@ -113,7 +123,8 @@ class _ScenarioMethods:
         if self.quantization is None:  # the checkpoint's on GPUs, else the device's (the reference tool's on Ascend)
             object.__setattr__(self, "quantization", _default_quantization(self.model, device))
         if not self.max_batched_tokens:
-            budgets = (engine_default_budget(device),) if self.scheduler == "token-budget" else AUTO_MAX_BATCHED_TOKENS
+            budgets = (launch_budget(self.engine, device),) if self.scheduler == "token-budget" else \
+                AUTO_MAX_BATCHED_TOKENS
             object.__setattr__(self, "max_batched_tokens", budgets)
         trace = _trace_or_none(self.trace) if self.trace else None
         timed = trace is not None and trace.timed
@@ -159,16 +170,18 @@ class _ScenarioMethods:
     def default_notes(self) -> list[str]:
         """Defaults taken from elsewhere, to print with a result."""
         notes = []
-        if self.scheduler == "token-budget" and self.max_batched_tokens == (engine_default_budget(
-                load_device(self.device)),):
+        profile = load_engine(self.engine)
+        if self.scheduler == "token-budget" and self.max_batched_tokens == (launch_budget(
+                self.engine, load_device(self.device)),):
+            whose = f"{profile.name}'s launch" if profile.max_batched_tokens else "vLLM's defaults on this device"
             notes.append(f"max_batched_tokens {self.max_batched_tokens[0]} and max_num_seqs {self.max_num_seqs} "
-                         "are vLLM's defaults on this device unless given")
-        own = load_engine(self.engine).scheduler
+                         f"are {whose} unless given")
+        own = profile.scheduler
         if own and own != self.scheduler:
             notes.append(f"{self.engine} schedules {own}, this answer {self.scheduler}: for {self.engine}'s own "
                          f"schedule, --scheduler {own}")
         quant = parse_quantization(self.quantization, self.kv_cache_dtype)
-        if load_engine(self.engine).fp8_kv_cache and quant.compute_dtype == "fp8" and quant.kv_bytes > 1:
+        if profile.fp8_kv_cache and quant.compute_dtype == "fp8" and quant.kv_bytes > 1:
             notes.append(f"{self.engine}'s measured FP8 runs kept an FP8 KV cache, this answer's is "
                          f"{self.kv_cache_dtype}: to match them, --kv-cache-dtype fp8")
         if self.reused_prompts:
@@ -188,6 +201,10 @@ class _ScenarioMethods:
             load_device(self.device)
         except ValueError as err:
             raise InputError("device", self.device, str(err).split("; ", 1)[-1]) from None
+        try:
+            load_engine(self.engine)
+        except ValueError as err:
+            raise InputError("engine", self.engine, str(err).split("; ", 1)[-1]) from None
         if self.num_devices is None:
             raise InputError("num_devices", None, "a device count, or one --tp-sizes value (with --pp-size and "
                              "--attention-dp-sizes) that implies it")

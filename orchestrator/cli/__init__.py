@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from orchestrator.cli import cache, estimate, optimize, plan, report, sweep, ui
+from orchestrator.cli import cache, calibrate, estimate, optimize, plan, report, sweep, ui
 from orchestrator.cli.cache import cache_command
 from orchestrator.cli.common import BURST_NOTE, Parser, layout_label, lengths_label
 from orchestrator.fields import InputError
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log what happens to stderr (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in (optimize, estimate, sweep, report, cache, plan, ui):
+    for command in (optimize, estimate, sweep, report, cache, plan, ui, calibrate):
         command.add_parser(sub)
     return parser
 

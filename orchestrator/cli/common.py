@@ -39,13 +39,17 @@ def lengths_label(s: Scenario) -> str:
     return str(s.request_mix) if s.request_mix else f"input {s.input_length}, output {s.output_length}"
 
 
-def add_field_flags(p: argparse.ArgumentParser, command: str, require: bool = True) -> None:
+def add_field_flags(p: argparse.ArgumentParser, command: str, require: bool = True, positional: bool = True) -> None:
     """Every scenario field of `command` as a flag (from the field table), grouped, with unit and default.
-    `require=False` leaves required fields optional (a CSV may give them)."""
+    `require=False` leaves required fields optional (a CSV may give them); `positional=False` takes the
+    model as --model (where the positional arguments are files)."""
     groups = {}
     for f in fields_for(command):
-        if f.flag == "MODEL":
+        if f.flag == "MODEL" and positional:
             p.add_argument("model", metavar="MODEL", help=f.help, nargs=None if require else "?")
+            continue
+        if f.flag == "MODEL":
+            p.add_argument("--model", dest="model", metavar="MODEL", help=f.help)
             continue
         group = groups.get(f.group) or groups.setdefault(f.group, p.add_argument_group(f.group))
         unit = f" [{f.unit}]" if f.unit else ""

@@ -50,6 +50,12 @@ def print_errors(table) -> None:
         print(f"note: {len(generated)} runs ({', '.join(sorted(set(generated['engine'])))}) read as AIConfigurator's "
               "generator launched them (their engine version; columns scheduler, max_batched_tokens, max_num_seqs), "
               "the rest at the engines' defaults")
+    if "attention_dp_size" in table and "attention_dp" in table:
+        implied = table["attention_dp_size"].isna() & (table["attention_dp"].astype(int) > 1)
+        if implied.any():
+            print(f"note: {int(implied.sum())} runs leave attention_dp_size empty while their MoE group (moe_tp x "
+                  "moe_ep) spans more devices than tp: read as vLLM's data-parallel attention under one MoE group "
+                  "(attention DP = group / tp; the concurrency their id names)")
 
 
 def cmd_estimate(a) -> int:

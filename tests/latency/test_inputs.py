@@ -172,7 +172,7 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     import latency.engine as engine
 
     monkeypatch.setattr(engine, "DATA", tmp_path)
-    engine.load_engine.cache_clear()
+    engine._load.cache_clear()
     (tmp_path / "odd.toml").write_text('step_ms = 1.0\n[frontend]\nclient_ms = 10\nthink_ms = 3\n')
     with pytest.raises(ValueError, match=r"odd.toml: \[frontend\] has unknown keys \['think_ms'\]"):
         engine.load_engine("odd")
@@ -204,7 +204,7 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     (tmp_path / "odd4.toml").write_text('scheduler = 3\n')
     with pytest.raises(ValueError, match="odd4.toml: scheduler = 3 is not allowed"):
         engine.load_engine("odd4")
-    engine.load_engine.cache_clear()
+    engine._load.cache_clear()
 
 
 def test_each_shipped_engine_names_the_step_policy_it_runs():
@@ -227,7 +227,7 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
             load_engine("sglang").fp8_kv_cache) == (True, True, False)
     (tmp_path / "odd.toml").write_text('name = "odd"\nfp8_kv_cache = "yes"\n')
     monkeypatch.setattr(engine, "DATA", tmp_path)
-    load_engine.cache_clear()
+    engine._load.cache_clear()
     try:
         with pytest.raises(ValueError, match=r"odd.toml: fp8_kv_cache = 'yes' is not allowed; expected true or false"):
             load_engine("odd")
@@ -242,4 +242,4 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
         with pytest.raises(ValueError, match=greedy):
             load_engine("greedy")
     finally:
-        load_engine.cache_clear()
+        engine._load.cache_clear()

@@ -1,0 +1,351 @@
+"""`servesweep calibrate`: an engine profile fitted to a team's own measured runs.
+
+What it fits is the profile's own quantities, each within physical bounds and pulled gently towards the
+base profile's value (a prior), so a knob the runs do not identify stays where the base has it:
+
+- `[efficiency] memory` and `gemm`: multipliers on the device's achievable memory and GEMM efficiency
+  (decode steps stream weights and KV; prefill steps compute GEMMs);
+- `step_ms`: the host's time per step;
+- `[frontend] client_ms`: the time a closed-loop client takes to send the next request, which spreads
+  the loop's phases (and adds to TTFT);
+
+and, where the runs do not say it, the launch: the token budget (`[launch] max_batched_tokens`), async
+scheduling, and the prefix cache where the client reuses prompts. Each such choice is tried in turn and
+kept when it lowers the loss by more than LAUNCH_GAIN. Runs are estimated exactly as `estimate` does,
+with each candidate profile written to a file and passed as `--engine` would pass it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from latency.engine import DATA, EFFICIENCY_RANGE, is_profile_path, load_engine, shipped_engines
+from orchestrator.estimate import configure, estimate
+from orchestrator.fields import InputError
+from orchestrator.runs import Run
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: the fewest runs a fit takes (its leave-one-out fits on one fewer)
+MIN_RUNS = 3
+#: how much moving a knob by one of its `scale`s costs in the loss (a mean squared log error): weak enough
+#: that runs which identify a knob move it, strong enough that runs which do not leave it at the base's
+PRIOR_WEIGHT = 0.01
+#: a launch choice is kept when it lowers the loss by more than this share (ties keep the base's launch)
+LAUNCH_GAIN = 0.05
+#: budgets tried where the runs do not give one (0: the engine's default on the device)
+BUDGETS = (0, 2048, 4096, 8192, 16384)
+#: least-squares iterations per fit of the knobs (the leave-one-out fits start from the whole fit: fewer)
+FIT_ITERATIONS, REFIT_ITERATIONS = 6, 3
+#: the finite-difference step, in units of a knob's prior width: the simulation is piecewise (whole
+#: steps and chunks), so a step much smaller than this sees its jumps, not its slope
+DIFF_STEP = 0.1
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One fitted quantity: its place in the profile's TOML, bounds, and the prior's width."""
+
+    key: tuple[str, ...]
+    low: float
+    high: float
+    scale: float
+    log: bool = False  # a multiplier: searched and pulled towards the base in log space
+    default: float = 0.0  # its value where the base profile does not name it
+
+    @property
+    def label(self) -> str:
+        return self.key[0] if len(self.key) == 1 else f"[{self.key[0]}] {self.key[1]}"
+
+    def get(self, data: dict) -> float:
+        table = data.get(self.key[0], {}) if len(self.key) == 2 else data
+        return float(table.get(self.key[-1], self.default))
+
+    def set(self, data: dict, value: float) -> None:
+        table = data.setdefault(self.key[0], {}) if len(self.key) == 2 else data
+        table[self.key[-1]] = round(float(value), 4)
+
+    def to_unit(self, value: float) -> float:
+        """The value in units of the prior's width (log space for a multiplier)."""
+        return (math.log(value) if self.log else value) / self.scale
+
+    def from_unit(self, u: float) -> float:
+        return math.exp(u * self.scale) if self.log else u * self.scale
+
+    def unit_bounds(self) -> tuple[float, float]:
+        return self.to_unit(self.low), self.to_unit(self.high)
+
+
+#: a multiplier's bounds (within the profile format's EFFICIENCY_RANGE) and prior width (25 %: a kernel
+#: family's spread between builds and GPUs)
+MULTIPLIER = {"low": 0.5, "high": 1.25, "scale": math.log(1.25), "log": True, "default": 1.0}
+KNOBS = (
+    Knob(("efficiency", "memory"), **MULTIPLIER),
+    Knob(("efficiency", "gemm"), **MULTIPLIER),
+    Knob(("step_ms",), 0.0, 10.0, scale=2.0),
+    Knob(("frontend", "client_ms"), 0.0, 100.0, scale=20.0),
+    Knob(("frontend", "request_ms"), 0.0, 20.0, scale=3.0),
+)
+assert all(EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1] for k in KNOBS if k.log)
+
+
+@dataclass
+class Calibration:
+    """A fit: the profile's TOML data, and each run's signed relative errors (n x 2: TTFT, TPOT) with the
+    base profile, the fitted one, and the fitted-without-it one (None when not asked)."""
+
+    data: dict
+    base_data: dict
+    runs: list[Run]
+    base_errors: np.ndarray
+    fit_errors: np.ndarray
+    loo_errors: np.ndarray | None
+
+    def changes(self) -> list[tuple[str, str, str]]:
+        """(what, base value, fitted value) of every knob and launch choice."""
+        out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in KNOBS]
+        for key, label in (("async_scheduling", "async_scheduling"), ("prefix_caching", "prefix_caching")):
+            out.append((label, _switch(self.base_data, key), _switch(self.data, key)))
+        budget = lambda d: str(d.get("launch", {}).get("max_batched_tokens", 0) or "default")  # noqa: E731
+        out.append(("[launch] max_batched_tokens", budget(self.base_data), budget(self.data)))
+        return out
+
+
+def base_profile(engine: str) -> dict:
+    """The TOML data of the profile a calibration starts from: a shipped engine or a profile file."""
+    load_engine(engine)  # ValueError naming what is wrong
+    path = Path(engine) if is_profile_path(engine) else DATA / f"{engine}.toml"
+    data = tomllib.loads(path.read_text())
+    data["base"] = data.get("base") or path.stem
+    data.pop("calibration", None)
+    return data
+
+
+def pick_base(runs: list[Run], flags: dict) -> str:
+    """--engine when given, else the engine the runs' files name (one), else vllm's profile."""
+    if "engine" in flags:
+        return flags["engine"]
+    named = sorted({r.engine for r in runs if r.engine})
+    if len(named) > 1:
+        raise InputError("engine", None, f"one engine to calibrate (the runs are of {', '.join(named)}): give "
+                         "--engine, or the runs of one engine")
+    return named[0] if named else "vllm"
+
+
+class Evaluator:
+    """Predicts runs under candidate profiles: each candidate written to a file of its own (a profile is a
+    file, as --engine takes it), every run estimated as `estimate` estimates it."""
+
+    def __init__(self, folder: str, progress=None):
+        self.folder, self.count, self.progress = Path(folder), 0, progress
+
+    def predict(self, data: dict, runs: list[Run]) -> np.ndarray:
+        """(n x 2) predicted TTFT and TPOT in ms."""
+        self.count += 1
+        path = self.folder / f"candidate-{self.count}.toml"
+        path.write_text(to_toml(data))
+        out = np.empty((len(runs), 2))
+        for i, run in enumerate(runs):
+            values = {k: v for k, v in run.values.items() if not (k in LAUNCH_KEYS and k not in run.states)}
+            try:
+                row = estimate(configure(dict(values, engine=str(path))))
+            except InputError as err:
+                raise InputError(f"{run.where}, {err.name}", err.value, err.allowed) from None
+            out[i] = row["ttft_ms"], row["tpot_ms"]
+        if self.progress is not None:
+            self.progress.update(1)
+        return out
+
+
+#: the run values a profile's launch replaces where the run does not state them
+LAUNCH_KEYS = ("max_batched_tokens", "async_scheduling", "prefix_caching")
+
+
+def errors(pred: np.ndarray, runs: list[Run]) -> np.ndarray:
+    """Signed relative errors (ours / measured - 1), n x 2."""
+    return pred / np.array([[r.ttft_ms, r.tpot_ms] for r in runs]) - 1
+
+
+def residuals(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> np.ndarray:
+    """The log ratios of TTFT and TPOT (scaled so their squares sum to the mean), then the prior's pull
+    towards the base's knobs: the sum of squares is `loss`."""
+    logs = np.log(np.maximum(errors(pred, runs) + 1, 1e-9)).ravel() / math.sqrt(2 * len(runs))
+    pull = [math.sqrt(PRIOR_WEIGHT) * (k.to_unit(k.get(data)) - k.to_unit(k.get(base))) for k in KNOBS]
+    return np.concatenate([logs, pull])
+
+
+def loss(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> float:
+    """Mean squared log ratio of TTFT and TPOT, plus the prior's pull towards the base's knobs."""
+    return float(np.sum(residuals(pred, runs, data, base) ** 2))
+
+
+def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iterations: int) -> tuple[dict, float]:
+    """The knobs fitted from `start` (its launch kept) by bounded least squares (trust region, forward
+    differences: len(KNOBS) + 1 runs of the simulation an iteration): (profile data, loss)."""
+    from scipy.optimize import least_squares
+
+    def trial(u):
+        data = copy.deepcopy(start)
+        for knob, value in zip(KNOBS, u, strict=True):
+            knob.set(data, min(max(knob.from_unit(value), knob.low), knob.high))
+        return data
+
+    seen = {}
+
+    def fun(u):
+        key = tuple(np.round(u, 9))
+        if key not in seen:
+            data = trial(u)
+            seen[key] = residuals(ev.predict(data, runs), runs, data, base)
+        return seen[key]
+
+    low, high = zip(*(k.unit_bounds() for k in KNOBS), strict=True)
+    u0 = np.clip([k.to_unit(min(max(k.get(start), k.low), k.high)) for k in KNOBS], low, high)
+    least_squares(fun, u0, bounds=(low, high), diff_step=DIFF_STEP, max_nfev=iterations, x_scale=1.0)
+    best = min(seen, key=lambda key: float(np.sum(seen[key] ** 2)))
+    return trial(np.array(best)), float(np.sum(seen[best] ** 2))
+
+
+def launch_options(runs: list[Run], data: dict) -> list[dict]:
+    """Profiles that differ from `data` in one launch choice the runs leave open."""
+    open_ = {key for r in runs for key in LAUNCH_KEYS if key not in r.states}
+    options = []
+    if "max_batched_tokens" in open_:
+        own = data.get("launch", {}).get("max_batched_tokens", 0)
+        for budget in (b for b in BUDGETS if b != own):
+            options.append(_with(data, ("launch", "max_batched_tokens"), budget))
+    if "async_scheduling" in open_:
+        options.append(_with(data, ("async_scheduling",), not data.get("async_scheduling", False)))
+    if "prefix_caching" in open_ and any(r.values.get("benchmark") == "aiperf" for r in runs):
+        options.append(_with(data, ("prefix_caching",), not data.get("prefix_caching", False)))
+    return options
+
+
+def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,
+        iterations: int = FIT_ITERATIONS) -> tuple[dict, float]:
+    """Knobs, then each launch choice (`options`: by default every one the runs leave open) at those knobs;
+    the best choice kept (and its knobs refitted) where it gains more than LAUNCH_GAIN."""
+    data, best = fit_knobs(ev, runs, copy.deepcopy(start or base), base, iterations)
+    options = launch_options(runs, data) if options is None else [_launch_of(o, data) for o in options]
+    tried = [(loss(ev.predict(option, runs), runs, option, base), i, option) for i, option in enumerate(options)]
+    if tried:
+        value, _, option = min(tried, key=lambda t: t[:2])
+        if value < best * (1 - LAUNCH_GAIN):
+            data, best = fit_knobs(ev, runs, option, base, iterations)
+    return data, best
+
+
+def _launch_of(source: dict, data: dict) -> dict:
+    """`data` with the launch choices of `source`."""
+    out = copy.deepcopy(data)
+    for key in ("async_scheduling", "prefix_caching"):
+        out[key] = source.get(key, False)
+    out["launch"] = dict(source.get("launch", {}))
+    return out
+
+
+def calibrate(runs: list[Run], engine: str, leave_one_out: bool = True, progress: bool = True) -> Calibration:
+    """Fit a profile to `runs` from the base `engine` (a shipped name or a profile path)."""
+    from tqdm import tqdm
+
+    if len(runs) < MIN_RUNS:
+        raise InputError("RUNS", f"{len(runs)} runs", f"at least {MIN_RUNS} measured runs of the deployment")
+    try:
+        base = base_profile(engine)
+    except ValueError as err:
+        raise InputError("engine", engine, str(err).split("; ", 1)[-1]) from None
+    per_fit = (len(KNOBS) + 1) * FIT_ITERATIONS
+    total = 2 * per_fit + 8 + (len(runs) * (2 * (len(KNOBS) + 1) * REFIT_ITERATIONS + 2) if leave_one_out else 0)
+    with tempfile.TemporaryDirectory(prefix="servesweep-calibrate-") as folder, \
+            tqdm(total=total, desc="calibrate", unit="fit", file=sys.stderr, disable=not progress) as bar:
+        ev = Evaluator(folder, bar)
+        base_errors = errors(ev.predict(base, runs), runs)
+        data, _ = fit(ev, runs, base)
+        fit_errors = errors(ev.predict(data, runs), runs)
+        loo = None
+        if leave_one_out:
+            loo = np.empty_like(fit_errors)
+            choices = [base, data]  # the base's launch and the whole fit's: the others lost on every run
+            for i in range(len(runs)):
+                rest = runs[:i] + runs[i + 1:]
+                alone, _ = fit(ev, rest, base, start=data, options=choices, iterations=REFIT_ITERATIONS)
+                loo[i] = errors(ev.predict(alone, [runs[i]]), [runs[i]])[0]
+        bar.update(total - bar.n)
+    return Calibration(data, base, runs, base_errors, fit_errors, loo)
+
+
+def profile_data(c: Calibration, name: str, files: list[str]) -> dict:
+    """The fitted profile as it is written: its name, base, source, and a [calibration] table naming the
+    runs it was fitted on, when, and its errors."""
+    data = copy.deepcopy(c.data)
+    data["name"] = name
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data["source"] = f"servesweep calibrate on {len(c.runs)} runs ({', '.join(files)}) from {c.base_data['base']}"
+    summary = {"base": c.base_data["base"], "fitted_at": when, "runs": [r.where for r in c.runs],
+               "fit_ttft_error": round(_median_abs(c.fit_errors[:, 0]), 4),
+               "fit_tpot_error": round(_median_abs(c.fit_errors[:, 1]), 4)}
+    if c.loo_errors is not None:
+        summary |= {"leave_one_out_ttft_error": round(_median_abs(c.loo_errors[:, 0]), 4),
+                    "leave_one_out_tpot_error": round(_median_abs(c.loo_errors[:, 1]), 4)}
+    data["calibration"] = summary
+    return data
+
+
+def write_profile(path: str, data: dict) -> None:
+    """Write atomically: a reader never sees half a profile."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(to_toml(data))
+    os.replace(tmp, target)
+
+
+def to_toml(data: dict) -> str:
+    """A profile's TOML: top-level values, then one table per nested dict (profiles are two levels deep)."""
+    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+    for key, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def _with(data: dict, key: tuple[str, ...], value) -> dict:
+    out = copy.deepcopy(data)
+    table = out.setdefault(key[0], {}) if len(key) == 2 else out
+    table[key[-1]] = value
+    return out
+
+
+def _switch(data: dict, key: str) -> str:
+    return "on" if data.get(key, False) else "off"
+
+
+def _median_abs(values: np.ndarray) -> float:
+    return float(np.median(np.abs(values)))
+
+
+def shipped_names() -> str:
+    return ", ".join(shipped_engines())

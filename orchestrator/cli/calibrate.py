@@ -1,0 +1,67 @@
+"""`servesweep calibrate`: fit an engine profile to your own measured runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from orchestrator.cli.common import add_field_flags, field_values
+from orchestrator.fields import InputError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit an engine profile to measured runs of your deployment",
+                       description="Fit an engine profile (per-step time, the client's front end, memory and GEMM "
+                       "efficiency multipliers, and the launch the runs leave open: token budget, async scheduling, "
+                       "prefix cache) to measured runs, and write it for --engine. RUNS: a CSV in AIConfigurator's "
+                       "silicon format; a CSV of spec keys (estimate --from-csv's columns) plus measured_ttft_ms "
+                       "and measured_tpot_ms; or vllm bench serve --save-result JSON files, the deployment given "
+                       "by MODEL, --device and the layout flags.")
+    p.add_argument("runs", nargs="+", metavar="RUNS", help="measured runs: .csv files (silicon format, or spec keys "
+                   "+ measured_ttft_ms, measured_tpot_ms) or vllm bench serve --save-result .json files")
+    add_field_flags(p, "estimate", require=False, positional=False)
+    o = p.add_argument_group("calibration")
+    o.add_argument("--output", required=True, help="where the fitted profile goes (a .toml path); then --engine "
+                   "PATH in every command")
+    o.add_argument("--no-leave-one-out", action="store_true", help="skip the leave-one-out error (each run "
+                   "predicted by a profile fitted without it): one fit instead of 1 + runs")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(a) -> int:
+    from orchestrator.calibrate import calibrate, pick_base, profile_data, write_profile
+    from orchestrator.runs import read_runs
+
+    if not a.output.endswith(".toml"):
+        raise InputError("--output", a.output, "a path ending in .toml")
+    flags = field_values(a, "estimate")
+    runs = read_runs(a.runs, flags)
+    engine = pick_base(runs, flags)
+    c = calibrate(runs, engine, leave_one_out=not a.no_leave_one_out, progress=not a.no_progress)
+    write_profile(a.output, profile_data(c, Path(a.output).stem, a.runs))
+    print_calibration(c, engine, a.output)
+    return 0
+
+
+def print_calibration(c, engine: str, output: str) -> None:
+    import numpy as np
+
+    def median(e, column):
+        return f"{np.median(np.abs(e[:, column])):.1%}"
+
+    print(f"calibrated {engine} on {len(c.runs)} runs -> {output} (use it as --engine {output})")
+    print("fitted (base -> calibrated):")
+    for label, old, new in c.changes():
+        print(f"  {label:30}{old:>10} -> {new}{'' if old != new else '  (kept)'}")
+    print(f"median |error| with the base profile: TTFT {median(c.base_errors, 0)}, TPOT {median(c.base_errors, 1)}")
+    print(f"median |error| fitted:                TTFT {median(c.fit_errors, 0)}, TPOT {median(c.fit_errors, 1)}")
+    if c.loo_errors is not None:
+        print(f"median |error| leave-one-out:         TTFT {median(c.loo_errors, 0)}, TPOT {median(c.loo_errors, 1)}"
+              "  (each run predicted by a profile fitted without it: expect this on runs you did not measure)")
+    print(f"\n{'run':60}{'TTFT base':>10}{'fitted':>9}{'TPOT base':>10}{'fitted':>9}")
+    for run, b, f in zip(c.runs, c.base_errors, c.fit_errors, strict=True):
+        print(f"{run.where[-60:]:60}{b[0]:>+10.1%}{f[0]:>+9.1%}{b[1]:>+10.1%}{f[1]:>+9.1%}")
+    if len(c.runs) < 5:
+        print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",
+              file=sys.stderr)

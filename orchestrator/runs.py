@@ -1,0 +1,136 @@
+"""Measured runs a team hands to `servesweep calibrate`, in three forms, read as configurations with
+their measured mean TTFT and TPOT:
+
+- a CSV in AIConfigurator's silicon format (`orchestrator.measured_runs`: the run's release and launch
+  read from its columns), its metrics `silicon_ttft_ms` and `silicon_tpot_ms`;
+- a CSV of spec-key columns (as `estimate --from-csv` reads) plus `measured_ttft_ms` and `measured_tpot_ms`;
+- `vllm bench serve --save-result` JSON files, the deployment given by the usual flags (model, device,
+  layout); the file says the load (`max_concurrency` or `request_rate`), the prompts and the lengths.
+
+A bad file, row or cell is one InputError naming it, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator import measured_runs
+from orchestrator.estimate import read_configs
+from orchestrator.fields import InputError
+
+#: a spec-key CSV's measured metrics
+MEASURED_COLUMNS = ("measured_ttft_ms", "measured_tpot_ms")
+#: the launch a run may state (a spec key it gives) or leave to the profile: what calibrate may choose
+LAUNCH_CHOICES = ("max_batched_tokens", "async_scheduling", "prefix_caching")
+#: what a spec-key CSV's runs are unless its columns say otherwise: a closed loop measured as `vllm bench
+#: serve --max-concurrency` measures it (the common client), not the RFC's burst window
+MEASURED_DEFAULTS = {"arrival": "closed", "benchmark": "vllm-bench"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run: the field values that configure it, its measured means, where it came from."""
+
+    values: dict
+    ttft_ms: float
+    tpot_ms: float
+    where: str
+    engine: str = ""  # the engine the file names (the silicon format's backend), "" where it names none
+    states: frozenset = field(default_factory=frozenset)  # LAUNCH_CHOICES the run itself gives
+
+
+def read_runs(paths, flags: dict) -> list[Run]:
+    """Every run in `paths` (CSV or JSON), `flags` the field values given on the command line."""
+    runs = []
+    for path in map(Path, paths):
+        if path.suffix == ".json":
+            runs.append(read_vllm_bench(path, flags))
+        elif path.suffix == ".csv":
+            runs.extend(read_csv(path, flags))
+        else:
+            raise InputError("RUNS", str(path), "a .csv (silicon format or spec keys + measured_ttft_ms, "
+                             "measured_tpot_ms) or a vllm bench serve --save-result .json")
+    return runs
+
+
+def read_csv(path: Path, flags: dict) -> list[Run]:
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, ValueError) as err:
+        raise InputError("RUNS", str(path), f"a readable CSV file ({err})") from None
+    silicon = measured_runs.is_measured(table.columns)
+    metrics = tuple(measured_runs.MEASURED) if silicon else MEASURED_COLUMNS
+    missing = [c for c in metrics if c not in table.columns]
+    if missing:
+        raise InputError(f"{path}, columns", ", ".join(missing), "the measured metrics: silicon_ttft_ms and "
+                         "silicon_tpot_ms (silicon format) or measured_ttft_ms and measured_tpot_ms (spec keys)")
+    defaults = dict(flags) if silicon else MEASURED_DEFAULTS | flags
+    configs, unknown, read = read_configs(path, defaults)
+    stray = [c for c in unknown if c not in metrics]
+    if stray:
+        raise InputError(f"{path}, columns", ", ".join(stray), "spec keys (servesweep estimate --help) and "
+                         f"{', '.join(metrics)}")
+    runs = []
+    for i, (cells, values) in enumerate(zip(table.to_dict("records"), configs, strict=True)):
+        where = f"{path} line {i + 2}"
+        given = read[i] if read is not None else {k: v for k, v in cells.items() if v.strip()}
+        ttft, tpot = (_measured(cells[c], f"{where}, column {c}") for c in metrics)
+        runs.append(Run(values, ttft, tpot, where, cells.get("backend", ""),
+                        frozenset(k for k in LAUNCH_CHOICES if k in given)))
+    return runs
+
+
+def read_vllm_bench(path: Path, flags: dict) -> Run:
+    """One `vllm bench serve --save-result` file: a closed loop at `max_concurrency`, or a Poisson stream at
+    `request_rate`; its mean lengths from the tokens it sent and received; every request measured."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise InputError("RUNS", str(path), f"a readable vllm bench serve --save-result JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise InputError("RUNS", str(path), "a JSON object as vllm bench serve --save-result writes")
+    where = str(path)
+    completed = _key(data, "completed", where, integer=True)
+    values = dict(flags, benchmark="vllm-bench",
+                  input_length=max(1, round(_key(data, "total_input_tokens", where) / completed)),
+                  output_length=max(1, round(_key(data, "total_output_tokens", where) / completed)),
+                  num_prompts=int(data.get("num_prompts") or completed))
+    rate, cap = data.get("request_rate", "inf"), data.get("max_concurrency")
+    finite_rate = rate not in (None, "inf", "Infinity") and math.isfinite(float(rate))
+    if cap and not finite_rate:
+        values |= {"arrival": "closed", "concurrency": _key(data, "max_concurrency", where, integer=True)}
+    elif finite_rate and not cap:
+        values |= {"arrival": "poisson", "request_rate": _key(data, "request_rate", where),
+                   "burstiness": float(data.get("burstiness") or 1.0)}
+    else:
+        raise InputError(f"{where}, keys max_concurrency/request_rate", f"{cap}/{rate}",
+                         "one of them: max_concurrency with request_rate inf (a closed loop), or a finite "
+                         "request_rate without max_concurrency (a Poisson stream)")
+    for key in ("model", "device"):
+        if key not in flags:
+            raise InputError(key, None, f"the deployment {path.name} measured (a vllm bench serve JSON does not "
+                             "say it): give MODEL and --device, and its layout (--tp-sizes ...)")
+    return Run(values, _key(data, "mean_ttft_ms", where), _key(data, "mean_tpot_ms", where), where, "vllm")
+
+
+def _key(data: dict, key: str, where: str, integer: bool = False):
+    value = data.get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok or (integer and value != int(value)):
+        raise InputError(f"{where}, key {key}", value, "an integer > 0" if integer else "a number > 0")
+    return int(value) if integer else float(value)
+
+
+def _measured(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(where, text, "a measured time in ms > 0")
+    return value
