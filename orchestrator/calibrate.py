@@ -40,15 +40,16 @@ else:  # pragma: no cover
 
 #: the fewest runs a fit takes (its leave-one-out fits on one fewer)
 MIN_RUNS = 3
-#: how much moving a knob by one of its `scale`s costs in the loss (a mean squared log error): weak enough
-#: that runs which identify a knob move it, strong enough that runs which do not leave it at the base's
-PRIOR_WEIGHT = 0.01
+#: how much moving a knob by one of its `scale`s costs in the loss (a mean squared log error): as much as a
+#: 3 % error on every run, so runs that identify a knob move it and runs that do not leave it at the base's
+PRIOR_WEIGHT = 0.001
 #: a launch choice is kept when it lowers the loss by more than this share (ties keep the base's launch)
 LAUNCH_GAIN = 0.05
 #: budgets tried where the runs do not give one (0: the engine's default on the device)
 BUDGETS = (0, 2048, 4096, 8192, 16384)
-#: least-squares iterations per fit of the knobs (the leave-one-out fits start from the whole fit: fewer)
-FIT_ITERATIONS, REFIT_ITERATIONS = 6, 3
+#: least-squares evaluations (Jacobians apart) per fit of the knobs (the leave-one-out fits start from the
+#: whole fit: fewer)
+FIT_ITERATIONS, REFIT_ITERATIONS = 15, 3
 #: the finite-difference step, in units of a knob's prior width: the simulation is piecewise (whole
 #: steps and chunks), so a step much smaller than this sees its jumps, not its slope
 DIFF_STEP = 0.1
@@ -211,9 +212,20 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
             seen[key] = residuals(ev.predict(data, runs), runs, data, base)
         return seen[key]
 
-    low, high = zip(*(k.unit_bounds() for k in KNOBS), strict=True)
+    low, high = (np.array(side) for side in zip(*(k.unit_bounds() for k in KNOBS), strict=True))
+
+    def jac(u):
+        """Forward differences of DIFF_STEP (backward at an upper bound)."""
+        here, columns = fun(u), []
+        for i in range(len(u)):
+            step = DIFF_STEP if u[i] + DIFF_STEP <= high[i] else -DIFF_STEP
+            moved = np.array(u, dtype=float)
+            moved[i] += step
+            columns.append((fun(moved) - here) / step)
+        return np.stack(columns, axis=1)
+
     u0 = np.clip([k.to_unit(min(max(k.get(start), k.low), k.high)) for k in KNOBS], low, high)
-    least_squares(fun, u0, bounds=(low, high), diff_step=DIFF_STEP, max_nfev=iterations, x_scale=1.0)
+    least_squares(fun, u0, jac=jac, bounds=(low, high), max_nfev=iterations, x_scale=1.0)
     best = min(seen, key=lambda key: float(np.sum(seen[key] ** 2)))
     return trial(np.array(best)), float(np.sum(seen[best] ** 2))
 

@@ -94,6 +94,11 @@ def read_vllm_bench(path: Path, flags: dict) -> Run:
         raise InputError("RUNS", str(path), f"a readable vllm bench serve --save-result JSON ({err})") from None
     if not isinstance(data, dict):
         raise InputError("RUNS", str(path), "a JSON object as vllm bench serve --save-result writes")
+    for key in ("model", "device"):
+        if key not in flags:
+            raise InputError("--model" if key == "model" else key, None,
+                             f"the deployment {path.name} measured (a vllm bench serve JSON does not say it): "
+                             "give --model and --device, and its layout (--tp-sizes ...)")
     where = str(path)
     completed = _key(data, "completed", where, integer=True)
     values = dict(flags, benchmark="vllm-bench",
@@ -111,10 +116,6 @@ def read_vllm_bench(path: Path, flags: dict) -> Run:
         raise InputError(f"{where}, keys max_concurrency/request_rate", f"{cap}/{rate}",
                          "one of them: max_concurrency with request_rate inf (a closed loop), or a finite "
                          "request_rate without max_concurrency (a Poisson stream)")
-    for key in ("model", "device"):
-        if key not in flags:
-            raise InputError(key, None, f"the deployment {path.name} measured (a vllm bench serve JSON does not "
-                             "say it): give MODEL and --device, and its layout (--tp-sizes ...)")
     return Run(values, _key(data, "mean_ttft_ms", where), _key(data, "mean_tpot_ms", where), where, "vllm")
 
 

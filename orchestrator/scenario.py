@@ -11,10 +11,12 @@ from functools import cached_property, lru_cache
 
 from latency import DEFAULT_RESERVED_GIB, load_device, load_engine, load_model, parse_quantization
 from latency.backends import backend_names, has_backend, make_backend
+from latency.engine import is_profile_path
 from latency.parallel import ParallelSpec
 from orchestrator.fields import (
     AUTO_MAX_BATCHED_TOKENS,
     DEFAULT_REQUEST_RATE,
+    FIELD_BY_NAME,
     FIELDS,
     VLLM_BATCHED_TOKENS,
     VLLM_BATCHED_TOKENS_LARGE,
@@ -204,7 +206,9 @@ class _ScenarioMethods:
         try:
             load_engine(self.engine)
         except ValueError as err:
-            raise InputError("engine", self.engine, str(err).split("; ", 1)[-1]) from None
+            allowed = f"a readable engine profile ({err})" if is_profile_path(self.engine) else \
+                FIELD_BY_NAME["engine"].allowed
+            raise InputError("engine", self.engine, allowed) from None
         if self.num_devices is None:
             raise InputError("num_devices", None, "a device count, or one --tp-sizes value (with --pp-size and "
                              "--attention-dp-sizes) that implies it")

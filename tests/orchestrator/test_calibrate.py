@@ -1,0 +1,229 @@
+"""`servesweep calibrate`: a hand-made campaign whose true constants are known is recovered from each
+input form, and the profile it writes works wherever --engine is taken."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import tomllib
+
+from latency import load_engine
+from orchestrator.calibrate import KNOBS, calibrate, loss, profile_data, to_toml, write_profile
+from orchestrator.estimate import configure, estimate
+from orchestrator.runs import read_runs
+
+#: the deployment of the hand-made campaign, and its loads: prompts both under and over the true budget
+DEPLOYMENT = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,)}
+LOADS = [(3000, 100, 1), (3000, 100, 8), (1000, 200, 16), (3000, 60, 32), (500, 300, 4)]
+PROMPTS = 40
+#: the truth: vLLM's profile with slower memory and GEMMs than the device file says, and a 2048 budget
+TRUTH = {"efficiency": {"memory": 0.8, "gemm": 0.85}, "launch": {"max_batched_tokens": 2048}}
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    """The true profile's file and each load's TTFT and TPOT under it (as `estimate` gives them)."""
+    from orchestrator.calibrate import base_profile
+
+    data = base_profile("vllm") | TRUTH
+    path = tmp_path_factory.mktemp("truth") / "truth.toml"
+    path.write_text(to_toml(data))
+    measured = []
+    for isl, osl, c in LOADS:
+        row = estimate(configure({**DEPLOYMENT, "engine": str(path), "input_length": isl, "output_length": osl,
+                                  "concurrency": c, "arrival": "closed", "benchmark": "vllm-bench",
+                                  "num_prompts": PROMPTS}))
+        measured.append((row["ttft_ms"], row["tpot_ms"]))
+    return path, measured
+
+
+def spec_csv(path, measured):
+    rows = [{"model": DEPLOYMENT["model"], "device": DEPLOYMENT["device"], "tp": 1, "input_length": isl,
+             "output_length": osl, "concurrency": c, "num_prompts": PROMPTS, "measured_ttft_ms": t,
+             "measured_tpot_ms": p} for (isl, osl, c), (t, p) in zip(LOADS, measured, strict=True)]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def bench_json(folder, measured):
+    """vllm bench serve --save-result files of the loads (the keys it writes that calibrate reads)."""
+    paths = []
+    for i, ((isl, osl, c), (t, p)) in enumerate(zip(LOADS, measured, strict=True)):
+        path = folder / f"bench-{i}.json"
+        path.write_text(json.dumps({"backend": "vllm", "model_id": DEPLOYMENT["model"], "num_prompts": PROMPTS,
+                                    "request_rate": "inf", "burstiness": 1.0, "max_concurrency": c,
+                                    "completed": PROMPTS, "total_input_tokens": isl * PROMPTS,
+                                    "total_output_tokens": osl * PROMPTS, "mean_ttft_ms": t, "mean_tpot_ms": p,
+                                    "median_ttft_ms": t, "duration": 12.5}))
+        paths.append(str(path))
+    return paths
+
+
+def test_a_campaign_s_true_constants_are_recovered_from_a_spec_key_csv(truth, tmp_path):
+    """From vLLM's shipped profile, five runs made with known constants give those constants back (the
+    budget, a discrete choice, exactly), and the runs within 2 % fitted and left out."""
+    path, measured = truth
+    runs = read_runs([spec_csv(tmp_path / "runs.csv", measured)], {})
+    assert [r.values["arrival"] for r in runs] == ["closed"] * 5  # a spec-key CSV's runs default to closed loops
+    c = calibrate(runs, "vllm", progress=False)
+    assert c.data["launch"]["max_batched_tokens"] == 2048
+    assert c.data["efficiency"]["memory"] == pytest.approx(0.8, rel=0.05)
+    assert c.data["efficiency"]["gemm"] == pytest.approx(0.85, rel=0.08)
+    assert np.median(np.abs(c.base_errors)) > 0.05  # the base profile is off: there was something to fit
+    assert np.abs(c.fit_errors).max() < 0.02
+    assert np.median(np.abs(c.loo_errors)) < 0.02
+
+
+def test_vllm_bench_json_files_calibrate_end_to_end_and_the_profile_drives_every_command(truth, tmp_path):
+    """The CLI from `vllm bench serve --save-result` files (the deployment from the flags) writes a
+    profile that loads, names its base and runs, and is taken by estimate, optimize and estimate --from-csv."""
+    _, measured = truth
+    out = tmp_path / "my-vllm.toml"
+    p = run("calibrate", *bench_json(tmp_path, measured), "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM",
+            "--tp-sizes", "1", "--output", str(out), "--no-leave-one-out", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert "[launch] max_batched_tokens      default -> 2048" in p.stdout
+    written = tomllib.loads(out.read_text())
+    assert written["base"] == "vllm" and len(written["calibration"]["runs"]) == 5
+    assert written["calibration"]["fit_tpot_error"] < 0.02
+    profile = load_engine(str(out))
+    assert profile.family == "vllm" and profile.max_batched_tokens == 2048
+    one = ["Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "3000", "--output-length",
+           "100", "--engine", str(out)]
+    p = run("estimate", *one, "--concurrency", "8", "--arrival", "closed")
+    assert p.returncode == 0, p.stderr
+    assert "B=2048" in p.stdout and "my-vllm's launch" in p.stdout
+    p = run("optimize", *one, "--arrival", "closed", "--tpot-limits", "50", "--max-concurrency", "64")
+    assert p.returncode == 0, p.stderr
+    rows = pd.DataFrame([{"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp": 1, "input_length": 3000,
+                          "output_length": 100, "concurrency": 8, "arrival": "closed", "engine": str(out)}])
+    rows.to_csv(tmp_path / "many.csv", index=False)
+    p = run("estimate", "--from-csv", str(tmp_path / "many.csv"), "--output", str(tmp_path / "many.out.csv"),
+            "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert pd.read_csv(tmp_path / "many.out.csv")["max_batched_tokens"].tolist() == [2048]
+
+
+def test_a_profile_s_efficiency_prices_as_a_device_file_of_that_efficiency(tmp_path):
+    """[efficiency] memory 0.5 prices every step as the device file with half its memory efficiency
+    would; a multiplier that would pass the device's peak is capped at it; the fingerprint tells them apart."""
+    import dataclasses
+
+    from latency import (
+        ForwardKey,
+        ParallelSpec,
+        RooflineModel,
+        build_latency_model,
+        load_device,
+        load_model,
+        parse_quantization,
+    )
+    from orchestrator.calibrate import base_profile
+
+    slow, fast = tmp_path / "slow.toml", tmp_path / "fast.toml"
+    slow.write_text(to_toml(base_profile("none") | {"efficiency": {"memory": 0.5, "gemm": 0.75}}))
+    fast.write_text(to_toml(base_profile("none") | {"efficiency": {"memory": 2.0}}))
+    keys = [ForwardKey(True, 64, 1, 4096), ForwardKey(False, 1, 2048, 2048), ForwardKey(True, 1, 1, 300)]
+    h100 = load_device("H100_SXM")
+    by_hand = RooflineModel(load_model("Qwen/Qwen3-8B"), dataclasses.replace(h100, eff_memory=h100.eff_memory * 0.5,
+                                                                            eff_gemm=h100.eff_gemm * 0.75),
+                            ParallelSpec(), parse_quantization("bf16", "bf16"), reserved_memory_gib=10.0)
+    half = build_latency_model("Qwen/Qwen3-8B", "H100_SXM", engine=str(slow))
+    np.testing.assert_allclose(half.latency_ms(keys), by_hand.latency_ms(keys), rtol=1e-12)
+    assert build_latency_model("Qwen/Qwen3-8B", "H100_SXM", engine=str(fast)).device.eff_memory == 1.0
+    assert half.fingerprint != build_latency_model("Qwen/Qwen3-8B", "H100_SXM", engine="none").fingerprint
+
+
+def test_silicon_runs_calibrate_from_their_backend(tmp_path):
+    """A silicon-format CSV (the reference campaign's rows) picks its base from the backend column, keeps
+    the launch its rows state, and fits."""
+    from pathlib import Path
+
+    reference = Path(__file__).resolve().parents[3] / "shared" / "reference" / "measured_serving.csv"
+    if not reference.is_file():
+        pytest.skip("the shared reference runs are not beside this checkout")
+    table = pd.read_csv(reference, dtype=str, keep_default_na=False)
+    sglang = table[table.backend == "sglang"].assign(load=lambda t: t.batch_size.astype(int) * t.isl.astype(int))
+    sglang = sglang.sort_values("load", kind="stable")  # the lightest runs: the test's time
+    campaign = pd.concat([sglang[sglang.backend_version == "0.5.6.post2"].iloc[:2],
+                          sglang[sglang.backend_version == "0.5.1.post1"].iloc[:2]]).drop(columns="load")
+    campaign.to_csv(tmp_path / "silicon.csv", index=False)
+    runs = read_runs([tmp_path / "silicon.csv"], {})
+    assert {r.engine for r in runs} == {"sglang"} and [r.values["benchmark"] for r in runs] == ["aiperf"] * 4
+    # SGLang 0.5.6.post2 was launched as AIConfigurator's generator launches it: those runs say their budget
+    assert [("max_batched_tokens" in r.states) for r in runs] == [True, True, False, False]
+    c = calibrate(runs, "sglang", leave_one_out=False, progress=False)
+    measured = np.array([[r.ttft_ms, r.tpot_ms] for r in runs])
+    with_base = loss((c.base_errors + 1) * measured, runs, c.base_data, c.base_data)
+    assert loss((c.fit_errors + 1) * measured, runs, c.data, c.base_data) < with_base
+    write_profile(str(tmp_path / "sg.toml"), profile_data(c, "sg", ["silicon.csv"]))
+    assert tomllib.loads((tmp_path / "sg.toml").read_text())["calibration"]["base"] == "sglang"
+    assert load_engine(str(tmp_path / "sg.toml")).scheduler == "prefill-first"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("model,device,tp,input_length,output_length,concurrency,measured_ttft_ms,measured_tpot_ms\n"
+     "Qwen/Qwen3-8B,H100_SXM,1,1000,100,4,abc,10\n", "line 2, column measured_ttft_ms: 'abc' is not allowed"),
+    ("model,device,tp,input_length,output_length,concurrency,measured_ttft_ms\n"
+     "Qwen/Qwen3-8B,H100_SXM,1,1000,100,4,100\n", "columns: 'measured_tpot_ms' is not allowed"),
+    ("model,device,tp,input_length,output_length,concurrency,colour,measured_ttft_ms,measured_tpot_ms\n"
+     "Qwen/Qwen3-8B,H100_SXM,1,1000,100,4,red,100,10\n", "columns: 'colour' is not allowed; expected spec keys"),
+    ("model,device,tp,input_length,output_length,concurrency,measured_ttft_ms,measured_tpot_ms\n"
+     "Qwen/Qwen3-8B,H100_SXM,1,0,100,4,100,10\n", "line 2, column input_length: '0' is not allowed"),
+])
+def test_a_bad_row_is_one_line_naming_it(tmp_path, content, message):
+    (tmp_path / "bad.csv").write_text(content)
+    p = run("calibrate", str(tmp_path / "bad.csv"), "--output", str(tmp_path / "p.toml"), "--no-progress")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr, p.stderr
+    assert not (tmp_path / "p.toml").exists()
+
+
+def test_bad_json_runs_and_too_few_runs_are_refused(tmp_path):
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps({"request_rate": 4.0, "max_concurrency": 8, "completed": 10,
+                                "total_input_tokens": 1000, "total_output_tokens": 100, "mean_ttft_ms": 50,
+                                "mean_tpot_ms": 10}))
+    flags = ["--model", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--output", "x.toml"]
+    p = run("calibrate", str(both), *flags)
+    assert p.returncode == 2 and "keys max_concurrency/request_rate: '8/4.0' is not allowed" in p.stderr
+    p = run("calibrate", str(both), "--output", "x.toml")
+    assert p.returncode == 2 and "--model: not given" in p.stderr
+    lone = tmp_path / "lone.json"
+    lone.write_text(json.dumps({"request_rate": "inf", "max_concurrency": 8, "completed": 10,
+                                "total_input_tokens": 1000, "total_output_tokens": 100, "mean_ttft_ms": 50,
+                                "mean_tpot_ms": 10}))
+    p = run("calibrate", str(lone), str(lone), *flags)
+    assert p.returncode == 2 and "RUNS: '2 runs' is not allowed; expected at least 3" in p.stderr
+    p = run("calibrate", str(lone), *flags[:-1], "x.txt")
+    assert p.returncode == 2 and "--output: 'x.txt'" in p.stderr
+
+
+def test_an_engine_that_is_no_file_or_name_is_one_line(tmp_path):
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "100",
+            "--output-length", "10", "--engine", str(tmp_path / "missing.toml"))
+    assert p.returncode == 2 and "--engine:" in p.stderr and "missing.toml" in p.stderr
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "100",
+            "--output-length", "10", "--engine", "vllm2")
+    assert p.returncode == 2 and "or a path ending in .toml" in p.stderr
+    (tmp_path / "odd.toml").write_text("[efficiency]\nmemory = 9\n")
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "100",
+            "--output-length", "10", "--engine", str(tmp_path / "odd.toml"))
+    assert p.returncode == 2 and "[efficiency] memory must be a number in [0.25, 2]" in p.stderr, p.stderr
+
+
+def test_every_knob_stays_within_its_bounds_and_the_profile_format_s():
+    from latency.engine import EFFICIENCY_RANGE
+
+    for k in KNOBS:
+        assert k.low < k.high and k.low <= k.default <= k.high
+        assert k.from_unit(k.to_unit(k.high)) == pytest.approx(k.high)
+        if k.log:
+            assert EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1]
