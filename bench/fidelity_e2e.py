@@ -49,8 +49,8 @@ from latency import (  # noqa: E402
     load_model,
 )
 from orchestrator import measured_runs  # noqa: E402
+from orchestrator.engine_defaults import engine_default_budget  # noqa: E402
 from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
-from orchestrator.scenario import engine_default_budget  # noqa: E402
 from simulator import (  # noqa: E402
     Frontend,
     StepPricer,

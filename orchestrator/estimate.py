@@ -12,10 +12,11 @@ from pathlib import Path
 
 from latency import ForwardKey, load_device
 from orchestrator import measured_runs
+from orchestrator.engine_defaults import launch_budget
 from orchestrator.evaluate import costs, evaluate_point
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
-from orchestrator.scenario import Scenario, launch_budget
+from orchestrator.scenario import Scenario
 
 
 def configure(values: dict) -> Scenario:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import re
 
+from latency import load_device
 from latency.kernel_tables import GPU_DIRS
+from orchestrator.engine_defaults import engine_default_budget
 from orchestrator.fields import InputError
 
 #: the columns that say a CSV is in this format
@@ -178,10 +180,7 @@ def generated_launch(engine: str, isl: int, batch: int, device: str) -> dict:
 
 
 def _default_budget(device: str, release: tuple[int, ...] | None = None) -> int:
-    """`scenario.engine_default_budget` of a device named as the measured files name it."""
-    from latency import load_device
-    from orchestrator.scenario import engine_default_budget  # scenario imports this module
-
+    """`engine_default_budget` of a device named as the measured files name it."""
     return engine_default_budget(load_device(device), release)
 
 

@@ -9,25 +9,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass, replace
 from functools import cached_property, lru_cache
 
-from latency import DEFAULT_RESERVED_GIB, load_device, load_engine, load_model, parse_quantization
+from latency import load_device, load_engine, load_model, parse_quantization
 from latency.backends import backend_names, has_backend, make_backend
 from latency.engine import is_profile_path
 from latency.parallel import ParallelSpec
+from orchestrator.engine_defaults import (
+    default_reserved_gib,
+    default_scheduler,
+    engine_switch,
+    launch_budget,
+)
 from orchestrator.fields import (
     AUTO_MAX_BATCHED_TOKENS,
     DEFAULT_REQUEST_RATE,
     FIELD_BY_NAME,
     FIELDS,
-    VLLM_BATCHED_TOKENS,
-    VLLM_BATCHED_TOKENS_LARGE,
-    VLLM_LARGE_BUDGET_SINCE,
-    VLLM_LARGE_HBM_BYTES,
     InputError,
 )
 from orchestrator.measured_runs import model_allowed
 from simulator.benchmarks import protocol
 from simulator.mix import Lengths, MixError, RequestMix, Trace
-from simulator.scheduler import DEFAULT_SCHEDULER, Scheduler, make_scheduler
+from simulator.scheduler import Scheduler, make_scheduler
 
 __all__ = ["InputError", "Layout", "Scenario"]
 #: field groups a plan depends on (see Scenario.plan_family)
@@ -57,52 +59,6 @@ class Layout:
         return self.tp * self.attention_dp // self.ep
 
 
-def engine_default_budget(device, release: tuple[int, ...] | None = None) -> int:
-    """vLLM's `max_num_batched_tokens` default for `vllm serve`: 8192, or 16384 on GPUs with >= 160 GiB
-    (B200) since VLLM_LARGE_BUDGET_SINCE; `release` None: the current vLLM's."""
-    large = device.hbm_gib * 1024**3 >= VLLM_LARGE_HBM_BYTES
-    if release is not None and release < VLLM_LARGE_BUDGET_SINCE:
-        large = False
-    return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
-
-
-def launch_budget(engine: str, device) -> int:
-    """The token budget `engine` runs with on `device` unless told: its profile's [launch] budget (a
-    calibrated one's), else vLLM's default there; vLLM's default for an unknown engine (validate() names it)."""
-    try:
-        own = load_engine(engine).max_batched_tokens
-    except ValueError:
-        own = 0
-    return own or engine_default_budget(device)
-
-
-def _default_reserved_gib(engine: str, device) -> float:
-    """GiB per device `engine` leaves free (`EngineProfile.reserved_gib`); the fixed reserve for an
-    unknown engine, which validate() names."""
-    try:
-        return load_engine(engine).reserved_gib(device.hbm_gib)
-    except ValueError:
-        return DEFAULT_RESERVED_GIB
-
-
-def _default_scheduler(engine: str) -> str:
-    """The step policy `engine` runs (its profile's `scheduler`); the RFC's decode-first for "none" or
-    an engine that names none (validate() names an unknown engine)."""
-    try:
-        return load_engine(engine).scheduler or DEFAULT_SCHEDULER
-    except ValueError:
-        return DEFAULT_SCHEDULER
-
-
-def _engine_switch(engine: str, key: str) -> str:
-    """An on/off default the engine's profile names (`prefix_caching`, `async_scheduling`); "off" for an
-    unknown engine (validate() names it)."""
-    try:
-        return "on" if getattr(load_engine(engine), key) else "off"
-    except ValueError:
-        return "off"
-
-
 class _ScenarioMethods:
     def __post_init__(self) -> None:
         """Fill the defaults that depend on the device or engine: quantisation, the step policy and the
@@ -112,16 +68,16 @@ class _ScenarioMethods:
             if isinstance(self.pp, int) and isinstance(self.tp_sizes[0], int) and isinstance(ranks, int):
                 object.__setattr__(self, "num_devices", self.tp_sizes[0] * self.pp * ranks)
         if self.scheduler is None:  # the engine's own step policy; the RFC's without one
-            object.__setattr__(self, "scheduler", _default_scheduler(self.engine))
+            object.__setattr__(self, "scheduler", default_scheduler(self.engine))
         for switch in ("prefix_caching", "async_scheduling"):  # the engine's own default
             if getattr(self, switch) is None:
-                object.__setattr__(self, switch, _engine_switch(self.engine, switch))
+                object.__setattr__(self, switch, engine_switch(self.engine, switch))
         try:
             device = load_device(self.device)
         except ValueError:
             return  # validate() names the device
         if self.reserved_memory_gb is None:  # what the engine's memory utilisation leaves free
-            object.__setattr__(self, "reserved_memory_gb", _default_reserved_gib(self.engine, device))
+            object.__setattr__(self, "reserved_memory_gb", default_reserved_gib(self.engine, device))
         if self.quantization is None:  # the checkpoint's on GPUs, else the device's (the reference tool's on Ascend)
             object.__setattr__(self, "quantization", _default_quantization(self.model, device))
         if not self.max_batched_tokens:
@@ -325,7 +281,7 @@ class _ScenarioMethods:
     @property
     def async_override(self) -> bool | None:
         """The async scheduling asked for where it is not the engine's own (None: the engine's)."""
-        own = self.async_scheduling == _engine_switch(self.engine, "async_scheduling")
+        own = self.async_scheduling == engine_switch(self.engine, "async_scheduling")
         return None if own else self.async_scheduling == "on"
 
     def make_scheduler(self) -> Scheduler:

@@ -163,7 +163,7 @@ def test_no_orchestrator_module_is_over_400_lines():
     long = {str(p.relative_to(root)): n for p in root.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
     assert not long, long
     commands = {p.stem for p in (root / "cli").glob("*.py")} - {"__init__", "common"}
-    assert commands == {"optimize", "estimate", "sweep", "report", "cache", "plan", "ui"}
+    assert commands == {"optimize", "estimate", "sweep", "report", "cache", "plan", "ui", "calibrate"}
 
 
 @pytest.mark.parametrize(("hbm_gib", "budget"), [(131.3, 8192), (155.0, 8192), (160.0, 16384), (167.6, 16384)])
@@ -173,7 +173,7 @@ def test_vllm_s_default_budget_tier_is_160_gib(hbm_gib, budget):
     import dataclasses
 
     from latency import load_device
-    from orchestrator.scenario import engine_default_budget
+    from orchestrator.engine_defaults import engine_default_budget
 
     device = dataclasses.replace(load_device("H200_SXM"), hbm_gib=hbm_gib)
     assert engine_default_budget(device) == budget
@@ -184,6 +184,6 @@ def test_vllm_s_default_budget_tier_is_160_gib(hbm_gib, budget):
 def test_vllm_s_large_budget_tier_came_in_0_28(device, release, budget):
     """A release before 0.28 had no 160 GiB tier: 8192 on B200 too; None is the current vLLM."""
     from latency import load_device
-    from orchestrator.scenario import engine_default_budget
+    from orchestrator.engine_defaults import engine_default_budget
 
     assert engine_default_budget(load_device(device), release) == budget

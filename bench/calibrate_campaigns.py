@@ -1,0 +1,133 @@
+"""Calibration validated by campaign: for each campaign of the measured files, `servesweep calibrate` on 5
+of its runs, then the campaign's other runs predicted with the profile it wrote, beside the shipped profile.
+
+    python bench/calibrate_campaigns.py [--calibration-runs 5] [--every 1] [--min-runs 8] [--num-cpus 2]
+
+A campaign is one model, GPU, engine, release and precision (its rows share a launch script, a client
+and an engine build: what a fit on some of its rows learns). The 5 calibration runs are spread evenly
+over the campaign's loads (sorted by prompt, output, concurrency, layout); every `--every`-th other run is
+predicted. The table gives, per campaign and per engine, the median |error| of TTFT and TPOT on the runs
+left out of the calibration: uncalibrated (the shipped profile of the campaign's engine) and calibrated.
+Campaigns run as Ray tasks (one each, on the machine's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
+
+REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference"
+FILES = ("measured_serving.csv", "measured_serving_moe.csv")
+CAMPAIGN = ["model_path", "system", "backend", "backend_version", "precision"]
+LOAD_ORDER = ["isl", "osl", "batch_size", "tp_size"]
+
+
+def campaigns(min_runs: int) -> list[tuple[str, pd.DataFrame]]:
+    """(name, rows) of every campaign with at least `min_runs` runs, both files."""
+    out = []
+    for name in FILES:
+        table = pd.read_csv(REFERENCE / name, dtype=str, keep_default_na=False)
+        for key, rows in table.groupby(CAMPAIGN, sort=True):
+            if len(rows) >= min_runs:
+                label = " ".join(part for part in key if part) + ("" if key[3] else " (no release)")
+                out.append((label, rows))
+    return out
+
+
+def split(rows: pd.DataFrame, k: int, every: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """k runs spread evenly over the campaign's loads, and every `every`-th of the others."""
+    ordered = rows.assign(**{c: rows[c].astype(int) for c in LOAD_ORDER}).sort_values(LOAD_ORDER, kind="stable")
+    ordered = rows.loc[ordered.index]
+    picks = np.unique(np.linspace(0, len(ordered) - 1, k).round().astype(int))
+    fit = ordered.iloc[picks]
+    rest = ordered.drop(index=fit.index).iloc[::every]
+    return fit, rest
+
+
+def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int) -> dict:
+    """Calibrate on k runs, predict the rest with the shipped and the calibrated profile."""
+    from orchestrator.calibrate import calibrate, profile_data, write_profile
+    from orchestrator.estimate import configure, estimate
+    from orchestrator.runs import read_runs
+
+    fit, rest = split(rows, k, every)
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        fit.to_csv(folder / "fit.csv", index=False)
+        rest.to_csv(folder / "rest.csv", index=False)
+        started = time.perf_counter()
+        runs = read_runs([folder / "fit.csv"], {})
+        engine = rows["backend"].iloc[0]
+        c = calibrate(runs, engine, leave_one_out=False, progress=False)
+        profile = folder / "campaign.toml"
+        write_profile(str(profile), profile_data(c, "campaign", ["fit.csv"]))
+        seconds = time.perf_counter() - started
+        errors = {"shipped": [], "calibrated": []}
+        for run in read_runs([folder / "rest.csv"], {}):
+            measured = np.array([run.ttft_ms, run.tpot_ms])
+            for which, name in (("shipped", engine), ("calibrated", str(profile))):
+                values = dict(run.values, engine=name)
+                if which == "calibrated":  # the launch the run leaves open is the profile's
+                    values = {key: v for key, v in values.items()
+                              if key not in ("max_batched_tokens", "async_scheduling", "prefix_caching")
+                              or key in run.states} | {"engine": name}
+                row = estimate(configure(values))
+                errors[which].append(np.array([row["ttft_ms"], row["tpot_ms"]]) / measured - 1)
+    out = {"campaign": label, "engine": engine, "fit_runs": len(fit), "predicted": len(rest),
+           "calibrate_s": seconds}
+    for which, values in errors.items():
+        values = np.abs(np.array(values)) if values else np.full((1, 2), np.nan)
+        out[f"{which}_ttft"], out[f"{which}_tpot"] = np.median(values, axis=0)
+    out["fitted"] = "; ".join(f"{what} {new}" for what, old, new in c.changes() if old != new)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calibration-runs", type=int, default=5, help="runs of each campaign calibrate sees (>= 3)")
+    p.add_argument("--every", type=int, default=1, help="predict every k-th of the other runs (>= 1)")
+    p.add_argument("--min-runs", type=int, default=8, help="campaigns with fewer runs are left out")
+    p.add_argument("--num-cpus", type=int, default=2, help="Ray workers")
+    p.add_argument("--output", help="also write the per-campaign table here (.csv)")
+    a = p.parse_args(argv)
+    if a.calibration_runs < 3 or a.every < 1 or a.num_cpus < 1:
+        print("calibrate_campaigns: --calibration-runs >= 3, --every >= 1, --num-cpus >= 1", file=sys.stderr)
+        return 2
+    import ray
+
+    ray.init(num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)
+    task = ray.remote(one_campaign)
+    jobs = [task.remote(label, rows, a.calibration_runs, a.every) for label, rows in campaigns(a.min_runs)]
+    table = pd.DataFrame(ray.get(jobs))
+    ray.shutdown()
+    pd.set_option("display.width", 250)
+    pct = "{:.1%}".format
+    shown = table.drop(columns="fitted")
+    print(shown.to_string(index=False, formatters={c: pct for c in shown.columns if c.endswith(("_ttft", "_tpot"))}
+                          | {"calibrate_s": "{:.1f}".format}))
+    print("\nper engine (median over its campaigns of the left-out runs' median |error|):")
+    per = table.groupby("engine")[["shipped_ttft", "shipped_tpot", "calibrated_ttft", "calibrated_tpot"]].median()
+    print(per.to_string(formatters={c: pct for c in per.columns}))
+    shipped = f"TTFT {pct(table.shipped_ttft.median())} / TPOT {pct(table.shipped_tpot.median())}"
+    print(f"\nall campaigns: shipped {shipped}, "
+          f"calibrated on {a.calibration_runs} runs TTFT {pct(table.calibrated_ttft.median())} / TPOT "
+          f"{pct(table.calibrated_tpot.median())}; worst calibrated campaign TTFT {pct(table.calibrated_ttft.max())}; "
+          f"calibrate took {table.calibrate_s.median():.1f} s a campaign (median)")
+    print("\nwhat each calibration changed:")
+    for r in table.itertuples():
+        print(f"  {r.campaign}: {r.fitted or 'nothing'}")
+    if a.output:
+        table.to_csv(a.output, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

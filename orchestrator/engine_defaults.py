@@ -1,0 +1,60 @@
+"""What an engine does unless told: its default token budget on a device, its step policy, its switches
+and the memory it leaves free, from its profile (a shipped engine or a profile file). Scenarios,
+estimates and measured-run readings share these."""
+
+from __future__ import annotations
+
+from latency import DEFAULT_RESERVED_GIB, load_engine
+from orchestrator.fields import (
+    VLLM_BATCHED_TOKENS,
+    VLLM_BATCHED_TOKENS_LARGE,
+    VLLM_LARGE_BUDGET_SINCE,
+    VLLM_LARGE_HBM_BYTES,
+)
+from simulator.scheduler import DEFAULT_SCHEDULER
+
+
+def engine_default_budget(device, release: tuple[int, ...] | None = None) -> int:
+    """vLLM's `max_num_batched_tokens` default for `vllm serve`: 8192, or 16384 on GPUs with >= 160 GiB
+    (B200) since VLLM_LARGE_BUDGET_SINCE; `release` None: the current vLLM's."""
+    large = device.hbm_gib * 1024**3 >= VLLM_LARGE_HBM_BYTES
+    if release is not None and release < VLLM_LARGE_BUDGET_SINCE:
+        large = False
+    return VLLM_BATCHED_TOKENS_LARGE if large else VLLM_BATCHED_TOKENS
+
+
+def launch_budget(engine: str, device) -> int:
+    """The token budget `engine` runs with on `device` unless told: its profile's [launch] budget (a
+    calibrated one's), else vLLM's default there; vLLM's default for an unknown engine (validate() names it)."""
+    try:
+        own = load_engine(engine).max_batched_tokens
+    except ValueError:
+        own = 0
+    return own or engine_default_budget(device)
+
+
+def default_reserved_gib(engine: str, device) -> float:
+    """GiB per device `engine` leaves free (`EngineProfile.reserved_gib`); the fixed reserve for an
+    unknown engine, which validate() names."""
+    try:
+        return load_engine(engine).reserved_gib(device.hbm_gib)
+    except ValueError:
+        return DEFAULT_RESERVED_GIB
+
+
+def default_scheduler(engine: str) -> str:
+    """The step policy `engine` runs (its profile's `scheduler`); the RFC's decode-first for "none" or
+    an engine that names none (validate() names an unknown engine)."""
+    try:
+        return load_engine(engine).scheduler or DEFAULT_SCHEDULER
+    except ValueError:
+        return DEFAULT_SCHEDULER
+
+
+def engine_switch(engine: str, key: str) -> str:
+    """An on/off default the engine's profile names (`prefix_caching`, `async_scheduling`); "off" for an
+    unknown engine (validate() names it)."""
+    try:
+        return "on" if getattr(load_engine(engine), key) else "off"
+    except ValueError:
+        return "off"
