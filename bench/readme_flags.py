@@ -1,7 +1,7 @@
-"""Regenerate the flag table of README's `servesweep optimize` section and the sweep-spec keys from
-the field table.
+"""Regenerate the docs' tables that come from the field table: the flags of `servesweep optimize`
+(docs/commands.md), the sweep-spec keys (docs/sweeps.md), the scenario and point columns (docs/results.md).
 
-    python bench/readme_flags.py      (rewrites README.md in place; tests check it is current)
+    python bench/readme_flags.py      (rewrites those pages in place; tests check they are current)
 """
 
 from __future__ import annotations
@@ -48,21 +48,46 @@ def point_rows() -> list[str]:
     return [f"| `{c}` | {meaning or 'percentile of the above'} |" for c, meaning in POINT_COLUMNS.items()]
 
 
-def main() -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+def page_with(marker: str) -> Path:
+    """The docs page that holds `marker` (each generated table lives in one page)."""
+    (page,) = [p for p in sorted((ROOT / "docs").glob("*.md")) if marker in p.read_text()]
+    return page
+
+
+def rewrite(marker: str, edit) -> None:
+    page = page_with(marker)
+    page.write_text(edit(page.read_text()))
+
+
+def flag_table(text: str) -> str:
     start, end = text.index("| `MODEL` |"), text.index("| `--disagg` |")
-    text = text[:start] + "\n".join(rows()) + "\n" + text[end:]
+    return text[:start] + "\n".join(rows()) + "\n" + text[end:]
+
+
+def keys_line(text: str) -> str:
     start = text.index("Keys: `") + len("Keys: `")
-    text = text[:start] + spec_keys() + text[text.index("`", start):]
+    return text[:start] + spec_keys() + text[text.index("`", start):]
+
+
+def columns_line(text: str) -> str:
     start = text.index("Every row carries the scenario (") + len("Every row carries the scenario (")
-    text = text[:start] + scenario_columns() + text[text.index(") and the point:", start):]
+    return text[:start] + scenario_columns() + text[text.index(") and the point:", start):]
+
+
+def point_table(text: str) -> str:
     head = "| column | meaning |\n| --- | --- |\n"
     start = text.index(head) + len(head)
     end = start
     while text.startswith("| `", end):  # the table's rows, up to the first line that is not one
         end = text.index("\n", end) + 1
-    readme.write_text(text[:start] + "\n".join(point_rows()) + "\n" + text[end:])
+    return text[:start] + "\n".join(point_rows()) + "\n" + text[end:]
+
+
+def main() -> None:
+    rewrite("| `MODEL` |", flag_table)
+    rewrite("Keys: `", keys_line)
+    rewrite("Every row carries the scenario (", columns_line)
+    rewrite("| column | meaning |\n| --- | --- |\n", point_table)
 
 
 if __name__ == "__main__":

@@ -78,11 +78,11 @@ def _under(path: str, root: str) -> bool:
 
 
 def shipped() -> dict:
-    """The pickers' choices: shipped models and devices (a path to one's own config.json or device
-    TOML is typed in the same box)."""
-    from latency import shipped_devices, shipped_models
+    """The pickers' choices: shipped models, devices and engines (a path to one's own config.json, device
+    TOML or calibrated engine profile is typed in the same box)."""
+    from latency import shipped_devices, shipped_engines, shipped_models
 
-    return {"model": shipped_models(), "device": shipped_devices()}
+    return {"model": shipped_models(), "device": shipped_devices(), "engine": shipped_engines()}
 
 
 def form_fields() -> list[dict]:
@@ -92,6 +92,7 @@ def form_fields() -> list[dict]:
     for f in (FIELD_BY_NAME[n] for n in FIELD_BY_NAME if n in names):
         out.append({"name": f.name, "flag": f.flag, "key": f.key, "help": f.help, "unit": f.unit,
                     "group": f.group, "choices": list(f.choices), "many": f.many, "required": f.required,
+                    "open": bool(f.path_suffix), "path_suffix": f.path_suffix,
                     "default": "" if f.required else f.default_text(),
                     "commands": [c for c in COMMANDS if f in fields_for(c)]})
     return out

@@ -227,3 +227,24 @@ def test_every_knob_stays_within_its_bounds_and_the_profile_format_s():
         assert k.from_unit(k.to_unit(k.high)) == pytest.approx(k.high)
         if k.log:
             assert EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1]
+
+
+def test_a_sweep_grid_takes_a_profile_beside_a_shipped_engine(tmp_path):
+    """The spec key `engine` lists a profile path beside `vllm`: two scenarios, each priced with its own
+    profile (the profile's [launch] budget is its scenario's default), rows naming the engine as given."""
+    from orchestrator.calibrate import base_profile
+    from orchestrator.dataset import read_table
+    from orchestrator.spec import expand
+    from orchestrator.sweep import run_sweep
+
+    profile = tmp_path / "mine.toml"
+    profile.write_text(to_toml(base_profile("vllm") | {"launch": {"max_batched_tokens": 2048}}))
+    spec = {"grid": {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "num_devices": 1, "input_length": 3000,
+                     "output_length": 64, "tpot_limit_ms": [30], "arrival": "closed", "max_concurrency": 32,
+                     "engine": ["vllm", str(profile)]}}
+    items = expand(spec)
+    assert sorted(i.scenario.max_batched_tokens for i in items) == [(2048,), (8192,)]
+    run_sweep(items, tmp_path / "out", backend="inline", progress=False)
+    best = read_table(tmp_path / "out", "best")
+    assert set(best["engine"]) == {"vllm", str(profile)}
+    assert dict(zip(best["engine"], best["max_batched_tokens"], strict=True)) == {"vllm": 8192, str(profile): 2048}

@@ -137,23 +137,6 @@ except ImportError:
     assert p.stdout.strip() == "written 1"
 
 
-def test_the_readme_documents_every_optimize_flag_with_its_default():
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    for f in FIELDS:
-        if "optimize" in f.commands:
-            assert f"| `{f.flag}` | {f.help}" in readme, f"{f.flag}: run python bench/readme_flags.py"
-            assert f.required or f"default {f.default_text()}" in readme, f.flag
-    keys = " ".join(f.key for f in FIELDS if "sweep" in f.commands)
-    assert f"Keys: `{keys}`" in readme, "run python bench/readme_flags.py"
-    from orchestrator.results import POINT_COLUMNS
-
-    for column in POINT_COLUMNS:  # every point column is documented
-        assert f"| `{column}` |" in readme, f"{column}: run python bench/readme_flags.py"
-    assert "`attention_dp_sizes`" in readme and "`input_length_mix`" in readme
-
-
 def test_no_orchestrator_module_is_over_400_lines():
     """One concept per module: the CLI is a package of one module per command, and no module of
     orchestrator/ grows past 400 lines."""

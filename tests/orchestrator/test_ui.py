@@ -146,6 +146,26 @@ def test_model_and_device_are_picked_from_the_shipped_ones(page):
     assert page.get_attribute("[name=model]", "list") == "list-model"
 
 
+def test_the_engine_box_offers_the_shipped_engines_and_takes_a_calibrated_profile(page, tmp_path):
+    """The engine is picked from the shipped ones or typed as a profile path (calibrate's output); the
+    estimate then runs with that profile, as the CLI's --engine PATH does."""
+    from latency import shipped_engines
+    from orchestrator.calibrate import base_profile, to_toml
+
+    engines = page.locator("#list-engine option").evaluate_all("os => os.map(o => o.value)")
+    assert engines == shipped_engines()
+    profile = tmp_path / "mine.toml"
+    profile.write_text(to_toml(base_profile("vllm") | {"launch": {"max_batched_tokens": 1024}}))
+    fill(page, **BASE, concurrency=8, engine=str(profile))
+    page.select_option("[name=arrival]", "closed")
+    page.wait_for_function(f"document.getElementById('cmd-estimate').textContent.includes('--engine {profile}')")
+    page.click("#run-estimate")
+    page.wait_for_selector("#result td[data-col=ttft_ms]")
+    cli = estimate(configure({**BASE, "concurrency": 8, "arrival": "closed", "engine": str(profile)}))
+    assert cli["max_batched_tokens"] == 1024
+    assert float(page.text_content("#result td[data-col=ttft_ms]")) == pytest.approx(cli["ttft_ms"], rel=1e-4)
+
+
 def test_explore_opens_a_results_directory_and_filters_it(page, server):
     page.click("nav button[data-tab=explore]")
     page.fill("#results-path", server[1])
