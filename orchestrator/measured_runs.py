@@ -189,6 +189,38 @@ def _int(cells: dict, column: str, default: int = 1) -> int:
     return int(float(text)) if text else default
 
 
+#: a run id's leading date (AIConfigurator's collector names runs YYYY_MM_DD_...): runs of one model, GPU
+#: and precision collected on one date are one campaign's
+RUN_DATE = re.compile(r"^(\d{4}_\d{2}_\d{2})_")
+
+
+def campaign_of(cells: dict) -> tuple:
+    """The campaign a run belongs to, as far as its columns say: engine, model, GPU, precision, run date."""
+    date = RUN_DATE.match(cells.get("id", ""))
+    return (cells.get("backend", ""), cells.get("model_path", ""), cells.get("system", ""),
+            cells.get("precision", ""), date.group(1) if date else "")
+
+
+def read_releases(rows: list[dict]) -> list[dict]:
+    """`rows` with an empty backend_version read as the release its campaign's other runs (`campaign_of`)
+    ran most, and `release_read_as` naming it; a run whose campaign names none keeps it empty (read as
+    newer than any release: the engine's defaults). Such runs exist: the collector did not record it."""
+    from collections import Counter
+
+    seen = {}
+    for cells in rows:
+        if cells.get("backend_version", "").strip():
+            seen.setdefault(campaign_of(cells), Counter())[cells["backend_version"].strip()] += 1
+    out = []
+    for cells in rows:
+        releases = seen.get(campaign_of(cells))
+        if not cells.get("backend_version", "").strip() and releases:
+            release = releases.most_common(1)[0][0]
+            cells = dict(cells, backend_version=release, release_read_as=release)
+        out.append(cells)
+    return out
+
+
 def to_spec(cells: dict, where: str) -> dict:
     """One measured run (its cells as text) as spec keys; `where` names its line for errors."""
     device = DEVICES.get(cells["system"])
@@ -229,6 +261,8 @@ def to_spec(cells: dict, where: str) -> dict:
             "prefix_caching": PREFIX_CACHING}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
+    if cells.get("release_read_as"):
+        spec["release_read_as"] = cells["release_read_as"]
     return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch, device)
 
 

@@ -50,6 +50,11 @@ def print_errors(table) -> None:
         print(f"note: {len(generated)} runs ({', '.join(sorted(set(generated['engine'])))}) read as AIConfigurator's "
               "generator launched them (their engine version; columns scheduler, max_batched_tokens, max_num_seqs), "
               "the rest at the engines' defaults")
+    if "release_read_as" in table and table["release_read_as"].notna().any():
+        read_as = table[table["release_read_as"].notna()]
+        found = ", ".join(f"{n} as {release}" for release, n in read_as["release_read_as"].value_counts().items())
+        print(f"note: {len(read_as)} runs record no engine release; read as the release their campaign's other "
+              f"runs (same engine, model, GPU, precision and run date) ran most: {found}")
     if "attention_dp_size" in table and "attention_dp" in table:
         implied = table["attention_dp_size"].isna() & (table["attention_dp"].astype(int) > 1)
         if implied.any():

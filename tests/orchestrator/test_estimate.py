@@ -471,3 +471,24 @@ def test_async_scheduling_hides_vllm_s_time_per_step_and_is_its_default():
     on, off = configure(common), configure(common | {"async_scheduling": "off"})
     assert on.async_scheduling == "on" and configure(common | {"engine": "trtllm"}).async_scheduling == "off"
     assert estimate(off)["tpot_ms"] - estimate(on)["tpot_ms"] == pytest.approx(load_engine("vllm").step_ms)
+
+
+def test_runs_without_a_release_are_read_as_their_campaign_s_and_an_empty_attention_dp_as_the_moe_group(tmp_path):
+    """A run whose release is empty is read as the release its campaign's other runs (same engine, model,
+    GPU, precision and run date) ran most (here 0.15.1: B200 at the 8192-token budget it had before 0.28);
+    one whose campaign names none keeps the defaults. A run that leaves attention_dp_size empty while its
+    MoE group (moe_tp 2 x ep 1) spans more devices than tp 1 is read as 2 attention-DP ranks, at the
+    concurrency its id names, never refused."""
+    p, got = estimate_measured(tmp_path, [
+        "2026_04_06_gpt_b200_c4_a,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,1,1,1,1,1,50,4",
+        "2026_04_06_gpt_b200_c4_b,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
+        "2026_04_06_gpt_b200_c8_c,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
+        "2026_05_01_gpt_b200_c8_d,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
+        "mm_agg_1024x1024_c48_e,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h200_sxm,fp8,fp8,fp8,1024,1024,16,1,1,2,1,,150,16"])
+    assert p.returncode == 0, p.stderr
+    assert "note: 1 runs record no engine release; read as the release their campaign's other runs" in p.stdout
+    assert "1 as 0.15.1" in p.stdout
+    assert got["release_read_as"].fillna("").tolist() == ["", "", "0.15.1", "", ""]
+    assert got["max_batched_tokens"].fillna(0).tolist() == [8192, 8192, 8192, 0, 0]  # 0.15.1 on B200: 8192
+    assert list(got["attention_dp"]) == [1, 1, 1, 1, 2] and got["concurrency"].iloc[-1] == 48
+    assert "read as vLLM's data-parallel attention under one MoE group" in p.stdout
