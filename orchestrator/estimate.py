@@ -18,10 +18,13 @@ from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
 from orchestrator.scenario import Scenario
 
+#: the devices `estimate` runs on when neither --num-devices nor a layout is given (`vllm serve`'s default)
+ONE_DEVICE = 1
+
 
 def configure(values: dict) -> Scenario:
     """A validated one-configuration scenario from field values; the layout defaults to one instance
-    over all devices, the budget to vLLM's default on the device."""
+    over all devices (one device when no count is given), the budget to the engine's default on the device."""
     values = dict(values)
     for f in FIELDS:
         if f.required and values.get(f.name) is None:
@@ -34,9 +37,8 @@ def configure(values: dict) -> Scenario:
     if not values.get("attention_dp_sizes"):
         values["attention_dp_sizes"] = (1,)
     if not values.get("tp_sizes"):
-        if values.get("num_devices") is None:
-            raise InputError("num_devices", None, "a device count, or one --tp-sizes value (with --pp-size and "
-                             "--attention-dp-sizes) that implies it")
+        if values.get("num_devices") is None:  # no layout: one device, as `vllm serve` runs without one
+            values["num_devices"] = ONE_DEVICE
         adp = values["attention_dp_sizes"][0] if len(values["attention_dp_sizes"]) == 1 else 1
         values["tp_sizes"] = (values["num_devices"] // (values.get("pp", 1) * adp) or 1,)
     s = Scenario(**values)

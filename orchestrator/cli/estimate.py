@@ -89,6 +89,8 @@ def cmd_estimate(a) -> int:
         raise InputError("--per-request", a.per_request, "a path ending in .parquet")
     s = configure(values)
     row = estimate(s)
+    if values.get("num_devices") is None and not values.get("tp_sizes"):
+        print("note: no --num-devices or --tp-sizes: one device (tp 1), as vllm serve runs without a layout")
     if a.per_request:
         from orchestrator.estimate import run_tables, steps_path
 

@@ -156,10 +156,21 @@ def test_a_layout_implies_its_device_count(tmp_path):
     assert rows["tp"].tolist() == [1, 2] and rows["dp"].tolist() == [1, 1]  # one instance on tp devices
 
 
+def test_estimate_with_no_layout_runs_on_one_device_as_vllm_serve_does_and_says_so():
+    args = ["estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--concurrency", "8", "--input-length", "1024",
+            "--output-length", "128"]
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    assert "on 1 x H200_SXM, tp1pp1dp1" in p.stdout
+    assert "note: no --num-devices or --tp-sizes: one device (tp 1), as vllm serve runs without a layout" in p.stdout
+    q = run(*args, "--num-devices", "1", "--tp-sizes", "1")
+    assert q.returncode == 0 and "no --num-devices" not in q.stdout
+    assert [line for line in p.stdout.splitlines() if "no --num-devices" not in line] == q.stdout.splitlines()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--tp-sizes", "2", "--num-devices", "3"], "--tp-sizes: 2 is not allowed; expected a divisor of --num-devices 3 "
      "(with pp=1)"),
-    ([], "--num-devices: not given; expected a device count, or one --tp-sizes value"),
 ])
 def test_a_device_count_the_layout_cannot_fill_names_both(args, message):
     p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--concurrency", "8", "--input-length", "1024",
