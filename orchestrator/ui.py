@@ -223,6 +223,30 @@ def explore(path: str, filters: dict) -> dict:
     return {"rows": _clean(table.to_dict("records")), "choices": choices}
 
 
+def list_runs(root: str) -> dict:
+    """The sweep runs under a results root (the root itself when it is one, and each folder below it),
+    newest first: their path, finished scenarios and when they last wrote, so Explore opens one by a click."""
+    import pyarrow.fs as pafs
+
+    from orchestrator.dataset import Dataset
+
+    try:
+        top = Dataset(root)
+        below = top.fs.get_file_info(pafs.FileSelector(top.base, recursive=False, allow_not_found=True))
+    except (OSError, ValueError) as err:
+        return {"errors": {"results": f"{root}: {str(err).splitlines()[0]}"}}
+    candidates = [root] + [f"{root.rstrip('/')}/{i.base_name}" for i in below if i.type == pafs.FileType.Directory
+                           and not i.base_name.startswith(".")]
+    runs = []
+    for path in candidates:
+        data = Dataset(path)
+        finished = data.files("best")
+        if finished:
+            times = [i.mtime_ns or 0 for i in data.fs.get_file_info(finished)]
+            runs.append({"path": path, "scenarios": len(finished), "modified": max(times) / 1e9})
+    return {"runs": sorted(runs, key=lambda r: -r["modified"])}
+
+
 @lru_cache(maxsize=8)
 def _best_table(path: str, files: tuple[str, ...]):
     """The best row per scenario, read once per set of finished scenarios (each filter change asks)."""
@@ -308,6 +332,10 @@ def create_app(results: str | None = None, guard: Guard | None = None):
     def explore_api():
         body = request.get_json()
         return jsonify(explore(location(body.get("path", "")), body.get("filters", {})))
+
+    @app.post("/api/runs")
+    def runs_api():
+        return jsonify(list_runs(location(request.get_json().get("path", ""))))
 
     @app.get("/api/explore.csv")
     def explore_csv():

@@ -183,6 +183,31 @@ def test_explore_opens_a_results_directory_and_filters_it(page, server):
     page.wait_for_function("document.getElementById('explore-error').textContent.length > 0")
 
 
+def test_explore_lists_the_runs_under_the_root_newest_first_and_opens_one_on_a_click(page, server):
+    """The results root holds runs, not scenarios: Explore lists each run with its finished scenarios,
+    newest first, with no red error, and a click opens it."""
+    from pathlib import Path
+
+    from orchestrator.spec import expand
+    from orchestrator.sweep import run_sweep
+
+    newer = str(Path(server[1]).parent / "newer")
+    spec = {"grid": {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "num_devices": 1, "input_length": 512,
+                     "output_length": 32, "max_batched_tokens": [2048], "tpot_limit_ms": [30]}}
+    run_sweep(expand(spec), newer, backend="inline", progress=False)
+    page.click("nav button[data-tab=explore]")
+    page.wait_for_selector("#runs a.run")
+    listed = page.locator("#runs a.run").evaluate_all("as => as.map(a => a.dataset.path)")
+    assert listed.index(newer) < listed.index(server[1])
+    text = page.text_content("#runs")
+    assert f"{newer} — 1 scenarios" in text and f"{server[1]} — 4 scenarios" in text
+    assert page.text_content("#explore-error") == ""
+    page.click(f"#runs a.run[data-path='{server[1]}']")
+    page.wait_for_selector("#explore-table td[data-col=device]")
+    assert page.locator("#explore-table tr").count() == 1 + 4
+    assert page.input_value("#results-path") == server[1]
+
+
 def test_a_sweep_runs_in_the_background_and_opens_in_explore(page, server):
     """The form's scenario as a one-scenario sweep: a background job under the results root, its
     progress bar filled when it is done, its best row in Explore, equal to an inline sweep's."""
