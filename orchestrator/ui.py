@@ -28,6 +28,12 @@ COMMANDS = ("optimize", "estimate")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: the header the page sends its token in
 TOKEN_HEADER = "X-Servesweep-Token"
+#: the page asks the steady question unless told otherwise: a closed loop with vLLM's profile (the CLI keeps
+#: the RFC's defaults, a burst with kernels only); the commands it writes name them
+PAGE_DEFAULTS = {"arrival": "closed", "engine": "vllm"}
+#: the fields a newcomer fills, first and in this order; the rest sit under "advanced"
+ESSENTIALS = ("model", "device", "num_devices", "input_length", "output_length", "ttft_limits", "tpot_limits",
+              "engine", "arrival", "concurrency")
 
 
 class Guard:
@@ -86,16 +92,25 @@ def shipped() -> dict:
 
 
 def form_fields() -> list[dict]:
-    """Every field of optimize or estimate, in table order, as the page renders it."""
+    """Every field of optimize or estimate as the page renders it: the ESSENTIALS first, then the rest in
+    table order (`essential` false: under "advanced"); a PAGE_DEFAULTS field names both defaults."""
     names = {f.name for c in COMMANDS for f in fields_for(c)}
+    order = [n for n in ESSENTIALS if n in names] + [n for n in FIELD_BY_NAME if n in names and n not in ESSENTIALS]
     out = []
-    for f in (FIELD_BY_NAME[n] for n in FIELD_BY_NAME if n in names):
+    for f in (FIELD_BY_NAME[n] for n in order):
+        default = "" if f.required else f.default_text()
+        if f.name in PAGE_DEFAULTS:
+            default = f"{PAGE_DEFAULTS[f.name]}: this page's; the CLI's {default}"
         out.append({"name": f.name, "flag": f.flag, "key": f.key, "help": f.help, "unit": f.unit,
                     "group": f.group, "choices": list(f.choices), "many": f.many, "required": f.required,
-                    "open": bool(f.path_suffix), "path_suffix": f.path_suffix,
-                    "default": "" if f.required else f.default_text(),
-                    "commands": [c for c in COMMANDS if f in fields_for(c)]})
+                    "open": bool(f.path_suffix), "path_suffix": f.path_suffix, "default": default,
+                    "essential": f.name in ESSENTIALS, "commands": [c for c in COMMANDS if f in fields_for(c)]})
     return out
+
+
+def with_page_defaults(texts: dict) -> dict:
+    """The form's texts with the page's defaults where a field is left empty."""
+    return PAGE_DEFAULTS | {k: v for k, v in texts.items() if str(v or "").strip()}
 
 
 def parse_values(texts: dict, command: str) -> tuple[dict, dict]:
@@ -302,7 +317,7 @@ def create_app(results: str | None = None, guard: Guard | None = None):
 
     @app.post("/api/command")
     def command():
-        texts = request.get_json().get("values", {})
+        texts = with_page_defaults(request.get_json().get("values", {}))
         errors = {}
         for c in COMMANDS:
             errors |= parse_values(texts, c)[1]
@@ -311,18 +326,18 @@ def create_app(results: str | None = None, guard: Guard | None = None):
 
     @app.post("/api/estimate")
     def estimate_api():
-        return jsonify(run_estimate(request.get_json().get("values", {})))
+        return jsonify(run_estimate(with_page_defaults(request.get_json().get("values", {}))))
 
     @app.post("/api/optimize")
     def optimize_api():
         body = request.get_json()
-        return jsonify(run_optimize(body.get("values", {}), body.get("pd")))
+        return jsonify(run_optimize(with_page_defaults(body.get("values", {})), body.get("pd")))
 
     sweeps = SweepJobs(results)
 
     @app.post("/api/sweep")
     def sweep_api():
-        return jsonify(sweeps.start(sweep_toml(request.get_json().get("values", {}))))
+        return jsonify(sweeps.start(sweep_toml(with_page_defaults(request.get_json().get("values", {})))))
 
     @app.post("/api/sweep/status")
     def sweep_status_api():

@@ -64,6 +64,7 @@ def page(browser, server):
 
 
 def fill(page, **values):
+    page.evaluate("document.getElementById('advanced').open = true")  # where the rarer fields are
     for name, value in values.items():
         page.fill(f"[name={name}]", str(value))
 
@@ -78,6 +79,26 @@ def test_the_form_writes_the_command_with_the_typed_budget(page):
     assert command.startswith("servesweep optimize Qwen/Qwen3-8B --device H200_SXM --num-devices 1")
     assert "max_batched_tokens = [4096]" in page.text_content("#cmd-toml")
     assert page.text_content("#cmd-estimate").startswith("servesweep estimate Qwen/Qwen3-8B")
+
+
+def test_the_form_asks_the_steady_question_first_and_keeps_the_rest_under_advanced(page):
+    """Model, device, devices, lengths, limits, engine, arrival and load come first, the rest under a
+    closed "advanced"; left empty, the page asks the steady question (closed loop, vLLM's profile), says
+    so, and the commands it writes name it; the CLI keeps the RFC's defaults."""
+    from orchestrator.ui import ESSENTIALS
+
+    first = page.locator("#essentials [name]").evaluate_all("els => els.map(e => e.name)")
+    assert first == list(ESSENTIALS)
+    assert page.evaluate("document.getElementById('advanced').open") is False
+    assert page.locator("#advanced [name=latency_backend]").count() == 1
+    assert "steady question" in page.text_content("#steady-note")
+    assert "closed: this page's; the CLI's burst" in page.text_content("[name=arrival] option[value='']")
+    page.fill("[name=model]", BASE["model"])
+    for name in ("device", "num_devices", "input_length", "output_length"):
+        page.fill(f"[name={name}]", str(BASE[name]))
+    page.wait_for_function("document.getElementById('cmd-estimate').textContent.includes('--arrival closed')")
+    command = page.text_content("#cmd-estimate")
+    assert "--engine vllm" in command and "--arrival closed" in command
 
 
 def test_a_bad_value_shows_the_cli_s_one_line_message(page):
@@ -104,7 +125,7 @@ def test_an_estimate_draws_its_chart_and_its_numbers_are_the_cli_s(page):
     page.wait_for_selector("#result td[data-col=ttft_ms]")
     page.wait_for_selector("#chart .main-svg")
     shown = float(page.text_content("#result td[data-col=ttft_ms]"))
-    cli = estimate(configure({**BASE, "concurrency": 8, "arrival": "closed"}))
+    cli = estimate(configure({**BASE, "concurrency": 8, "arrival": "closed", "engine": "vllm"}))  # the page's engine
     assert shown == pytest.approx(cli["ttft_ms"], rel=1e-4)
     assert float(page.text_content("#result td[data-col=tpot_ms]")) == pytest.approx(cli["tpot_ms"], rel=1e-4)
     image = Image.open(io.BytesIO(page.locator("#chart").screenshot())).convert("L")
@@ -214,7 +235,7 @@ def test_a_sweep_runs_in_the_background_and_opens_in_explore(page, server):
     from orchestrator.dataset import read_table
     from orchestrator.spec import expand
     from orchestrator.sweep import run_sweep
-    from orchestrator.ui import sweep_toml
+    from orchestrator.ui import sweep_toml, with_page_defaults
 
     form = {**BASE, "input_length": 1024, "output_length": 64, "tpot_limits": 30}
     fill(page, **form)
@@ -227,8 +248,8 @@ def test_a_sweep_runs_in_the_background_and_opens_in_explore(page, server):
     output = page.input_value("#results-path")
     assert output.startswith(str(Path(server[1]).parent) + "/ui-sweep-")
     inline = Path(output + "-inline")
-    run_sweep(expand(tomllib.loads(sweep_toml({k: str(v) for k, v in form.items()}))), inline, backend="inline",
-              progress=False)
+    texts = with_page_defaults({k: str(v) for k, v in form.items()})
+    run_sweep(expand(tomllib.loads(sweep_toml(texts))), inline, backend="inline", progress=False)
     theirs = read_table(inline, "best")
     shown = float(page.text_content("#explore-table td[data-col=output_throughput_per_device]"))
     assert shown == pytest.approx(theirs["output_throughput_per_device"].max(), rel=1e-4)
@@ -241,8 +262,9 @@ def test_the_pd_ratio_search_shows_its_splits(page):
     from orchestrator.scenario import Scenario
 
     form = {**BASE, "num_devices": 2, "tp_sizes": 1, "max_batched_tokens": 4096, "ttft_limits": 2000,
-            "tpot_limits": 30}
+            "tpot_limits": 30, "engine": "none"}
     fill(page, **form)
+    page.select_option("[name=arrival]", "burst")  # the CLI's defaults, as the scenario below
     page.click("#run-pd")
     page.wait_for_function("document.getElementById('err-pd-prefill').textContent.includes("
                            "'--prefill-devices-per-instance')")
