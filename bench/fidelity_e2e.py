@@ -63,7 +63,7 @@ from simulator import (  # noqa: E402
     step_times,
 )
 from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
-from simulator.kvbound import BLOCK_SIZE  # noqa: E402
+from simulator.blocks import BLOCK_SIZE  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
 ENGINES = measured_runs.ENGINES

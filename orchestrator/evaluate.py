@@ -16,7 +16,7 @@ from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
 from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, step_times
 from simulator.benchmarks import protocol
-from simulator.kvbound import BLOCK_SIZE
+from simulator.blocks import BLOCK_SIZE
 from simulator.metrics import goodput, measure
 from simulator.prompts import PromptPool
 

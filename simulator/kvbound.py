@@ -29,11 +29,14 @@ from collections import deque
 
 import numpy as np
 
+from simulator.arrivals import Arrivals
+from simulator.blocks import BLOCK_SIZE
+from simulator.plans import Plan
+from simulator.planstate import round_context
 from simulator.scheduler import TokenBudget
 from simulator.shapebook import ShapeBook
 
-#: vLLM's default KV block size (tokens)
-BLOCK_SIZE = 16
+__all__ = ["BLOCK_SIZE", "DecodeRun", "KVBoundPlanner", "plan_kv_bound"]
 #: blocks of the pool no request can hold: vLLM's block pool keeps one as its null block
 NULL_BLOCKS = 1
 
@@ -160,10 +163,8 @@ def _fitting_steps(tokens: np.ndarray, pool: int) -> int:
 
 def _same_context(total: int, R: int, ctx: int, round_to: int) -> int:
     """Steps j >= 0 whose decode context (total + R j) / R rounds to `ctx` (the key grows with j)."""
-    from simulator.planstate import round_context as _round_context
-
     def same(j: int) -> bool:
-        return _round_context((total + R * j) / R, round_to) == ctx
+        return round_context((total + R * j) / R, round_to) == ctx
 
     if not same(0):
         return 0
@@ -180,12 +181,9 @@ class _KVPlan:
 
     def __init__(self, w, scheduler, kv_blocks: int, step_ms, decode_context: str, context_round: int, *,
                  run: DecodeRun | None = None):
-        from simulator.arrivals import Arrivals as _Arrivals
-        from simulator.planstate import round_context as _round_context
-
-        self.w, self.step_ms, self.run, self.round_context = w, step_ms, run or DecodeRun(), _round_context
+        self.w, self.step_ms, self.run, self.round_context = w, step_ms, run or DecodeRun(), round_context
         self.planner = KVBoundPlanner(w, scheduler, kv_blocks)
-        self.arrivals = _Arrivals(w)
+        self.arrivals = Arrivals(w)
         self.timed = w.timed
         self.fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
         self.round_to = context_round
@@ -274,8 +272,6 @@ def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_c
     """Plan `w` under `scheduler` (token-budget) with a KV pool of `kv_blocks` blocks; a `Plan` like
     `simulator.timeline.plan`'s, with its `preemptions` and `kv_blocks` set. `run` is the decode-run
     fast-forward (DecodeRun(); one with enabled False plays every step)."""
-    from simulator.timeline import Plan
-
     _check(w, scheduler, kv_blocks, phase)
     if w.timed and step_ms is None:
         raise ValueError("a timed workload is planned with its prices: pass step_ms")

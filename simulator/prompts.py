@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latency.checks import check_int
-from simulator.kvbound import BLOCK_SIZE
+from simulator.blocks import BLOCK_SIZE
 
 #: the seed stream of a pool's draws (apart from the arrival times', the lengths' and the front end's)
 POOL_STREAM = 3

@@ -20,38 +20,23 @@ from __future__ import annotations
 
 from functools import cache
 
-STAGES = ("before", "answer", "after")
+from simulator.jumps.base import STAGES, Jump
+from simulator.jumps.period import PeriodCopies
+from simulator.jumps.ramp import Ramp
+from simulator.jumps.repeats import DecodeRepeats
+from simulator.jumps.rounds import RoundCopies
+from simulator.jumps.stream import TokenStream
+from simulator.jumps.stretch import Stretch
+from simulator.jumps.tail import DecodeTail
+
+__all__ = ["STAGES", "Jump", "for_plan", "names", "registry"]
+#: the fast-forwards in the order they are tried within a stage
+JUMPS = (RoundCopies, PeriodCopies, DecodeTail, Ramp, Stretch, TokenStream, DecodeRepeats)
 
 
-class Jump:
-    """One fast-forward. `make` says whether it can apply to a plan at all (an instance, or None);
-    `try_jump` takes steps if its claim holds now and returns how many, else None."""
-
-    name = ""
-    stage = ""
-    one_take = False  # an "answer" fast-forward whose claim is about answers of one prefill take only
-    untimed = False   # its claim needs a plan without a clock (no arrival can come between its steps)
-
-    @classmethod
-    def make(cls, st) -> Jump | None:
-        return None if cls.untimed and st.timed else cls()
-
-    def try_jump(self, st, arg) -> int | None:  # pragma: no cover - every fast-forward defines it
-        raise NotImplementedError
-
-
-@cache
 def registry() -> tuple[type[Jump], ...]:
-    """The fast-forwards in the order they are tried (imported when first asked for)."""
-    from simulator.jumps.period import PeriodCopies
-    from simulator.jumps.ramp import Ramp
-    from simulator.jumps.repeats import DecodeRepeats
-    from simulator.jumps.rounds import RoundCopies
-    from simulator.jumps.stream import TokenStream
-    from simulator.jumps.stretch import Stretch
-    from simulator.jumps.tail import DecodeTail
-
-    return (RoundCopies, PeriodCopies, DecodeTail, Ramp, Stretch, TokenStream, DecodeRepeats)
+    """The fast-forwards in the order they are tried."""
+    return JUMPS
 
 
 @cache

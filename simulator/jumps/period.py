@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulator.jumps import Jump
+from simulator.jumps.base import Jump
 from simulator.planstate import fresh
 
 

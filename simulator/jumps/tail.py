@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.jumps import Jump
+from simulator.jumps.base import Jump
 from simulator.planstate import before_each
 from simulator.pool import kv_held
 
