@@ -96,6 +96,7 @@ def main(argv=None) -> int:
     p.add_argument("--every", type=int, default=1, help="predict every k-th of the other runs (>= 1)")
     p.add_argument("--min-runs", type=int, default=8, help="campaigns with fewer runs are left out")
     p.add_argument("--num-cpus", type=int, default=2, help="Ray workers")
+    p.add_argument("--only", default="", help="campaigns whose name matches this regular expression")
     p.add_argument("--output", help="also write the per-campaign table here (.csv)")
     a = p.parse_args(argv)
     if a.calibration_runs < 3 or a.every < 1 or a.num_cpus < 1:
@@ -105,7 +106,10 @@ def main(argv=None) -> int:
 
     ray.init(num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)
     task = ray.remote(one_campaign)
-    jobs = [task.remote(label, rows, a.calibration_runs, a.every) for label, rows in campaigns(a.min_runs)]
+    import re
+
+    jobs = [task.remote(label, rows, a.calibration_runs, a.every) for label, rows in campaigns(a.min_runs)
+            if re.search(a.only, label)]
     table = pd.DataFrame(ray.get(jobs))
     ray.shutdown()
     pd.set_option("display.width", 250)

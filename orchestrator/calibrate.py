@@ -43,6 +43,9 @@ MIN_RUNS = 3
 #: how much moving a knob by one of its `scale`s costs in the loss (a mean squared log error): as much as a
 #: 3 % error on every run, so runs that identify a knob move it and runs that do not leave it at the base's
 PRIOR_WEIGHT = 0.001
+#: where the loss turns from squared to linear in a run's log ratio: errors beyond ~15 % count by their size,
+#: not its square (soft L1)
+ROBUST_SCALE = math.log(1.15)
 #: a launch choice is kept when it lowers the loss by more than this share (ties keep the base's launch)
 LAUNCH_GAIN = 0.05
 #: budgets tried where the runs do not give one (0: the engine's default on the device)
@@ -179,10 +182,17 @@ def errors(pred: np.ndarray, runs: list[Run]) -> np.ndarray:
     return pred / np.array([[r.ttft_ms, r.tpot_ms] for r in runs]) - 1
 
 
+def robust(logs: np.ndarray) -> np.ndarray:
+    """Log ratios as residuals whose squares are the soft-L1 loss: squared below ROBUST_SCALE, linear beyond,
+    so a run the model cannot follow (a structural miss) does not drag the knobs every other run sets."""
+    c = ROBUST_SCALE
+    return np.sign(logs) * c * np.sqrt(2 * (np.sqrt(1 + (logs / c) ** 2) - 1))
+
+
 def residuals(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> np.ndarray:
-    """The log ratios of TTFT and TPOT (scaled so their squares sum to the mean), then the prior's pull
-    towards the base's knobs: the sum of squares is `loss`."""
-    logs = np.log(np.maximum(errors(pred, runs) + 1, 1e-9)).ravel() / math.sqrt(2 * len(runs))
+    """The runs' robust log ratios of TTFT and TPOT (scaled so their squares sum to the mean), then the
+    prior's pull towards the base's knobs: the sum of squares is `loss`."""
+    logs = robust(np.log(np.maximum(errors(pred, runs) + 1, 1e-9))).ravel() / math.sqrt(2 * len(runs))
     pull = [math.sqrt(PRIOR_WEIGHT) * (k.to_unit(k.get(data)) - k.to_unit(k.get(base))) for k in KNOBS]
     return np.concatenate([logs, pull])
 
