@@ -36,6 +36,9 @@ MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
 EFFICIENCY_KEYS = ("gemm", "attention", "memory", "communication")
 #: the range a multiplier may take: a quarter to twice the device's own efficiency
 EFFICIENCY_RANGE = (0.25, 2.0)
+#: how an engine may admit requests into a full KV cache (as simulator.blocks.KV_ADMISSIONS names them:
+#: latency does not import the simulator)
+CAPACITY_SCHEDULERS = ("max-utilization", "guaranteed-no-evict")
 #: a profile's [launch] table: how the engine was launched where the scenario does not say
 #: (max_batched_tokens 0: the engine's default budget on the device)
 LAUNCH_KEYS = ("max_batched_tokens",)
@@ -96,6 +99,9 @@ class EngineProfile:
     base: str = ""
     efficiency: tuple = ()  # ((op class, multiplier), ...) of the [efficiency] table (EFFICIENCY_KEYS)
     max_batched_tokens: int = 0  # [launch]: the budget the engine runs with; 0: its default on the device
+    #: how it admits requests when its KV cache is full (simulator.blocks.KV_ADMISSIONS; "": vLLM's,
+    #: max-utilization); TensorRT-LLM's default is guaranteed-no-evict
+    capacity_scheduler: str = ""
 
     @property
     def family(self) -> str:
@@ -203,6 +209,10 @@ def parse_profile(path: Path) -> EngineProfile:
     scheduler = data.get("scheduler", "")
     if not isinstance(scheduler, str):
         raise ValueError(f"{path.name}: scheduler = {scheduler!r} is not allowed; expected a step policy's name")
+    capacity = data.get("capacity_scheduler", "")
+    if capacity not in ("", *CAPACITY_SCHEDULERS):
+        raise ValueError(f"{path.name}: capacity_scheduler = {capacity!r} is not allowed; expected one of "
+                         f"{', '.join(CAPACITY_SCHEDULERS)}")
     switches = {}
     for key in ("fp8_kv_cache", "prefix_caching", "async_scheduling"):
         switches[key] = data.get(key, False)
@@ -212,7 +222,8 @@ def parse_profile(path: Path) -> EngineProfile:
     if base and (not isinstance(base, str) or base not in shipped_engines()):
         raise ValueError(f"{path.name}: base = {base!r} is not allowed; expected one of {', '.join(shipped_engines())}")
     return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
-                         scheduler=scheduler, base=base, efficiency=_efficiency(path, data.get("efficiency", {})),
+                         scheduler=scheduler, capacity_scheduler=capacity, base=base,
+                         efficiency=_efficiency(path, data.get("efficiency", {})),
                          max_batched_tokens=_launch(path, data.get("launch", {})), **switches, **values)
 
 

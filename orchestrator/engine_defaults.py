@@ -5,6 +5,7 @@ estimates and measured-run readings share these."""
 from __future__ import annotations
 
 from latency import DEFAULT_RESERVED_GIB, load_engine
+from latency.engine import CAPACITY_SCHEDULERS
 from orchestrator.fields import (
     VLLM_BATCHED_TOKENS,
     VLLM_BATCHED_TOKENS_LARGE,
@@ -58,3 +59,12 @@ def engine_switch(engine: str, key: str) -> str:
         return "on" if getattr(load_engine(engine), key) else "off"
     except ValueError:
         return "off"
+
+
+def default_capacity_scheduler(engine: str) -> str:
+    """How `engine` admits requests into a full KV cache (its profile's `capacity_scheduler`): vLLM's
+    max-utilization where it names none, and for an unknown engine (validate() names it)."""
+    try:
+        return load_engine(engine).capacity_scheduler or CAPACITY_SCHEDULERS[0]
+    except ValueError:
+        return CAPACITY_SCHEDULERS[0]

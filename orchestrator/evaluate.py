@@ -106,7 +106,7 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
                     num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
                     burstiness=s.burstiness, seed=s.seed, measure=measured, mix=s.request_mix,
                     warmup_requests=warmup, frontend=_frontend(s.engine) if s.arrival != "burst" else None,
-                    prompt_pool=pool)
+                    prompt_pool=pool, kv_admission=s.capacity_scheduler)
 
 
 def with_prompt_cache(w: Workload, lm) -> Workload:
@@ -191,7 +191,10 @@ def _kv_blocks(w: Workload, scheduler, job: Job, lm, planned) -> int:
         return 0
     capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
     in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
-    if planned.peak_kv_tokens + BLOCK_SIZE * in_flight <= capacity:
+    held = planned.peak_kv_tokens
+    if w.kv_admission == "guaranteed-no-evict":  # it reserves every request's KV to its last token
+        held = max(held, in_flight * (w.input_length + w.output_length))
+    if held + BLOCK_SIZE * in_flight <= capacity:
         return 0
     return int(capacity // BLOCK_SIZE)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from latency import DEFAULT_RESERVED_GIB, load_engine, shipped_engines
 from latency.checks import RangeError, check_number, describe
+from latency.engine import CAPACITY_SCHEDULERS
 from simulator.benchmarks import BENCHMARKS
 from simulator.mix import SYNTAX, Lengths, MixError
 from simulator.scheduler import DEFAULT_SLACK_RATIO, SCHEDULERS
@@ -226,6 +227,12 @@ FIELDS: tuple[Field, ...] = (
        choices=tuple(SCHEDULERS), group="scheduler",
        default_help="the --engine's own (vllm, trtllm: token-budget; sglang: prefill-first); decode-first with "
                     "--engine none"),
+    Field("capacity_scheduler", str, None, "how the engine admits requests when its KV cache is full: "
+       "max-utilization (admit when the prompt's blocks fit, preempt the newest when a decode needs a block: vLLM, "
+       "TensorRT-LLM's MAX_UTILIZATION) or guaranteed-no-evict (admit only when the request's KV to its last "
+       "token fits beside the running requests': TensorRT-LLM's GUARANTEED_NO_EVICT; never preempts)",
+       choices=CAPACITY_SCHEDULERS, group="scheduler",
+       default_help="the --engine's own (trtllm: guaranteed-no-evict; vllm, sglang, none: max-utilization)"),
     Field("slack_ratio", float, DEFAULT_SLACK_RATIO, "decode-first: a mixed step may hold floor(B * ratio) tokens",
        low=1, group="scheduler", scheduler="decode-first"),
     Field("max_num_seqs", int, VLLM_MAX_NUM_SEQS, "token-budget: requests running at once (vLLM's default)",

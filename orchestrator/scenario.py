@@ -14,6 +14,7 @@ from latency.backends import backend_names, has_backend, make_backend
 from latency.engine import is_profile_path
 from latency.parallel import ParallelSpec
 from orchestrator.engine_defaults import (
+    default_capacity_scheduler,
     default_reserved_gib,
     default_scheduler,
     engine_switch,
@@ -69,6 +70,8 @@ class _ScenarioMethods:
                 object.__setattr__(self, "num_devices", self.tp_sizes[0] * self.pp * ranks)
         if self.scheduler is None:  # the engine's own step policy; the RFC's without one
             object.__setattr__(self, "scheduler", default_scheduler(self.engine))
+        if self.capacity_scheduler is None:  # the engine's own admission into a full KV cache
+            object.__setattr__(self, "capacity_scheduler", default_capacity_scheduler(self.engine))
         for switch in ("prefix_caching", "async_scheduling"):  # the engine's own default
             if getattr(self, switch) is None:
                 object.__setattr__(self, switch, engine_switch(self.engine, switch))

@@ -30,6 +30,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from orchestrator.engine_defaults import default_capacity_scheduler
 from orchestrator.fields import FIELD_BY_KEY, FIELDS, InputError
 from orchestrator.jobs import SweepItem
 from orchestrator.modes import MODES, make_mode
@@ -147,7 +148,8 @@ def expand(spec: dict) -> list[SweepItem]:
 
 #: fields that change no result unless a condition holds, left out of the id where it does not, so a
 #: scenario keeps the id it had before the field existed (a resumed sweep finds its finished scenarios)
-INERT = {"prefix_caching": lambda s: s.reused_prompts > 0, "async_scheduling": lambda s: s.async_override is not None}
+INERT = {"prefix_caching": lambda s: s.reused_prompts > 0, "async_scheduling": lambda s: s.async_override is not None,
+         "capacity_scheduler": lambda s: s.capacity_scheduler != default_capacity_scheduler(s.engine)}
 
 
 def scenario_id(s: Scenario, mode) -> str:

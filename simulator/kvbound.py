@@ -16,6 +16,11 @@ One block is vLLM's null block, never handed out. Each step:
    had generated) fit (vLLM 0.33's `scheduler_reserve_full_isl`); the first that does not fit stops
    admission.
 
+With `workload.kv_admission` "guaranteed-no-evict" (TensorRT-LLM's default capacity scheduler) a waiting
+request is admitted only when the blocks of its prompt and every token it may generate fit beside those
+every running request may reach (their sum, `reserved`, never passes the pool): a running request's next
+block is always free, so step 1 never preempts.
+
 The group timeline (`simulator.timeline`) cannot express this (a request's progress depends on
 blocks, not only on counts), so a KV-bound workload is planned here, one request at a time, into
 the same `Plan`. Only the token-budget policy is modelled (decode-first is the RFC's window policy,
@@ -72,6 +77,8 @@ class KVBoundPlanner:
         self.waiting: deque[_Request] = deque()
         self.preemptions = 0
         self.peak_blocks = 0
+        self.no_evict = w.kv_admission == "guaranteed-no-evict"
+        self.reserved = 0  # guaranteed-no-evict: the blocks the running requests may reach
 
     def step(self) -> list[tuple[_Request, int]]:
         """The (request, tokens) of one step, in the order the scheduler assigns them."""
@@ -94,7 +101,11 @@ class KVBoundPlanner:
         while not preempted and self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
             n = min(r.tokens - r.computed, cap, budget)
-            if blocks_for(r.tokens) - r.blocks > self.free:  # the whole prompt must fit to be admitted
+            if self.no_evict:  # its KV to the last token must fit beside the running requests' own
+                if self.reserved + blocks_for(r.prompt + r.output) > self.pool:
+                    break
+                self.reserved += blocks_for(r.prompt + r.output)
+            elif blocks_for(r.tokens) - r.blocks > self.free:  # the whole prompt must fit to be admitted
                 break
             self.waiting.popleft()
             self.running.append(r)
@@ -127,6 +138,8 @@ class KVBoundPlanner:
         self.running.remove(r)
         self.free += r.blocks
         r.blocks = 0
+        if self.no_evict:
+            self.reserved -= blocks_for(r.prompt + r.output)
 
 
 class DecodeRun:

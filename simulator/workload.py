@@ -9,6 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from latency.checks import check_int, check_number
+from simulator.blocks import KV_ADMISSIONS
 from simulator.frontend import Frontend
 from simulator.mix import RequestMix
 from simulator.prompts import PromptPool, cached_on_hit
@@ -65,6 +66,7 @@ class Workload:
     mix: RequestMix | None = None  # per-request lengths; None: every request input_length / output_length
     warmup_requests: int = 0      # measure "all": the first this many requests are a benchmark's warm-up, not measured
     kv_blocks: int = 0            # a KV pool of this many 16-token blocks admits requests as vLLM does; 0: unbounded
+    kv_admission: str = "max-utilization"  # how a full pool admits (simulator.blocks.KV_ADMISSIONS)
     frontend: Frontend | None = None  # the API server between client and scheduler (closed, poisson); None: none
     prompt_pool: PromptPool | None = None  # prompts the client reuses, and the engine's cache of them; None: all new
 
@@ -100,6 +102,8 @@ class Workload:
         check_int("num_prompts", self.num_prompts, 0)
         check_int("warmup_requests", self.warmup_requests, 0)
         check_int("kv_blocks", self.kv_blocks, 0)
+        if self.kv_admission not in KV_ADMISSIONS:
+            raise ValueError(f"kv_admission must be one of {KV_ADMISSIONS}, got {self.kv_admission!r}")
         if self.prompt_pool is not None and not isinstance(self.prompt_pool, PromptPool):
             raise ValueError(f"prompt_pool must be a simulator.prompts.PromptPool, got {self.prompt_pool!r}")
         if self.prompt_pool is not None and self.mix is not None and self.mix.trace is not None:

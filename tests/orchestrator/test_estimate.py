@@ -503,3 +503,28 @@ def test_runs_without_a_release_are_read_as_their_campaign_s_and_an_empty_attent
     assert got["max_batched_tokens"].fillna(0).tolist() == [8192, 8192, 8192, 0, 0]  # 0.15.1 on B200: 8192
     assert list(got["attention_dp"]) == [1, 1, 1, 1, 2] and got["concurrency"].iloc[-1] == 48
     assert "read as vLLM's data-parallel attention under one MoE group" in p.stdout
+
+
+def test_tensorrt_llm_admits_as_its_guaranteed_no_evict_capacity_scheduler_and_max_utilization_on_request():
+    """A KV-bound load on TensorRT-LLM: its default capacity scheduler never preempts (each request's KV to
+    its last token is reserved on admission); MAX_UTILIZATION, asked for, admits more and preempts as
+    vLLM does; vLLM's own default is that. A sweep id is unchanged at the engine's own value."""
+    from orchestrator.modes import make_mode
+    from orchestrator.spec import scenario_id
+
+    base = {"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "tp_sizes": (1,), "input_length": 4096,
+            "output_length": 1024, "concurrency": 64, "arrival": "closed", "num_prompts": 128}
+    own = configure({**base, "engine": "trtllm"})
+    assert own.capacity_scheduler == "guaranteed-no-evict"
+    no_evict = estimate(own)
+    assert no_evict["kv_bound"] and no_evict["preemptions"] == 0
+    evicting = estimate(configure({**base, "engine": "trtllm", "capacity_scheduler": "max-utilization"}))
+    assert evicting["kv_bound"] and evicting["preemptions"] > 0
+    assert configure({**base, "engine": "vllm"}).capacity_scheduler == "max-utilization"
+    agg = make_mode("agg")
+    assert scenario_id(own, agg) == scenario_id(own.with_(capacity_scheduler="guaranteed-no-evict"), agg)
+    assert scenario_id(own, agg) != scenario_id(own.with_(capacity_scheduler="max-utilization"), agg)
+    p = run("estimate", "Qwen/Qwen3-32B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "10",
+            "--output-length", "4", "--capacity-scheduler", "fifo")
+    assert p.returncode == 2 and "--capacity-scheduler: 'fifo' is not allowed; expected one of max-utilization, " \
+        "guaranteed-no-evict" in p.stderr

@@ -174,3 +174,26 @@ def test_fitting_steps_hand_computed(tokens, pool, expect):
     from simulator.kvbound import _fitting_steps
 
     assert _fitting_steps(np.array(tokens), pool) == expect
+
+
+def test_guaranteed_no_evict_admits_only_what_fits_to_the_last_token_and_never_preempts():
+    """TensorRT-LLM's default capacity scheduler, by hand: a pool of 21 blocks (22 less the null one),
+    requests of 100 + 60 tokens reach 10 blocks, so two run at a time: a burst of six runs in three waves
+    of 60 steps (a prefill step with the first token, 59 decodes), never preempting. vLLM's admission on the
+    same pool takes three prompts of 7 blocks at once and must preempt when their decodes grow."""
+    kw = {"input_length": 100, "output_length": 60, "max_batched_tokens": 512, "concurrency": 6, "kv_blocks": 22}
+    p = plan(Workload(**kw, kv_admission="guaranteed-no-evict"), TokenBudget())
+    assert p.preemptions == 0 and p.num_steps == 3 * 60
+    per_step = [sum(key.concurrency for key in p.shapes[i]) for i in p.step_shape]
+    assert max(per_step) == 2 and per_step[0] == per_step[60] == per_step[120] == 2
+    assert p.peak_kv_tokens <= 21 * BLOCK_SIZE
+    vllm = plan(Workload(**kw), TokenBudget())
+    assert vllm.preemptions > 0
+
+
+def test_a_request_whose_whole_kv_cannot_fit_is_refused_under_no_evict():
+    w = Workload(100, 300, 512, 2, kv_blocks=20, kv_admission="guaranteed-no-evict")  # 25 blocks > 19
+    with pytest.raises(RuntimeError, match="cannot hold one request"):
+        plan(w, TokenBudget())
+    with pytest.raises(ValueError, match="kv_admission must be one of"):
+        Workload(100, 300, 512, 2, kv_admission="fifo")
