@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from latency.deployment import Deployment
 from latency.device import DeviceSpec, load_device, shipped_devices
 from latency.engine import EngineProfile, load_engine, shipped_engines
 from latency.estimator import DEFAULT_RESERVED_GIB, MemoryPicture, RooflineModel
@@ -14,11 +15,10 @@ from latency.parallel import ParallelSpec
 from latency.quant import Quantization, parse_quantization
 
 __all__ = [
-    "DEFAULT_RESERVED_GIB", "DeviceSpec", "EngineProfile", "ForwardKey", "MeasuredLatency", "MemoryPicture",
-    "ModelSpec", "ParallelSpec", "Quantization", "RooflineModel", "StepShape", "build_latency_model", "calibrate",
-    "load_device", "load_engine", "load_model", "parse_quantization", "shipped_devices", "shipped_engines",
-    "known_models",
-    "shipped_models",
+    "DEFAULT_RESERVED_GIB", "Deployment", "DeviceSpec", "EngineProfile", "ForwardKey", "MeasuredLatency",
+    "MemoryPicture", "ModelSpec", "ParallelSpec", "Quantization", "RooflineModel", "StepShape", "build",
+    "build_latency_model", "calibrate", "load_device", "load_engine", "load_model", "parse_quantization",
+    "shipped_devices", "shipped_engines", "known_models", "shipped_models",
 ]
 
 
@@ -39,3 +39,8 @@ def build_latency_model(model, device, tp: int = 1, pp: int = 1, dp: int = 1, ep
                                                     redundant_experts=redundant_experts),
                          parse_quantization(quantization, kv_cache_dtype), reserved_memory_gb,
                          engine=profile)
+
+
+def build(deployment: Deployment) -> RooflineModel:
+    """The roofline model of one deployment (`build_latency_model` with its fields as keywords)."""
+    return build_latency_model(deployment.model, deployment.device, **deployment.options())

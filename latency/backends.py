@@ -28,6 +28,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from latency.deployment import Deployment
+
 #: the backend a scenario uses unless it names one
 DEFAULT_BACKEND = "roofline"
 ENTRY_POINT_GROUP = "servesweep.latency_backends"
@@ -51,6 +53,11 @@ def has_backend(name: str) -> bool:
     """Whether `name` is a backend; plugins are looked up only for a name not registered in code
     (scanning the installed packages' entry points costs ~0.1 s)."""
     return name in _REGISTRY or name in backend_names()
+
+
+def backend_for(name: str, deployment: Deployment):
+    """The latency model of backend `name` for `deployment` (one frozen object: a cache key)."""
+    return make_backend(name, deployment.model, deployment.device, **deployment.options())
 
 
 def make_backend(name: str, model, device, **options):

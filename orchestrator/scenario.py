@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from functools import cached_property, lru_cache
 
 from latency import load_device, load_engine, load_model, parse_quantization
-from latency.backends import backend_names, has_backend, make_backend
+from latency.backends import backend_for, backend_names, has_backend
+from latency.deployment import Deployment
 from latency.engine import is_profile_path
 from latency.parallel import ParallelSpec
 from orchestrator.engine_defaults import (
@@ -275,11 +276,15 @@ class _ScenarioMethods:
         mem = self.latency_model(layout).memory_for(max(self.max_batched_tokens or (1,)))
         return mem.kv_capacity_tokens > 0
 
+    def deployment(self, layout: Layout) -> Deployment:
+        """What a latency backend prices for `layout`: one frozen object (the latency-model cache's key)."""
+        return Deployment(self.model, self.device, layout.tp, layout.pp, self.num_devices // layout.devices,
+                          layout.ep, layout.attention_dp, self.quantization, self.kv_cache_dtype,
+                          self.reserved_memory_gb, self.engine, self.redundant_experts if layout.ep > 1 else 0,
+                          self.async_override)
+
     def latency_model(self, layout: Layout):
-        return _latency_model(self.latency_backend, self.model, self.device, layout.tp, layout.pp,
-                              self.num_devices // layout.devices, layout.ep, layout.attention_dp, self.quantization,
-                              self.kv_cache_dtype, self.reserved_memory_gb, self.engine,
-                              self.redundant_experts if layout.ep > 1 else 0, self.async_override)
+        return _latency_model(self.latency_backend, self.deployment(layout))
 
     @property
     def async_override(self) -> bool | None:
@@ -365,11 +370,5 @@ def _default_quantization(model: str, device) -> str:
 
 
 @lru_cache(maxsize=256)
-def _latency_model(backend, model, device, tp, pp, dp, ep, attention_dp, quantization, kv_cache_dtype, reserved,
-                   engine, redundant_experts, async_override=None):
-    extra = {"redundant_experts": redundant_experts} if redundant_experts else {}
-    if async_override is not None:
-        extra["async_scheduling"] = async_override
-    return make_backend(backend, model, device, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
-                        quantization=quantization, kv_cache_dtype=kv_cache_dtype, reserved_memory_gb=reserved,
-                        engine=engine, **extra)
+def _latency_model(backend: str, deployment: Deployment):
+    return backend_for(backend, deployment)
