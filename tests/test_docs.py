@@ -17,7 +17,8 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 #: the README is what servesweep is, how to install, one example per command, figures and links
 README_LINES = 300
 #: the words of a usage line that stand for a value (`servesweep sweep SPEC.toml --output DIR`)
-PLACEHOLDER = re.compile(r"^(SPEC\.toml|PROFILE\.toml|DIR|DIR_OR_URI|ADDR|N|T|BASE|MODEL|DEVICE|RESULTS_DIR|RUNS(\.\.\.)?|PATH|FILE[.A-Za-z]*)$")
+PLACEHOLDER = re.compile(r"^(SPEC\.toml|PROFILE\.toml|DIR|DIR_OR_URI|ADDR|N|T|BASE|MODEL|DEVICE|RESULTS_DIR"
+                         r"|RUNS(\.\.\.)?|PATH|FILE[.A-Za-z]*)$")
 
 
 def docs_text() -> str:
