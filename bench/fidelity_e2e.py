@@ -196,12 +196,18 @@ class Row:
             self.workloads[label] = w
             self.plans[label] = _with_requests(plan(w, scheduler))
         self.base: dict = {}
-        # the engine queues requests the KV cache cannot hold: such runs are planned with vLLM's
-        # admission and preemption (simulator.kvbound), reported apart and never fitted
+        # the engine queues requests the KV cache cannot hold: such runs are planned with the engine's
+        # admission (simulator.kvbound: vLLM's, or TensorRT-LLM's no-evict capacity scheduler), reported
+        # apart and never fitted
         capacity = self.lm.memory_for(budget).kv_capacity_tokens
-        self.kv_bound = self.plans["bench"][0].peak_kv_tokens > capacity
+        admission = self.lm.engine.capacity_scheduler or "max-utilization"
+        held = self.plans["bench"][0].peak_kv_tokens
+        if admission == "guaranteed-no-evict":  # it reserves every request's KV to its last token
+            bench_w = self.workloads["bench"]
+            held = max(held, bench_w.concurrency * (bench_w.input_length + bench_w.output_length))
+        self.kv_bound = held > capacity
         if self.kv_bound and isinstance(scheduler, TokenBudget) and capacity // BLOCK_SIZE > 1:
-            self.workloads["bench"] = w = dataclasses.replace(self.workloads["bench"],
+            self.workloads["bench"] = w = dataclasses.replace(self.workloads["bench"], kv_admission=admission,
                                                               kv_blocks=int(capacity // BLOCK_SIZE))
             try:
                 self.plans["bench"] = _with_requests(plan(w, scheduler))
