@@ -110,6 +110,11 @@ def test_vllm_bench_json_files_calibrate_end_to_end_and_the_profile_drives_every
             "--no-progress")
     assert p.returncode == 0, p.stderr
     assert pd.read_csv(tmp_path / "many.out.csv")["max_batched_tokens"].tolist() == [2048]
+    p = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "2", "--input-length", "3000",
+            "--output-length", "100", "--ttft-limits", "2000", "--tpot-limits", "50", "--max-devices", "1",
+            "--num-prompts", "100", "--engine", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "B=2048" in p.stdout and "--max-num-batched-tokens 2048" in p.stdout
 
 
 def test_a_profile_s_efficiency_prices_as_a_device_file_of_that_efficiency(tmp_path):
@@ -249,3 +254,25 @@ def test_a_sweep_grid_takes_a_profile_beside_a_shipped_engine(tmp_path):
     best = read_table(tmp_path / "out", "best")
     assert set(best["engine"]) == {"vllm", str(profile)}
     assert dict(zip(best["engine"], best["max_batched_tokens"], strict=True)) == {"vllm": 8192, str(profile): 2048}
+
+
+def test_an_engine_on_the_command_line_wins_over_a_silicon_file_s_backend(tmp_path):
+    """estimate --from-csv of measured runs prices every row with --engine when one is given (a profile
+    calibrated for the deployment), the rows' backend otherwise; the launch is still read from each run."""
+    from orchestrator.calibrate import base_profile
+
+    header = ("id,backend,backend_version,model_path,system,precision,isl,osl,batch_size,tp_size,pp_size,"
+              "moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,silicon_tpot_ms\n")
+    row = "a,vllm,0.19.0,Qwen/Qwen3-32B,h100_sxm,,1024,128,16,2,1,1,1,,300,20\n"
+    (tmp_path / "runs.csv").write_text(header + row)
+    profile = tmp_path / "mine.toml"
+    profile.write_text(to_toml(base_profile("vllm") | {"efficiency": {"memory": 0.5}}))
+    outs = []
+    for extra in ([], ["--engine", str(profile)]):
+        out = tmp_path / f"out{len(outs)}.csv"
+        p = run("estimate", "--from-csv", str(tmp_path / "runs.csv"), "--output", str(out), "--no-progress", *extra)
+        assert p.returncode == 0, p.stderr
+        outs.append(pd.read_csv(out))
+    assert outs[0]["engine"].tolist() == ["vllm"] and outs[1]["engine"].tolist() == [str(profile)]
+    assert outs[1]["tpot_ms"].iloc[0] > 1.3 * outs[0]["tpot_ms"].iloc[0]  # half the memory efficiency
+
