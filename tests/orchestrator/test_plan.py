@@ -153,3 +153,24 @@ def test_plan_with_a_split_end_to_end_as_json():
         assert serve[serve.index("--kv-transfer-config") + 1] == '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
     assert "--request-rate 6 " in plan["vllm_bench_serve"] and "router" in plan["notes"][0]
     assert plan["predicted_ttft_ms"] <= 1000 and plan["predicted_tpot_ms"] <= 20
+
+
+def test_with_no_ttft_limit_a_plan_counts_only_rates_the_instance_keeps_up_with():
+    """A TPOT limit alone does not bound the queue: an instance offered more than it serves still decodes
+    within the limit while its waiting line grows. The capacity is the highest rate it keeps up with
+    (serves at least KEEPS_UP of it), not the top of the rate grid; it is below what the instance
+    serves when overloaded, and the point at twice it is refused for the offered rate."""
+    from orchestrator.estimate import configure, estimate
+    from orchestrator.evaluate import KEEPS_UP, first_failure
+    from orchestrator.plan import instance_options
+    from orchestrator.scenario import Scenario
+
+    s = Scenario(model="Qwen/Qwen3-8B", device="H100_SXM", num_devices=1, input_length=1000, output_length=100,
+                 tpot_limits=(50.0,), num_prompts=100, scheduler="token-budget", engine="vllm")
+    (option,) = instance_options(s, "H100_SXM", 1, 2.0)
+    flooded = estimate(configure({"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "input_length": 1000,
+                                  "output_length": 100, "arrival": "poisson", "request_rate": 1000.0,
+                                  "num_prompts": 100, "engine": "vllm"}))
+    assert option.capacity <= flooded["request_throughput"] / KEEPS_UP
+    assert option.row["request_throughput"] >= KEEPS_UP * option.capacity
+    assert first_failure(flooded, None, 50.0) == "the offered rate (the instance falls behind it)"
