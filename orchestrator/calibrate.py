@@ -7,12 +7,13 @@ base profile's value (a prior), so a knob the runs do not identify stays where t
   (decode steps stream weights and KV; prefill steps compute GEMMs);
 - `step_ms`: the host's time per step;
 - `[frontend] client_ms`: the time a closed-loop client takes to send the next request, which spreads
-  the loop's phases (and adds to TTFT);
+  the loop's phases (and adds to TTFT); `[frontend] request_ms`: the API server's serial time a request;
 
 and, where the runs do not say it, the launch: the token budget (`[launch] max_batched_tokens`), async
 scheduling, and the prefix cache where the client reuses prompts. Each such choice is tried in turn and
-kept when it lowers the loss by more than LAUNCH_GAIN. Runs are estimated exactly as `estimate` does,
-with each candidate profile written to a file and passed as `--engine` would pass it.
+kept when it lowers the loss by more than LAUNCH_GAIN. The loss is soft-L1 on the runs' log ratios of
+TTFT and TPOT (`robust`), so one run the model cannot follow does not drag the knobs. Runs are estimated
+exactly as `estimate` does, each candidate profile written to a file and passed as `--engine` would be.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from latency.engine import DATA, EFFICIENCY_RANGE, is_profile_path, load_engine, shipped_engines
+from latency.engine import DATA, EFFICIENCY_RANGE, is_profile_path, load_engine
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
 from orchestrator.runs import Run
@@ -122,8 +123,7 @@ class Calibration:
         out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in KNOBS]
         for key, label in (("async_scheduling", "async_scheduling"), ("prefix_caching", "prefix_caching")):
             out.append((label, _switch(self.base_data, key), _switch(self.data, key)))
-        budget = lambda d: str(d.get("launch", {}).get("max_batched_tokens", 0) or "default")  # noqa: E731
-        out.append(("[launch] max_batched_tokens", budget(self.base_data), budget(self.data)))
+        out.append(("[launch] max_batched_tokens", _budget(self.base_data), _budget(self.data)))
         return out
 
 
@@ -365,9 +365,9 @@ def _switch(data: dict, key: str) -> str:
     return "on" if data.get(key, False) else "off"
 
 
+def _budget(data: dict) -> str:
+    return str(data.get("launch", {}).get("max_batched_tokens", 0) or "default")
+
+
 def _median_abs(values: np.ndarray) -> float:
     return float(np.median(np.abs(values)))
-
-
-def shipped_names() -> str:
-    return ", ".join(shipped_engines())
