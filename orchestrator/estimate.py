@@ -13,7 +13,7 @@ from pathlib import Path
 from latency import ForwardKey, load_device
 from orchestrator import measured_runs
 from orchestrator.engine_defaults import launch_budget
-from orchestrator.evaluate import costs, evaluate_point
+from orchestrator.evaluate import costs, evaluate_point, point_tables, with_prompt_cache, workload
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
 from orchestrator.scenario import Scenario
@@ -103,8 +103,6 @@ def run_tables(s: Scenario):
     `estimate --per-request` writes and `report` draws."""
     import pandas as pd
 
-    from orchestrator.evaluate import point_tables
-
     requests, steps = point_tables(s, *busiest_point(s))
     return pd.DataFrame(requests), pd.DataFrame(steps)
 
@@ -120,8 +118,6 @@ def prompt_cache_hits(s: Scenario) -> tuple[float, int, int] | None:
     """(share of the requests that found their prompt cached, requests, prompt tokens the cache kept)
     where the client reuses prompts and the engine caches them (simulator.prompts); None elsewhere."""
     import numpy as np
-
-    from orchestrator.evaluate import with_prompt_cache, workload
 
     job, n, rate = busiest_point(s)
     w = with_prompt_cache(workload(s, job.max_batched_tokens, n, rate), s.latency_model(job.layout))

@@ -13,8 +13,9 @@ version says AIConfigurator's generator launched it otherwise (`launch`)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 
-from latency import load_device
+from latency import known_models, load_device, load_engine, load_model
 from latency.kernel_tables import GPU_DIRS
 from orchestrator.engine_defaults import engine_default_budget
 from orchestrator.fields import InputError
@@ -79,8 +80,6 @@ def our_model(path: str) -> str:
     """The shipped model a checkpoint's name stands for: its format suffix dropped, and another
     publisher's copy (nvidia/Llama-3.1-8B-Instruct-FP8) read as the shipped original of that name;
     a name we do not ship is kept (the model's own check names it)."""
-    from latency import known_models
-
     name = path
     for suffix in FORMAT_SUFFIXES:
         name = name.removesuffix(suffix)
@@ -94,8 +93,6 @@ def our_model(path: str) -> str:
 def model_allowed(model: str, error: str) -> str:
     """What MODEL may be, for a name load_model does not know: the shipped names, and the shipped
     model a checkpoint of another format or publisher stands for (nvidia/Llama-3.1-8B-Instruct-FP8)."""
-    from latency import known_models
-
     if not error.startswith("unknown model"):
         return error
     allowed = f"a shipped model ({', '.join(known_models())}) or a config.json"
@@ -116,8 +113,6 @@ def labelled_quantization(cells: dict) -> str:
 def quantization(label: str, model: str) -> str:
     """The label's quantisation with the routed experts as the checkpoint stores them where the label
     misnames them (SAME_CHECKPOINT)."""
-    from latency import load_model
-
     linear, _, experts = label.partition("+")
     try:
         own = load_model(model).checkpoint_quantization.partition("+")[2]
@@ -128,8 +123,6 @@ def quantization(label: str, model: str) -> str:
 
 def kv_cache(label: str, engine: str) -> str:
     """The KV-cache dtype a run used: FP8 for an FP8 run of an engine that keeps it so, else the label's."""
-    from latency import load_engine
-
     if label == "fp8" and load_engine(engine).fp8_kv_cache:
         return "fp8"
     return LABEL_KV.get(label, "bf16")
@@ -205,8 +198,6 @@ def read_releases(rows: list[dict]) -> list[dict]:
     """`rows` with an empty backend_version read as the release its campaign's other runs (`campaign_of`)
     ran most, and `release_read_as` naming it; a run whose campaign names none keeps it empty (read as
     newer than any release: the engine's defaults). Such runs exist: the collector did not record it."""
-    from collections import Counter
-
     seen = {}
     for cells in rows:
         if cells.get("backend_version", "").strip():
@@ -242,8 +233,6 @@ def to_spec(cells: dict, where: str) -> dict:
     except ValueError as err:
         raise InputError(where, str(err).split(": ")[-1], "integers in the layout and length columns") from None
     model = our_model(cells["model_path"])
-    from latency import load_model
-
     try:
         dense = not load_model(model).is_moe
     except ValueError:

@@ -7,6 +7,9 @@ the user visits could otherwise start searches here or, by DNS rebinding, read r
 the Host header must name the address served on; every API call needs the random token printed at
 start (in the URL, sent back as a header), a same-origin Origin (or none) and a JSON body; Explore
 and Compare open only the --results location and what lies under it.
+
+Its handlers import what they run when first called (start-up time of the page's server); the import
+graph test counts those imports too, so none hides a cycle.
 """
 
 from __future__ import annotations

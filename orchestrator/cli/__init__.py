@@ -1,5 +1,7 @@
 """`servesweep`: optimize one scenario, run a sweep, report on results. One module per command
-(`add_parser` and its `cmd_*`); what they share is in `orchestrator.cli.common`."""
+(`add_parser` and its `cmd_*`); what they share is in `orchestrator.cli.common`. Each `cmd_*` imports what
+it runs inside itself, for start-up time (`servesweep --help` and a bad flag need neither Ray nor pandas);
+none of those imports dodges a cycle, since tests/test_layers.py counts them in the import graph."""
 
 from __future__ import annotations
 
