@@ -150,27 +150,34 @@ def pick_base(runs: list[Run], flags: dict) -> str:
 
 class Evaluator:
     """Predicts runs under candidate profiles: each candidate written to a file of its own (a profile is a
-    file, as --engine takes it), every run estimated as `estimate` estimates it."""
+    file, as --engine takes it), every run estimated as `estimate` estimates it. A (profile, run) pair is
+    estimated once: the leave-one-out fits start from the same profile and share their first steps."""
 
     def __init__(self, folder: str, progress=None):
-        self.folder, self.count, self.progress = Path(folder), 0, progress
+        self.folder, self.progress = Path(folder), progress
+        self.files: dict[str, Path] = {}
+        self.known: dict[tuple[str, str], tuple[float, float]] = {}
 
     def predict(self, data: dict, runs: list[Run]) -> np.ndarray:
         """(n x 2) predicted TTFT and TPOT in ms."""
-        self.count += 1
-        path = self.folder / f"candidate-{self.count}.toml"
-        path.write_text(to_toml(data))
-        out = np.empty((len(runs), 2))
-        for i, run in enumerate(runs):
-            values = {k: v for k, v in run.values.items() if not (k in LAUNCH_KEYS and k not in run.states)}
-            try:
-                row = estimate(configure(dict(values, engine=str(path))))
-            except InputError as err:
-                raise InputError(f"{run.where}, {err.name}", err.value, err.allowed) from None
-            out[i] = row["ttft_ms"], row["tpot_ms"]
+        text = to_toml(data)
+        out = np.array([self.known.get((text, run.where)) or self._estimate(text, run) for run in runs])
         if self.progress is not None:
             self.progress.update(1)
         return out
+
+    def _estimate(self, text: str, run: Run) -> tuple[float, float]:
+        path = self.files.get(text)
+        if path is None:
+            path = self.files[text] = self.folder / f"candidate-{len(self.files) + 1}.toml"
+            path.write_text(text)
+        values = {k: v for k, v in run.values.items() if not (k in LAUNCH_KEYS and k not in run.states)}
+        try:
+            row = estimate(configure(dict(values, engine=str(path))))
+        except InputError as err:
+            raise InputError(f"{run.where}, {err.name}", err.value, err.allowed) from None
+        self.known[(text, run.where)] = row["ttft_ms"], row["tpot_ms"]
+        return self.known[(text, run.where)]
 
 
 #: the run values a profile's launch replaces where the run does not state them
