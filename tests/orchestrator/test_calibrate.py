@@ -280,3 +280,19 @@ def test_an_engine_on_the_command_line_wins_over_a_silicon_file_s_backend(tmp_pa
     assert outs[0]["engine"].tolist() == ["vllm"] and outs[1]["engine"].tolist() == [str(profile)]
     assert outs[1]["tpot_ms"].iloc[0] > 1.3 * outs[0]["tpot_ms"].iloc[0]  # half the memory efficiency
 
+
+
+def test_a_vllm_bench_json_of_a_poisson_stream_is_read_as_one(tmp_path):
+    """--request-rate without --max-concurrency: a Poisson stream at that rate and burstiness, its mean
+    lengths from the token totals, every request measured as vllm bench serve does."""
+    path = tmp_path / "poisson.json"
+    path.write_text(json.dumps({"request_rate": 3.5, "burstiness": 0.5, "max_concurrency": None, "num_prompts": 200,
+                                "completed": 198, "total_input_tokens": 198 * 1500 + 40,
+                                "total_output_tokens": 198 * 300 - 90, "mean_ttft_ms": 80.0, "mean_tpot_ms": 12.0}))
+    (run_,) = read_runs([path], {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,)})
+    assert run_.values | {"model": 0} == {"model": 0, "device": "H100_SXM", "tp_sizes": (1,), "benchmark": "vllm-bench",
+                                          "input_length": 1500, "output_length": 300, "num_prompts": 200,
+                                          "arrival": "poisson", "request_rate": 3.5, "burstiness": 0.5}
+    assert (run_.ttft_ms, run_.tpot_ms, run_.engine, run_.states) == (80.0, 12.0, "vllm", frozenset())
+    row = estimate(configure(dict(run_.values, engine="vllm")))
+    assert row["num_prompts"] == 200 and row["ttft_ms"] > 0
