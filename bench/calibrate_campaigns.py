@@ -2,6 +2,7 @@
 of its runs, then the campaign's other runs predicted with the profile it wrote, beside the shipped profile.
 
     python bench/calibrate_campaigns.py [--calibration-runs 5] [--every 1] [--min-runs 8] [--num-cpus 2]
+                                        [--only REGEX] [--left-out] [--output CSV]
 
 A campaign is one model, GPU, engine, release and precision (its rows share a launch script, a client
 and an engine build: what a fit on some of its rows learns). The 5 calibration runs are spread evenly
@@ -9,6 +10,10 @@ over the campaign's loads (sorted by prompt, output, concurrency, layout); every
 predicted. The table gives, per campaign and per engine, the median |error| of TTFT and TPOT on the runs
 left out of the calibration: uncalibrated (the shipped profile of the campaign's engine) and calibrated.
 Campaigns run as Ray tasks (one each, on the machine's cores).
+
+`--left-out` leaves whole campaigns out instead: each campaign's runs are predicted by a profile calibrated
+on `--calibration-runs` runs of its engine's OTHER campaigns (drawn from each in turn), which is what a
+shipped profile made by `calibrate` would face on a campaign nobody fitted.
 """
 
 from __future__ import annotations
@@ -52,13 +57,23 @@ def split(rows: pd.DataFrame, k: int, every: int) -> tuple[pd.DataFrame, pd.Data
     return fit, rest
 
 
-def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int) -> dict:
-    """Calibrate on k runs, predict the rest with the shipped and the calibrated profile."""
+def from_others(rows: pd.DataFrame, others: list[pd.DataFrame], k: int,
+                every: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """k runs drawn in turn from the engine's other campaigns (each one's spread over its loads), and every
+    `every`-th run of this one: a profile that never saw the campaign it is judged on."""
+    spread = [split(o, max(1, -(-k // len(others))), 1)[0] for o in others]
+    picks = [s.iloc[i:i + 1] for i in range(max(len(s) for s in spread)) for s in spread if i < len(s)]
+    return pd.concat(picks[:k]), rows.iloc[::every]
+
+
+def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: list | None = None) -> dict:
+    """Calibrate on k runs (of this campaign, or with `others` of the engine's other campaigns), then predict
+    the campaign's runs calibrate did not see with the shipped and the calibrated profile."""
     from orchestrator.calibrate import calibrate, profile_data, write_profile
     from orchestrator.estimate import configure, estimate
     from orchestrator.runs import read_runs
 
-    fit, rest = split(rows, k, every)
+    fit, rest = from_others(rows, others, k, every) if others else split(rows, k, every)
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         fit.to_csv(folder / "fit.csv", index=False)
@@ -97,6 +112,9 @@ def main(argv=None) -> int:
     p.add_argument("--min-runs", type=int, default=8, help="campaigns with fewer runs are left out")
     p.add_argument("--num-cpus", type=int, default=2, help="Ray workers")
     p.add_argument("--only", default="", help="campaigns whose name matches this regular expression")
+    p.add_argument("--left-out", action="store_true", help="calibrate on runs of the engine's OTHER campaigns "
+                   "(--calibration-runs of them, drawn in turn from each) and predict every run of the campaign: "
+                   "leave one campaign out")
     p.add_argument("--output", help="also write the per-campaign table here (.csv)")
     a = p.parse_args(argv)
     if a.calibration_runs < 3 or a.every < 1 or a.num_cpus < 1:
@@ -108,8 +126,17 @@ def main(argv=None) -> int:
     task = ray.remote(one_campaign)
     import re
 
-    jobs = [task.remote(label, rows, a.calibration_runs, a.every) for label, rows in campaigns(a.min_runs)
-            if re.search(a.only, label)]
+    every = campaigns(a.min_runs)
+    jobs = []
+    for label, rows in every:
+        if not re.search(a.only, label):
+            continue
+        engine = rows["backend"].iloc[0]
+        others = [r for other, r in every if other != label and r["backend"].iloc[0] == engine] if a.left_out \
+            else None
+        if a.left_out and not others:
+            continue  # the engine's only campaign: nothing to leave it out of
+        jobs.append(task.remote(label, rows, a.calibration_runs, a.every, others))
     table = pd.DataFrame(ray.get(jobs))
     ray.shutdown()
     pd.set_option("display.width", 250)
