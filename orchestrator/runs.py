@@ -40,6 +40,7 @@ class Run:
     where: str
     engine: str = ""  # the engine the file names (the silicon format's backend), "" where it names none
     states: frozenset = field(default_factory=frozenset)  # LAUNCH_CHOICES the run itself gives
+    note: str = ""  # how a silicon row was read where its columns leave something out
 
 
 def read_runs(paths, flags: dict) -> list[Run]:
@@ -81,8 +82,20 @@ def read_csv(path: Path, flags: dict) -> list[Run]:
         given = read[i] if read is not None else {k: v for k, v in cells.items() if v.strip()}
         ttft, tpot = (_measured(cells[c], f"{where}, column {c}") for c in metrics)
         runs.append(Run(values, ttft, tpot, where, cells.get("backend", ""),
-                        frozenset(k for k in LAUNCH_CHOICES if k in given)))
+                        frozenset(k for k in LAUNCH_CHOICES if k in given), reading(cells, given)))
     return runs
+
+
+def reading(cells: dict, spec: dict) -> str:
+    """What a silicon row leaves out and how it was read (measured_runs): "" where nothing."""
+    notes = []
+    if spec.get("release_read_as"):
+        notes.append(f"no release recorded: read as {spec['release_read_as']}, the release its campaign's other "
+                     "runs ran most")
+    if not cells.get("attention_dp_size", "").strip() and int(spec.get("attention_dp", "1") or 1) > 1:
+        notes.append(f"attention_dp_size empty under a MoE group wider than tp: read as {spec['attention_dp']} "
+                     "attention-DP ranks (vLLM's data-parallel attention)")
+    return "; ".join(notes)
 
 
 def read_vllm_bench(path: Path, flags: dict) -> Run:

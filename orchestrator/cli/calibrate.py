@@ -62,6 +62,9 @@ def print_calibration(c, engine: str, output: str) -> None:
     print(f"\n{'run':60}{'TTFT base':>10}{'fitted':>9}{'TPOT base':>10}{'fitted':>9}")
     for run, b, f in zip(c.runs, c.base_errors, c.fit_errors, strict=True):
         print(f"{run.where[-60:]:60}{b[0]:>+10.1%}{f[0]:>+9.1%}{b[1]:>+10.1%}{f[1]:>+9.1%}")
+    for run in c.runs:
+        if run.note:
+            print(f"note: {run.where}: {run.note}")
     if len(c.runs) < 5:
         print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",
               file=sys.stderr)

@@ -296,3 +296,19 @@ def test_a_vllm_bench_json_of_a_poisson_stream_is_read_as_one(tmp_path):
     assert (run_.ttft_ms, run_.tpot_ms, run_.engine, run_.states) == (80.0, 12.0, "vllm", frozenset())
     row = estimate(configure(dict(run_.values, engine="vllm")))
     assert row["num_prompts"] == 200 and row["ttft_ms"] > 0
+
+
+def test_calibrate_says_how_it_read_silicon_rows_that_leave_something_out(tmp_path):
+    """A row with no release and one with an empty attention DP under a wider MoE group are read (never
+    refused) and each run says how; the others say nothing."""
+    header = ("id,backend,backend_version,model_path,system,precision,gemm_quant_mode,moe_quant_mode,isl,osl,"
+              "batch_size,tp_size,pp_size,moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,silicon_tpot_ms\n")
+    rows = ["2026_04_06_gpt_b200_c4_a,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,1,1,1,1,1,"
+            "50,4", "2026_04_06_gpt_b200_c8_c,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,"
+            "50,4", "mm_agg_1024x1024_c48_e,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h200_sxm,fp8,fp8,fp8,1024,1024,16,1,1,"
+            "2,1,,150,16"]
+    (tmp_path / "runs.csv").write_text(header + "\n".join(rows) + "\n")
+    notes = [r.note for r in read_runs([tmp_path / "runs.csv"], {})]
+    assert notes[0] == ""
+    assert notes[1] == "no release recorded: read as 0.15.1, the release its campaign's other runs ran most"
+    assert notes[2].startswith("attention_dp_size empty under a MoE group wider than tp: read as 2 attention-DP")
