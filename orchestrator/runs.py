@@ -38,7 +38,7 @@ class Run:
     ttft_ms: float
     tpot_ms: float
     where: str
-    engine: str = ""  # the engine the file names (the silicon format's backend), "" where it names none
+    engine: str = ""  # the engine the file names (the silicon format's backend, a spec CSV's engine), "" if none
     states: frozenset = field(default_factory=frozenset)  # LAUNCH_CHOICES the run itself gives
     note: str = ""  # how a silicon row was read where its columns leave something out
 
@@ -81,7 +81,8 @@ def read_csv(path: Path, flags: dict) -> list[Run]:
         where = f"{path} line {i + 2}"
         given = read[i] if read is not None else {k: v for k, v in cells.items() if v.strip()}
         ttft, tpot = (_measured(cells[c], f"{where}, column {c}") for c in metrics)
-        runs.append(Run(values, ttft, tpot, where, cells.get("backend", ""),
+        named = cells.get("backend", "") if silicon else cells.get("engine", "").strip()
+        runs.append(Run(values, ttft, tpot, where, named,
                         frozenset(k for k in LAUNCH_CHOICES if k in given), reading(cells, given)))
     return runs
 

@@ -312,3 +312,19 @@ def test_calibrate_says_how_it_read_silicon_rows_that_leave_something_out(tmp_pa
     assert notes[0] == ""
     assert notes[1] == "no release recorded: read as 0.15.1, the release its campaign's other runs ran most"
     assert notes[2].startswith("attention_dp_size empty under a MoE group wider than tp: read as 2 attention-DP")
+
+
+def test_the_base_is_the_flag_else_the_engine_the_runs_name_else_vllm(tmp_path):
+    from orchestrator.calibrate import pick_base
+    from orchestrator.fields import InputError
+
+    head = "model,device,tp,input_length,output_length,concurrency,engine,measured_ttft_ms,measured_tpot_ms\n"
+    (tmp_path / "sg.csv").write_text(head + "Qwen/Qwen3-8B,H100_SXM,1,1000,100,4,sglang,100,10\n")
+    (tmp_path / "mixed.csv").write_text(head + "Qwen/Qwen3-8B,H100_SXM,1,1000,100,4,sglang,100,10\n"
+                                        "Qwen/Qwen3-8B,H100_SXM,1,1000,100,8,trtllm,120,11\n")
+    (tmp_path / "none.csv").write_text(head.replace("engine,", "") + "Qwen/Qwen3-8B,H100_SXM,1,1000,100,4,100,10\n")
+    assert pick_base(read_runs([tmp_path / "sg.csv"], {}), {}) == "sglang"
+    assert pick_base(read_runs([tmp_path / "none.csv"], {}), {}) == "vllm"
+    assert pick_base(read_runs([tmp_path / "mixed.csv"], {}), {"engine": "trtllm"}) == "trtllm"
+    with pytest.raises(InputError, match="the runs are of sglang, trtllm"):
+        pick_base(read_runs([tmp_path / "mixed.csv"], {}), {})
