@@ -49,7 +49,7 @@ from latency import (  # noqa: E402
     load_model,
 )
 from orchestrator import measured_runs  # noqa: E402
-from orchestrator.engine_defaults import engine_default_budget  # noqa: E402
+from orchestrator.engine_defaults import default_capacity_scheduler, engine_default_budget  # noqa: E402
 from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
 from simulator import (  # noqa: E402
     Frontend,
@@ -63,7 +63,7 @@ from simulator import (  # noqa: E402
     step_times,
 )
 from simulator.benchmarks import BENCHMARKS, protocol  # noqa: E402
-from simulator.blocks import BLOCK_SIZE  # noqa: E402
+from simulator.blocks import BLOCK_SIZE, held_kv_tokens  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "measured_serving.csv"
 ENGINES = measured_runs.ENGINES
@@ -200,15 +200,10 @@ class Row:
         # admission (simulator.kvbound: vLLM's, or TensorRT-LLM's no-evict capacity scheduler), reported
         # apart and never fitted
         capacity = self.lm.memory_for(budget).kv_capacity_tokens
-        admission = self.lm.engine.capacity_scheduler or "max-utilization"
-        held = self.plans["bench"][0].peak_kv_tokens
-        if admission == "guaranteed-no-evict":  # it reserves every request's KV to its last token
-            bench_w = self.workloads["bench"]
-            held = max(held, bench_w.concurrency * (bench_w.input_length + bench_w.output_length))
-        self.kv_bound = held > capacity
+        admitted = dataclasses.replace(self.workloads["bench"], kv_admission=default_capacity_scheduler(r.engine))
+        self.kv_bound = held_kv_tokens(admitted, self.plans["bench"][0].peak_kv_tokens, admitted.concurrency) > capacity
         if self.kv_bound and isinstance(scheduler, TokenBudget) and capacity // BLOCK_SIZE > 1:
-            self.workloads["bench"] = w = dataclasses.replace(self.workloads["bench"], kv_admission=admission,
-                                                              kv_blocks=int(capacity // BLOCK_SIZE))
+            self.workloads["bench"] = w = dataclasses.replace(admitted, kv_blocks=int(capacity // BLOCK_SIZE))
             try:
                 self.plans["bench"] = _with_requests(plan(w, scheduler))
             except RuntimeError:  # not one request fits: the plain plan stays

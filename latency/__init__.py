@@ -16,7 +16,7 @@ from latency.quant import Quantization, parse_quantization
 
 __all__ = [
     "DEFAULT_RESERVED_GIB", "Deployment", "DeviceSpec", "EngineProfile", "ForwardKey", "MeasuredLatency",
-    "MemoryPicture", "ModelSpec", "ParallelSpec", "Quantization", "RooflineModel", "StepShape", "build",
+    "MemoryPicture", "ModelSpec", "ParallelSpec", "Quantization", "RooflineModel", "StepShape",
     "build_latency_model", "calibrate", "load_device", "load_engine", "load_model", "parse_quantization",
     "shipped_devices", "shipped_engines", "known_models", "shipped_models",
 ]
@@ -40,7 +40,3 @@ def build_latency_model(model, device, tp: int = 1, pp: int = 1, dp: int = 1, ep
                          parse_quantization(quantization, kv_cache_dtype), reserved_memory_gb,
                          engine=profile)
 
-
-def build(deployment: Deployment) -> RooflineModel:
-    """The roofline model of one deployment (`build_latency_model` with its fields as keywords)."""
-    return build_latency_model(deployment.model, deployment.device, **deployment.options())

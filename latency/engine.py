@@ -29,19 +29,19 @@ FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "loo
 #: the [moe] table's keys and their defaults (fp4_bandwidth 0: as bandwidth)
 MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
-#: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 #: a profile's [efficiency] table: multipliers on the device file's achievable efficiencies per op class
 #: (what `servesweep calibrate` fits where a deployment's kernels run faster or slower than the device's
 #: defaults); the product is capped at 1, the whole of the device's peak
 EFFICIENCY_KEYS = ("gemm", "attention", "memory", "communication")
 #: the range a multiplier may take: a quarter to twice the device's own efficiency
 EFFICIENCY_RANGE = (0.25, 2.0)
-#: how an engine may admit requests into a full KV cache (as simulator.blocks.KV_ADMISSIONS names them:
-#: latency does not import the simulator)
-CAPACITY_SCHEDULERS = ("max-utilization", "guaranteed-no-evict")
+#: how an engine may admit requests into a full KV cache: the one vocabulary of profiles, scenarios and the
+#: KV-bound planner (simulator.blocks): vLLM's (and TensorRT-LLM's MAX_UTILIZATION), then GUARANTEED_NO_EVICT
+CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT = ("max-utilization", "guaranteed-no-evict")
 #: a profile's [launch] table: how the engine was launched where the scenario does not say
 #: (max_batched_tokens 0: the engine's default budget on the device)
 LAUNCH_KEYS = ("max_batched_tokens",)
+#: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
                "dp_step_ms": None, "moe_prefill_layer_us": None, "moe_layer_us": None, "gpu_memory_utilization": 1}
 
@@ -99,8 +99,8 @@ class EngineProfile:
     base: str = ""
     efficiency: tuple = ()  # ((op class, multiplier), ...) of the [efficiency] table (EFFICIENCY_KEYS)
     max_batched_tokens: int = 0  # [launch]: the budget the engine runs with; 0: its default on the device
-    #: how it admits requests when its KV cache is full (simulator.blocks.KV_ADMISSIONS; "": vLLM's,
-    #: max-utilization); TensorRT-LLM's default is guaranteed-no-evict
+    #: how it admits requests when its KV cache is full (CAPACITY_SCHEDULERS; "": vLLM's, max-utilization);
+    #: TensorRT-LLM's default is guaranteed-no-evict
     capacity_scheduler: str = ""
 
     @property
@@ -155,20 +155,33 @@ def is_profile_path(engine: str) -> bool:
 
 
 def load_engine(engine: str) -> EngineProfile:
-    """A shipped engine by name, or an engine profile file by its .toml path; a file is read again when
-    it changes."""
-    path = Path(engine) if is_profile_path(engine) else DATA / f"{engine}.toml"
+    """A shipped engine by name (read once), or an engine profile file by its .toml path (read again when it
+    changes)."""
+    if not is_profile_path(engine):
+        return _load_shipped(engine, DATA)
+    path = Path(engine)
     try:
         mtime = path.stat().st_mtime_ns
     except OSError:
-        raise ValueError(f"unknown engine {str(engine)!r}; known: {', '.join(shipped_engines())}, or an engine "
-                         "profile .toml path") from None
+        raise ValueError(_unknown(engine)) from None
     return _load(str(path), mtime)
+
+
+@lru_cache(maxsize=64)
+def _load_shipped(name: str, folder: Path) -> EngineProfile:
+    path = folder / f"{name}.toml"
+    if not path.is_file():
+        raise ValueError(_unknown(name))
+    return parse_profile(path)
 
 
 @lru_cache(maxsize=256)
 def _load(path: str, mtime_ns: int) -> EngineProfile:
     return parse_profile(Path(path))
+
+
+def _unknown(engine: str) -> str:
+    return f"unknown engine {str(engine)!r}; known: {', '.join(shipped_engines())}, or an engine profile .toml path"
 
 
 def parse_profile(path: Path) -> EngineProfile:

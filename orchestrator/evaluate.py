@@ -16,7 +16,7 @@ from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
 from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, step_times
 from simulator.benchmarks import protocol
-from simulator.blocks import BLOCK_SIZE
+from simulator.blocks import BLOCK_SIZE, held_kv_tokens
 from simulator.metrics import goodput, measure
 from simulator.prompts import PromptPool
 
@@ -191,10 +191,7 @@ def _kv_blocks(w: Workload, scheduler, job: Job, lm, planned) -> int:
         return 0
     capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
     in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
-    held = planned.peak_kv_tokens
-    if w.kv_admission == "guaranteed-no-evict":  # it reserves every request's KV to its last token
-        held = max(held, in_flight * (w.input_length + w.output_length))
-    if held + BLOCK_SIZE * in_flight <= capacity:
+    if held_kv_tokens(w, planned.peak_kv_tokens, in_flight) + BLOCK_SIZE * in_flight <= capacity:
         return 0
     return int(capacity // BLOCK_SIZE)
 

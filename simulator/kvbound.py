@@ -35,13 +35,13 @@ from collections import deque
 import numpy as np
 
 from simulator.arrivals import Arrivals
-from simulator.blocks import BLOCK_SIZE
+from simulator.blocks import BLOCK_SIZE, NO_EVICT
 from simulator.plans import Plan
 from simulator.planstate import round_context
 from simulator.scheduler import TokenBudget
 from simulator.shapebook import ShapeBook
 
-__all__ = ["BLOCK_SIZE", "DecodeRun", "KVBoundPlanner", "plan_kv_bound"]
+__all__ = ["DecodeRun", "KVBoundPlanner", "plan_kv_bound"]
 #: blocks of the pool no request can hold: vLLM's block pool keeps one as its null block
 NULL_BLOCKS = 1
 
@@ -77,7 +77,7 @@ class KVBoundPlanner:
         self.waiting: deque[_Request] = deque()
         self.preemptions = 0
         self.peak_blocks = 0
-        self.no_evict = w.kv_admission == "guaranteed-no-evict"
+        self.no_evict = w.kv_admission == NO_EVICT
         self.reserved = 0  # guaranteed-no-evict: the blocks the running requests may reach
 
     def step(self) -> list[tuple[_Request, int]]:
@@ -102,9 +102,10 @@ class KVBoundPlanner:
             r = self.waiting[0]
             n = min(r.tokens - r.computed, cap, budget)
             if self.no_evict:  # its KV to the last token must fit beside the running requests' own
-                if self.reserved + blocks_for(r.prompt + r.output) > self.pool:
+                whole = blocks_for(r.prompt + r.output)
+                if self.reserved + whole > self.pool:
                     break
-                self.reserved += blocks_for(r.prompt + r.output)
+                self.reserved += whole
             elif blocks_for(r.tokens) - r.blocks > self.free:  # the whole prompt must fit to be admitted
                 break
             self.waiting.popleft()

@@ -66,7 +66,7 @@ class Workload:
     mix: RequestMix | None = None  # per-request lengths; None: every request input_length / output_length
     warmup_requests: int = 0      # measure "all": the first this many requests are a benchmark's warm-up, not measured
     kv_blocks: int = 0            # a KV pool of this many 16-token blocks admits requests as vLLM does; 0: unbounded
-    kv_admission: str = "max-utilization"  # how a full pool admits (simulator.blocks.KV_ADMISSIONS)
+    kv_admission: str = KV_ADMISSIONS[0]  # how a full pool admits (simulator.blocks.KV_ADMISSIONS)
     frontend: Frontend | None = None  # the API server between client and scheduler (closed, poisson); None: none
     prompt_pool: PromptPool | None = None  # prompts the client reuses, and the engine's cache of them; None: all new
 

@@ -29,19 +29,14 @@ from simulator.jumps.stream import TokenStream
 from simulator.jumps.stretch import Stretch
 from simulator.jumps.tail import DecodeTail
 
-__all__ = ["STAGES", "Jump", "for_plan", "names", "registry"]
+__all__ = ["JUMPS", "STAGES", "Jump", "for_plan", "names"]
 #: the fast-forwards in the order they are tried within a stage
 JUMPS = (RoundCopies, PeriodCopies, DecodeTail, Ramp, Stretch, TokenStream, DecodeRepeats)
 
 
-def registry() -> tuple[type[Jump], ...]:
-    """The fast-forwards in the order they are tried."""
-    return JUMPS
-
-
 @cache
 def names() -> tuple[str, ...]:
-    return tuple(j.name for j in registry())
+    return tuple(j.name for j in JUMPS)
 
 
 def for_plan(st, jumps: tuple[str, ...] | None) -> dict[str, list[Jump]]:
@@ -49,7 +44,7 @@ def for_plan(st, jumps: tuple[str, ...] | None) -> dict[str, list[Jump]]:
     that can apply to it."""
     chosen = names() if jumps is None else tuple(jumps)  # names checked by `plan`
     out: dict[str, list[Jump]] = {stage: [] for stage in STAGES}
-    for cls in registry():
+    for cls in JUMPS:
         if cls.name in chosen:
             jump = cls.make(st)
             if jump is not None:

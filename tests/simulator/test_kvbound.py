@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator import TokenBudget, Workload, plan, simulate
-from simulator.kvbound import BLOCK_SIZE
+from simulator.blocks import BLOCK_SIZE
 from tests.conftest import examples
 from tests.simulator.kv_reference import kv_reference
 from tests.simulator.test_timeline import one_ms
