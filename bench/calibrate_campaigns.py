@@ -88,12 +88,8 @@ def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: lis
         errors = {"shipped": [], "calibrated": []}
         for run in read_runs([folder / "rest.csv"], {}):
             measured = np.array([run.ttft_ms, run.tpot_ms])
-            for which, name in (("shipped", engine), ("calibrated", str(profile))):
-                values = dict(run.values, engine=name)
-                if which == "calibrated":  # the launch the run leaves open is the profile's
-                    values = {key: v for key, v in values.items()
-                              if key not in ("max_batched_tokens", "async_scheduling", "prefix_caching")
-                              or key in run.states} | {"engine": name}
+            for which, values in (("shipped", dict(run.values, engine=engine)),
+                                  ("calibrated", run.under(str(profile)))):  # the launch it leaves open: the profile's
                 row = estimate(configure(values))
                 errors[which].append(np.array([row["ttft_ms"], row["tpot_ms"]]) / measured - 1)
     out = {"campaign": label, "engine": engine, "fit_runs": len(fit), "predicted": len(rest),

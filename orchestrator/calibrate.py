@@ -19,6 +19,7 @@ exactly as `estimate` does, each candidate profile written to a file and passed 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from latency.engine import DATA, EFFICIENCY_RANGE, is_profile_path, load_engine
+from latency.engine import DATA, EFFICIENCY_RANGE, is_profile_path, load_engine, shipped_engines
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
 from orchestrator.runs import Run
@@ -51,6 +52,9 @@ ROBUST_SCALE = math.log(1.15)
 LAUNCH_GAIN = 0.05
 #: budgets tried where the runs do not give one (0: the engine's default on the device)
 BUDGETS = (0, 2048, 4096, 8192, 16384)
+#: where each launch choice a run may leave open (orchestrator.runs.LAUNCH_CHOICES) sits in a profile
+LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "async_scheduling": ("async_scheduling",),
+                 "prefix_caching": ("prefix_caching",)}
 #: least-squares evaluations (Jacobians apart) per fit of the knobs (the leave-one-out fits start from the
 #: whole fit: fewer)
 FIT_ITERATIONS, REFIT_ITERATIONS = 15, 3
@@ -75,12 +79,10 @@ class Knob:
         return self.key[0] if len(self.key) == 1 else f"[{self.key[0]}] {self.key[1]}"
 
     def get(self, data: dict) -> float:
-        table = data.get(self.key[0], {}) if len(self.key) == 2 else data
-        return float(table.get(self.key[-1], self.default))
+        return float(_get(data, self.key, self.default))
 
     def set(self, data: dict, value: float) -> None:
-        table = data.setdefault(self.key[0], {}) if len(self.key) == 2 else data
-        table[self.key[-1]] = round(float(value), 4)
+        _put(data, self.key, round(float(value), 4))
 
     def to_unit(self, value: float) -> float:
         """The value in units of the prior's width (log space for a multiplier)."""
@@ -121,18 +123,19 @@ class Calibration:
     def changes(self) -> list[tuple[str, str, str]]:
         """(what, base value, fitted value) of every knob and launch choice."""
         out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in KNOBS]
-        for key, label in (("async_scheduling", "async_scheduling"), ("prefix_caching", "prefix_caching")):
-            out.append((label, _switch(self.base_data, key), _switch(self.data, key)))
-        out.append(("[launch] max_batched_tokens", _budget(self.base_data), _budget(self.data)))
+        for place in LAUNCH_PLACES.values():
+            label = place[0] if len(place) == 1 else f"[{place[0]}] {place[1]}"
+            out.append((label, _launch_text(self.base_data, place), _launch_text(self.data, place)))
         return out
 
 
 def base_profile(engine: str) -> dict:
-    """The TOML data of the profile a calibration starts from: a shipped engine or a profile file."""
-    load_engine(engine)  # ValueError naming what is wrong
+    """The TOML data of the profile a calibration starts from (a shipped engine or a profile file), naming
+    the shipped engine it describes (none for a hand-written profile of no shipped engine)."""
+    family = load_engine(engine).family  # ValueError naming what is wrong
     path = Path(engine) if is_profile_path(engine) else DATA / f"{engine}.toml"
     data = tomllib.loads(path.read_text())
-    data["base"] = data.get("base") or path.stem
+    data["base"] = family if family in shipped_engines() else ""
     data.pop("calibration", None)
     return data
 
@@ -171,17 +174,12 @@ class Evaluator:
         if path is None:
             path = self.files[text] = self.folder / f"candidate-{len(self.files) + 1}.toml"
             path.write_text(text)
-        values = {k: v for k, v in run.values.items() if not (k in LAUNCH_KEYS and k not in run.states)}
         try:
-            row = estimate(configure(dict(values, engine=str(path))))
+            row = estimate(configure(run.under(str(path))))
         except InputError as err:
             raise InputError(f"{run.where}, {err.name}", err.value, err.allowed) from None
         self.known[(text, run.where)] = row["ttft_ms"], row["tpot_ms"]
         return self.known[(text, run.where)]
-
-
-#: the run values a profile's launch replaces where the run does not state them
-LAUNCH_KEYS = ("max_batched_tokens", "async_scheduling", "prefix_caching")
 
 
 def errors(pred: np.ndarray, runs: list[Run]) -> np.ndarray:
@@ -248,17 +246,18 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
 
 
 def launch_options(runs: list[Run], data: dict) -> list[dict]:
-    """Profiles that differ from `data` in one launch choice the runs leave open."""
-    open_ = {key for r in runs for key in LAUNCH_KEYS if key not in r.states}
+    """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, async
+    scheduling flipped, and the prefix cache flipped where the client reuses prompts (aiperf)."""
+    open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
+    if not any(r.values.get("benchmark") == "aiperf" for r in runs):
+        open_.discard("prefix_caching")
     options = []
-    if "max_batched_tokens" in open_:
-        own = data.get("launch", {}).get("max_batched_tokens", 0)
-        for budget in (b for b in BUDGETS if b != own):
-            options.append(_with(data, ("launch", "max_batched_tokens"), budget))
-    if "async_scheduling" in open_:
-        options.append(_with(data, ("async_scheduling",), not data.get("async_scheduling", False)))
-    if "prefix_caching" in open_ and any(r.values.get("benchmark") == "aiperf" for r in runs):
-        options.append(_with(data, ("prefix_caching",), not data.get("prefix_caching", False)))
+    for key, place in LAUNCH_PLACES.items():
+        if key not in open_:
+            continue
+        own = _get(data, place, False if len(place) == 1 else 0)
+        values = [b for b in BUDGETS if b != own] if key == "max_batched_tokens" else [not own]
+        options += [_with(data, place, value) for value in values]
     return options
 
 
@@ -279,9 +278,8 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
 def _launch_of(source: dict, data: dict) -> dict:
     """`data` with the launch choices of `source`."""
     out = copy.deepcopy(data)
-    for key in ("async_scheduling", "prefix_caching"):
-        out[key] = source.get(key, False)
-    out["launch"] = dict(source.get("launch", {}))
+    for place in LAUNCH_PLACES.values():
+        _put(out, place, _get(source, place, False if len(place) == 1 else 0))
     return out
 
 
@@ -321,7 +319,8 @@ def profile_data(c: Calibration, name: str, files: list[str]) -> dict:
     data = copy.deepcopy(c.data)
     data["name"] = name
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    data["source"] = f"servesweep calibrate on {len(c.runs)} runs ({', '.join(files)}) from {c.base_data['base']}"
+    base = c.base_data["base"] or "a profile of its own"
+    data["source"] = f"servesweep calibrate on {len(c.runs)} runs ({', '.join(files)}) from {base}"
     summary = {"base": c.base_data["base"], "fitted_at": when, "runs": [r.where for r in c.runs],
                "fit_ttft_error": round(_median_abs(c.fit_errors[:, 0]), 4),
                "fit_tpot_error": round(_median_abs(c.fit_errors[:, 1]), 4)}
@@ -350,8 +349,6 @@ def to_toml(data: dict) -> str:
 
 
 def _toml_value(value) -> str:
-    import json
-
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -361,19 +358,26 @@ def _toml_value(value) -> str:
     return json.dumps(str(value))
 
 
-def _with(data: dict, key: tuple[str, ...], value) -> dict:
+def _get(data: dict, place: tuple[str, ...], default):
+    """The value at `place` of a profile's TOML data: a top-level key, or (table, key)."""
+    return (data.get(place[0], {}) if len(place) == 2 else data).get(place[-1], default)
+
+
+def _put(data: dict, place: tuple[str, ...], value) -> None:
+    (data.setdefault(place[0], {}) if len(place) == 2 else data)[place[-1]] = value
+
+
+def _with(data: dict, place: tuple[str, ...], value) -> dict:
     out = copy.deepcopy(data)
-    table = out.setdefault(key[0], {}) if len(key) == 2 else out
-    table[key[-1]] = value
+    _put(out, place, value)
     return out
 
 
-def _switch(data: dict, key: str) -> str:
-    return "on" if data.get(key, False) else "off"
-
-
-def _budget(data: dict) -> str:
-    return str(data.get("launch", {}).get("max_batched_tokens", 0) or "default")
+def _launch_text(data: dict, place: tuple[str, ...]) -> str:
+    """A launch choice as printed: on/off, or a budget (0: the engine's default)."""
+    if len(place) == 1:
+        return "on" if _get(data, place, False) else "off"
+    return str(_get(data, place, 0) or "default")
 
 
 def _median_abs(values: np.ndarray) -> float:

@@ -241,7 +241,8 @@ def to_spec(cells: dict, where: str) -> dict:
         ep, moe_tp, dp = 1, 0, 1
     concurrency = batch * dp
     group = max(moe_tp, 1) * ep
-    if not dense and not cells.get("attention_dp_size", "").strip() and group > tp and group % tp == 0:
+    implied = not dense and not cells.get("attention_dp_size", "").strip() and group > tp and group % tp == 0
+    if implied:
         dp, concurrency = implied_attention_dp(cells, tp, group, batch)
     spec = {"model": model, "device": device, "engine": cells["backend"], "input_length": str(isl),
             "output_length": str(osl), "concurrency": str(concurrency), "tp": str(tp), "pp": str(pp),
@@ -252,6 +253,8 @@ def to_spec(cells: dict, where: str) -> dict:
         spec["moe_tp"] = str(moe_tp)
     if cells.get("release_read_as"):
         spec["release_read_as"] = cells["release_read_as"]
+    if implied:
+        spec["attention_dp_read_as"] = str(dp)
     return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch, device)
 
 

@@ -42,6 +42,12 @@ class Run:
     states: frozenset = field(default_factory=frozenset)  # LAUNCH_CHOICES the run itself gives
     note: str = ""  # how a silicon row was read where its columns leave something out
 
+    def under(self, engine: str) -> dict:
+        """The run's field values priced with `engine`: the launch it leaves open (not in `states`) is the
+        engine profile's own, the launch it states stays."""
+        kept = {k: v for k, v in self.values.items() if k not in LAUNCH_CHOICES or k in self.states}
+        return kept | {"engine": engine}
+
 
 def read_runs(paths, flags: dict) -> list[Run]:
     """Every run in `paths` (CSV or JSON), `flags` the field values given on the command line."""
@@ -83,19 +89,24 @@ def read_csv(path: Path, flags: dict) -> list[Run]:
         ttft, tpot = (_measured(cells[c], f"{where}, column {c}") for c in metrics)
         named = cells.get("backend", "") if silicon else cells.get("engine", "").strip()
         runs.append(Run(values, ttft, tpot, where, named,
-                        frozenset(k for k in LAUNCH_CHOICES if k in given), reading(cells, given)))
+                        stated(given, flags), reading(given)))
     return runs
 
 
-def reading(cells: dict, spec: dict) -> str:
-    """What a silicon row leaves out and how it was read (measured_runs): "" where nothing."""
+def stated(given: dict, flags: dict) -> frozenset:
+    """The launch choices a run states: in its own cells (or its silicon reading) or on the command line."""
+    return frozenset(k for k in LAUNCH_CHOICES if k in given or k in flags)
+
+
+def reading(spec: dict) -> str:
+    """What a silicon row leaves out and how `measured_runs.to_spec` read it: "" where nothing."""
     notes = []
     if spec.get("release_read_as"):
         notes.append(f"no release recorded: read as {spec['release_read_as']}, the release its campaign's other "
                      "runs ran most")
-    if not cells.get("attention_dp_size", "").strip() and int(spec.get("attention_dp", "1") or 1) > 1:
-        notes.append(f"attention_dp_size empty under a MoE group wider than tp: read as {spec['attention_dp']} "
-                     "attention-DP ranks (vLLM's data-parallel attention)")
+    if spec.get("attention_dp_read_as"):
+        notes.append("attention_dp_size empty under a MoE group wider than tp: read as "
+                     f"{spec['attention_dp_read_as']} attention-DP ranks (vLLM's data-parallel attention)")
     return "; ".join(notes)
 
 
@@ -130,7 +141,8 @@ def read_vllm_bench(path: Path, flags: dict) -> Run:
         raise InputError(f"{where}, keys max_concurrency/request_rate", f"{cap}/{rate}",
                          "one of them: max_concurrency with request_rate inf (a closed loop), or a finite "
                          "request_rate without max_concurrency (a Poisson stream)")
-    return Run(values, _key(data, "mean_ttft_ms", where), _key(data, "mean_tpot_ms", where), where, "vllm")
+    return Run(values, _key(data, "mean_ttft_ms", where), _key(data, "mean_tpot_ms", where), where, "vllm",
+               stated({}, flags))
 
 
 def _key(data: dict, key: str, where: str, integer: bool = False):

@@ -253,15 +253,16 @@ def list_runs(root: str) -> dict:
         below = top.fs.get_file_info(pafs.FileSelector(top.base, recursive=False, allow_not_found=True))
     except (OSError, ValueError) as err:
         return {"errors": {"results": f"{root}: {str(err).splitlines()[0]}"}}
-    candidates = [root] + [f"{root.rstrip('/')}/{i.base_name}" for i in below if i.type == pafs.FileType.Directory
-                           and not i.base_name.startswith(".")]
+    folders = [("", top.base)] + [(f"/{i.base_name}", i.path) for i in below
+                                  if i.type == pafs.FileType.Directory and not i.base_name.startswith(".")]
     runs = []
-    for path in candidates:
-        data = Dataset(path)
-        finished = data.files("best")
+    for suffix, base in folders:  # one listing a run, on the root's filesystem, with the files' times
+        finished = [i for i in top.fs.get_file_info(pafs.FileSelector(f"{base}/best", recursive=True,
+                                                                       allow_not_found=True))
+                    if i.type == pafs.FileType.File and i.path.endswith(".parquet")]
         if finished:
-            times = [i.mtime_ns or 0 for i in data.fs.get_file_info(finished)]
-            runs.append({"path": path, "scenarios": len(finished), "modified": max(times) / 1e9})
+            runs.append({"path": root.rstrip("/") + suffix if suffix else root, "scenarios": len(finished),
+                         "modified": max(i.mtime_ns or 0 for i in finished) / 1e9})
     return {"runs": sorted(runs, key=lambda r: -r["modified"])}
 
 

@@ -55,12 +55,10 @@ def print_errors(table) -> None:
         found = ", ".join(f"{n} as {release}" for release, n in read_as["release_read_as"].value_counts().items())
         print(f"note: {len(read_as)} runs record no engine release; read as the release their campaign's other "
               f"runs (same engine, model, GPU, precision and run date) ran most: {found}")
-    if "attention_dp_size" in table and "attention_dp" in table:
-        implied = table["attention_dp_size"].isna() & (table["attention_dp"].astype(int) > 1)
-        if implied.any():
-            print(f"note: {int(implied.sum())} runs leave attention_dp_size empty while their MoE group (moe_tp x "
-                  "moe_ep) spans more devices than tp: read as vLLM's data-parallel attention under one MoE group "
-                  "(attention DP = group / tp; the concurrency their id names)")
+    if "attention_dp_read_as" in table and table["attention_dp_read_as"].notna().any():
+        print(f"note: {int(table['attention_dp_read_as'].notna().sum())} runs leave attention_dp_size empty while "
+              "their MoE group (moe_tp x moe_ep) spans more devices than tp: read as vLLM's data-parallel attention "
+              "under one MoE group (attention DP = group / tp; the concurrency their id names)")
 
 
 def cmd_estimate(a) -> int:
