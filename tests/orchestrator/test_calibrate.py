@@ -13,7 +13,9 @@ import tomllib
 from latency import load_engine
 from orchestrator.calibrate import KNOBS, calibrate, loss, profile_data, to_toml, write_profile
 from orchestrator.estimate import configure, estimate
+from orchestrator.fields import FIELD_BY_KEY
 from orchestrator.runs import read_runs
+from tests.orchestrator.test_estimate import LEFT_OUT_ROWS, MEASURED_HEADER
 
 #: the deployment of the hand-made campaign, and its loads: prompts both under and over the true budget
 DEPLOYMENT = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,)}
@@ -264,11 +266,10 @@ def test_an_engine_on_the_command_line_wins_over_a_silicon_file_s_backend(tmp_pa
     """estimate --from-csv of measured runs prices every row with --engine when one is given (a profile
     calibrated for the deployment), the rows' backend otherwise; the launch is still read from each run."""
     from orchestrator.calibrate import base_profile
+    from orchestrator.measured_runs import to_spec
 
-    header = ("id,backend,backend_version,model_path,system,precision,isl,osl,batch_size,tp_size,pp_size,"
-              "moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,silicon_tpot_ms\n")
-    row = "a,vllm,0.19.0,Qwen/Qwen3-32B,h100_sxm,,1024,128,16,2,1,1,1,,300,20\n"
-    (tmp_path / "runs.csv").write_text(header + row)
+    row = "a,vllm,0.19.0,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,16,2,1,1,1,,300,20"
+    (tmp_path / "runs.csv").write_text(MEASURED_HEADER + "\n" + row + "\n")
     profile = tmp_path / "mine.toml"
     profile.write_text(to_toml(base_profile("vllm") | {"efficiency": {"memory": 0.5}}))
     outs = []
@@ -278,7 +279,12 @@ def test_an_engine_on_the_command_line_wins_over_a_silicon_file_s_backend(tmp_pa
         assert p.returncode == 0, p.stderr
         outs.append(pd.read_csv(out))
     assert outs[0]["engine"].tolist() == ["vllm"] and outs[1]["engine"].tolist() == [str(profile)]
-    assert outs[1]["tpot_ms"].iloc[0] > 1.3 * outs[0]["tpot_ms"].iloc[0]  # half the memory efficiency
+    spec = to_spec(dict(zip(MEASURED_HEADER.split(","), row.split(","), strict=True)), "row")
+    for out, engine in zip(outs, ("vllm", str(profile)), strict=True):  # each row as its engine prices the run
+        fields = [(FIELD_BY_KEY[k], v) for k, v in (spec | {"engine": engine}).items() if k in FIELD_BY_KEY]
+        alone = estimate(configure({f.name: (f.parse(v),) if f.many else f.parse(v) for f, v in fields}))
+        assert out["tpot_ms"].iloc[0] == pytest.approx(alone["tpot_ms"], rel=1e-9)
+    assert outs[1]["tpot_ms"].iloc[0] > outs[0]["tpot_ms"].iloc[0]  # half the memory efficiency: slower decodes
 
 
 
@@ -301,17 +307,12 @@ def test_a_vllm_bench_json_of_a_poisson_stream_is_read_as_one(tmp_path):
 def test_calibrate_says_how_it_read_silicon_rows_that_leave_something_out(tmp_path):
     """A row with no release and one with an empty attention DP under a wider MoE group are read (never
     refused) and each run says how; the others say nothing."""
-    header = ("id,backend,backend_version,model_path,system,precision,gemm_quant_mode,moe_quant_mode,isl,osl,"
-              "batch_size,tp_size,pp_size,moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,silicon_tpot_ms\n")
-    rows = ["2026_04_06_gpt_b200_c4_a,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,1,1,1,1,1,"
-            "50,4", "2026_04_06_gpt_b200_c8_c,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,"
-            "50,4", "mm_agg_1024x1024_c48_e,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h200_sxm,fp8,fp8,fp8,1024,1024,16,1,1,"
-            "2,1,,150,16"]
-    (tmp_path / "runs.csv").write_text(header + "\n".join(rows) + "\n")
+    (tmp_path / "runs.csv").write_text("\n".join([MEASURED_HEADER, *LEFT_OUT_ROWS]) + "\n")
     notes = [r.note for r in read_runs([tmp_path / "runs.csv"], {})]
-    assert notes[0] == ""
-    assert notes[1] == "no release recorded: read as 0.15.1, the release its campaign's other runs ran most"
-    assert notes[2].startswith("attention_dp_size empty under a MoE group wider than tp: read as 2 attention-DP")
+    assert notes[:2] == ["", ""] and notes[3] == ""  # a release, or no campaign to read one from
+    assert notes[2] == "no release recorded: read as 0.15.1, the release its campaign's other runs ran most"
+    assert notes[4] == ("attention_dp_size empty under a MoE group wider than tp: read as 2 attention-DP ranks "
+                        "(vLLM's data-parallel attention)")
 
 
 def test_the_base_is_the_flag_else_the_engine_the_runs_name_else_vllm(tmp_path):

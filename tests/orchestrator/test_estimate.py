@@ -279,6 +279,16 @@ MEASURED_HEADER = ("id,backend,backend_version,model_path,system,precision,gemm_
                    "silicon_tpot_ms")
 
 
+#: silicon rows that leave something out: two runs of a campaign with its release, one without (read as
+#: theirs), one without in a campaign of no other run, and one with an empty attention DP under a MoE group of 2
+LEFT_OUT_ROWS = [
+    "2026_04_06_gpt_b200_c4_a,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,1,1,1,1,1,50,4",
+    "2026_04_06_gpt_b200_c4_b,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
+    "2026_04_06_gpt_b200_c8_c,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
+    "2026_05_01_gpt_b200_c8_d,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
+    "mm_agg_1024x1024_c48_e,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h200_sxm,fp8,fp8,fp8,1024,1024,16,1,1,2,1,,150,16"]
+
+
 def estimate_measured(tmp_path, rows: list[str]):
     """`estimate --from-csv` of measured runs in AIConfigurator's format: (process, output table or None)."""
     src, out = tmp_path / "silicon.csv", tmp_path / "out.csv"
@@ -490,12 +500,7 @@ def test_runs_without_a_release_are_read_as_their_campaign_s_and_an_empty_attent
     one whose campaign names none keeps the defaults. A run that leaves attention_dp_size empty while its
     MoE group (moe_tp 2 x ep 1) spans more devices than tp 1 is read as 2 attention-DP ranks, at the
     concurrency its id names, never refused."""
-    p, got = estimate_measured(tmp_path, [
-        "2026_04_06_gpt_b200_c4_a,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,4,1,1,1,1,1,50,4",
-        "2026_04_06_gpt_b200_c4_b,vllm,0.15.1,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
-        "2026_04_06_gpt_b200_c8_c,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
-        "2026_05_01_gpt_b200_c8_d,vllm,,openai/gpt-oss-120b,b200_sxm,fp4,nvfp4,nvfp4,1024,256,8,1,1,1,1,1,50,4",
-        "mm_agg_1024x1024_c48_e,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h200_sxm,fp8,fp8,fp8,1024,1024,16,1,1,2,1,,150,16"])
+    p, got = estimate_measured(tmp_path, LEFT_OUT_ROWS)
     assert p.returncode == 0, p.stderr
     assert "note: 1 runs record no engine release; read as the release their campaign's other runs" in p.stdout
     assert "1 as 0.15.1" in p.stdout
