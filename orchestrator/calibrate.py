@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import tomlkit
 
 from latency.engine import DATA, EFFICIENCY_RANGE, is_profile_path, load_engine, shipped_engines
 from orchestrator.estimate import configure, estimate
@@ -129,12 +130,16 @@ class Calibration:
         return out
 
 
+def profile_file(engine: str) -> Path:
+    """The file a shipped engine or a profile path is read from."""
+    return Path(engine) if is_profile_path(engine) else DATA / f"{engine}.toml"
+
+
 def base_profile(engine: str) -> dict:
     """The TOML data of the profile a calibration starts from (a shipped engine or a profile file), naming
     the shipped engine it describes (none for a hand-written profile of no shipped engine)."""
     family = load_engine(engine).family  # ValueError naming what is wrong
-    path = Path(engine) if is_profile_path(engine) else DATA / f"{engine}.toml"
-    data = tomllib.loads(path.read_text())
+    data = tomllib.loads(profile_file(engine).read_text())
     data["base"] = family if family in shipped_engines() else ""
     data.pop("calibration", None)
     return data
@@ -336,6 +341,26 @@ def write_profile(path: str, data: dict) -> None:
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(to_toml(data))
+    os.replace(tmp, target)
+
+
+def update_profile(path: str, c: Calibration, files: list[str]) -> None:
+    """Calibrate the base's own file in place (how the shipped profiles are made): the fitted knobs and
+    launch choices that moved, `source` and the [calibration] table rewritten; its comments and every other
+    key kept. Atomic, as write_profile."""
+    target = Path(path)
+    doc = tomlkit.parse(target.read_text())
+    fitted = profile_data(c, str(doc.get("name", target.stem)), files)
+    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values())
+    for place in places:
+        old, new = _get(c.base_data, place, None), _get(c.data, place, None)
+        if new is not None and new != old:
+            table = doc if len(place) == 1 else doc.setdefault(place[0], tomlkit.table())
+            table[place[-1]] = new
+    doc["source"] = fitted["source"]
+    doc["calibration"] = fitted["calibration"]
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(tomlkit.dumps(doc))
     os.replace(tmp, target)
 
 

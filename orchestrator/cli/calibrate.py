@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
     add_field_flags(p, "estimate", require=False, positional=False)
     o = p.add_argument_group("calibration")
     o.add_argument("--output", required=True, help="where the fitted profile goes (a .toml path); then --engine "
-                   "PATH in every command")
+                   "PATH in every command. The base's own file (e.g. --engine my.toml --output my.toml) is calibrated "
+                   "in place: its fitted keys, source and [calibration] rewritten, its comments kept")
     o.add_argument("--no-leave-one-out", action="store_true", help="skip the leave-one-out error (each run "
                    "predicted by a profile fitted without it): one fit instead of 1 + runs")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -30,7 +31,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_calibrate(a) -> int:
-    from orchestrator.calibrate import calibrate, pick_base, profile_data, write_profile
+    from orchestrator.calibrate import calibrate, pick_base, profile_data, profile_file, update_profile, write_profile
     from orchestrator.runs import read_runs
 
     if not a.output.endswith(".toml"):
@@ -39,7 +40,10 @@ def cmd_calibrate(a) -> int:
     runs = read_runs(a.runs, flags)
     engine = pick_base(runs, flags)
     c = calibrate(runs, engine, leave_one_out=not a.no_leave_one_out, progress=not a.no_progress)
-    write_profile(a.output, profile_data(c, Path(a.output).stem, a.runs))
+    if Path(a.output).resolve() == profile_file(engine).resolve():
+        update_profile(a.output, c, a.runs)
+    else:
+        write_profile(a.output, profile_data(c, Path(a.output).stem, a.runs))
     print_calibration(c, engine, a.output)
     return 0
 

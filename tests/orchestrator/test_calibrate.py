@@ -329,3 +329,28 @@ def test_the_base_is_the_flag_else_the_engine_the_runs_name_else_vllm(tmp_path):
     assert pick_base(read_runs([tmp_path / "mixed.csv"], {}), {"engine": "trtllm"}) == "trtllm"
     with pytest.raises(InputError, match="the runs are of sglang, trtllm"):
         pick_base(read_runs([tmp_path / "mixed.csv"], {}), {})
+
+
+def test_a_profile_calibrated_in_place_keeps_its_comments_and_other_keys(truth, tmp_path):
+    """--output naming the base's own file (how the shipped profiles are made): the knobs and the launch that
+    moved are rewritten there, with source and [calibration]; every comment and every other key stays."""
+    from latency.engine import DATA
+
+    path, measured = truth
+    mine = tmp_path / "mine.toml"
+    shipped = (DATA / "vllm.toml").read_text()
+    mine.write_text(shipped)
+    p = run("calibrate", str(spec_csv(tmp_path / "runs.csv", measured)), "--engine", str(mine), "--output", str(mine),
+            "--no-leave-one-out", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    text = mine.read_text()
+    comments = [line for line in shipped.splitlines() if line.lstrip().startswith("#")]
+    assert comments and all(line in text for line in comments)
+    after, before = tomllib.loads(text), tomllib.loads(shipped)
+    assert after["launch"]["max_batched_tokens"] == 2048
+    assert after["efficiency"]["memory"] == pytest.approx(0.8, rel=0.05)
+    assert after["calibration"]["runs"] and "servesweep calibrate on 5 runs" in after["source"]
+    assert "base" not in after and after["name"] == before["name"]
+    for key in ("request_layer_us", "moe_layer_us", "gpu_memory_utilization", "moe"):
+        assert after[key] == before[key]
+    assert load_engine(str(mine)).max_batched_tokens == 2048
