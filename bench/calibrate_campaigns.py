@@ -12,13 +12,17 @@ left out of the calibration: uncalibrated (the shipped profile of the campaign's
 Campaigns run as Ray tasks (one each, on the machine's cores).
 
 `--left-out` leaves whole campaigns out instead: each campaign's runs are predicted by a profile calibrated
-on `--calibration-runs` runs of its engine's OTHER campaigns (drawn from each in turn), which is what a
-shipped profile made by `calibrate` would face on a campaign nobody fitted.
+on `--calibration-runs` runs of EACH of its engine's other campaigns, which is what a shipped profile made
+by `calibrate` faces on a campaign nobody fitted. `--ship` (with `--left-out`) then makes the shipped
+profiles: for each engine whose left-out figure the calibration lowers (neither median |error|, TTFT nor
+TPOT, rises and one falls), `calibrate` on as many runs of every one of its campaigns, written in place
+into latency/data/engines/ENGINE.toml; an engine whose figure it does not lower keeps its profile.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -57,13 +61,16 @@ def split(rows: pd.DataFrame, k: int, every: int) -> tuple[pd.DataFrame, pd.Data
     return fit, rest
 
 
+def from_campaigns(campaigns: list[pd.DataFrame], k: int) -> pd.DataFrame:
+    """k runs of each campaign, each campaign's spread over its loads."""
+    return pd.concat([split(c, k, 1)[0] for c in campaigns])
+
+
 def from_others(rows: pd.DataFrame, others: list[pd.DataFrame], k: int,
                 every: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """k runs drawn in turn from the engine's other campaigns (each one's spread over its loads), and every
-    `every`-th run of this one: a profile that never saw the campaign it is judged on."""
-    spread = [split(o, max(1, -(-k // len(others))), 1)[0] for o in others]
-    picks = [s.iloc[i:i + 1] for i in range(max(len(s) for s in spread)) for s in spread if i < len(s)]
-    return pd.concat(picks[:k]), rows.iloc[::every]
+    """k runs of each of the engine's other campaigns, and every `every`-th run of this one: a profile that
+    never saw the campaign it is judged on."""
+    return from_campaigns(others, k), rows.iloc[::every]
 
 
 def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: list | None = None) -> dict:
@@ -101,6 +108,31 @@ def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: lis
     return out
 
 
+def ship(engine: str, campaigns: list[pd.DataFrame], k: int) -> str:
+    """The shipped profile of `engine` calibrated in place on k runs of each of its campaigns (each run named
+    by its row's id): what changed."""
+    from dataclasses import replace
+
+    from orchestrator.calibrate import calibrate, profile_file, update_profile
+    from orchestrator.runs import read_runs
+
+    fit = from_campaigns(campaigns, k)
+    with tempfile.TemporaryDirectory() as folder:
+        fit.to_csv(Path(folder) / "fit.csv", index=False)
+        runs = [replace(r, where=run_id) for r, run_id in zip(read_runs([Path(folder) / "fit.csv"], {}), fit["id"],
+                                                                strict=True)]
+    c = calibrate(runs, engine, leave_one_out=False, progress=False)
+    update_profile(str(profile_file(engine)), c, [f"{k} of each of its {len(campaigns)} campaigns in "
+                                                  f"{' and '.join(FILES)}"])
+    return "; ".join(f"{what} {old} -> {new}" for what, old, new in c.changes() if old != new) or "nothing"
+
+
+def lowers(per: pd.Series) -> bool:
+    """Whether the calibrated left-out figure beats the shipped one: neither TTFT nor TPOT rises, one falls."""
+    ttft, tpot = per.calibrated_ttft - per.shipped_ttft, per.calibrated_tpot - per.shipped_tpot
+    return max(ttft, tpot) <= 0 and min(ttft, tpot) < 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calibration-runs", type=int, default=5, help="runs of each campaign calibrate sees (>= 3)")
@@ -109,19 +141,20 @@ def main(argv=None) -> int:
     p.add_argument("--num-cpus", type=int, default=2, help="Ray workers")
     p.add_argument("--only", default="", help="campaigns whose name matches this regular expression")
     p.add_argument("--left-out", action="store_true", help="calibrate on runs of the engine's OTHER campaigns "
-                   "(--calibration-runs of them, drawn in turn from each) and predict every run of the campaign: "
-                   "leave one campaign out")
+                   "(--calibration-runs of each, >= 2) and predict the campaign's runs: leave one campaign out")
+    p.add_argument("--ship", action="store_true", help="with --left-out: calibrate in place the shipped profile "
+                   "of each engine whose left-out figure calibration lowers (--calibration-runs of each campaign)")
     p.add_argument("--output", help="also write the per-campaign table here (.csv)")
     a = p.parse_args(argv)
-    if a.calibration_runs < 3 or a.every < 1 or a.num_cpus < 1:
-        print("calibrate_campaigns: --calibration-runs >= 3, --every >= 1, --num-cpus >= 1", file=sys.stderr)
+    least = 2 if a.left_out else 3
+    if a.calibration_runs < least or a.every < 1 or a.num_cpus < 1 or (a.ship and not a.left_out):
+        print(f"calibrate_campaigns: --calibration-runs >= {least}, --every >= 1, --num-cpus >= 1; --ship needs "
+              "--left-out", file=sys.stderr)
         return 2
     import ray
 
     ray.init(num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)
     task = ray.remote(one_campaign)
-    import re
-
     every = campaigns(a.min_runs)
     jobs = []
     for label, rows in every:
@@ -134,6 +167,14 @@ def main(argv=None) -> int:
             continue  # the engine's only campaign: nothing to leave it out of
         jobs.append(task.remote(label, rows, a.calibration_runs, a.every, others))
     table = pd.DataFrame(ray.get(jobs))
+    per = table.groupby("engine")[["shipped_ttft", "shipped_tpot", "calibrated_ttft", "calibrated_tpot"]].median()
+    made = {}
+    if a.ship:
+        engines = [e for e in per.index if lowers(per.loc[e])]
+        chosen = {e: [r for label, r in every if r["backend"].iloc[0] == e and re.search(a.only, label)]
+                  for e in engines}
+        made = dict(zip(engines, ray.get([ray.remote(ship).remote(e, chosen[e], a.calibration_runs)
+                                             for e in engines]), strict=True))
     ray.shutdown()
     pd.set_option("display.width", 250)
     pct = "{:.1%}".format
@@ -141,8 +182,11 @@ def main(argv=None) -> int:
     print(shown.to_string(index=False, formatters={c: pct for c in shown.columns if c.endswith(("_ttft", "_tpot"))}
                           | {"calibrate_s": "{:.1f}".format}))
     print("\nper engine (median over its campaigns of the left-out runs' median |error|):")
-    per = table.groupby("engine")[["shipped_ttft", "shipped_tpot", "calibrated_ttft", "calibrated_tpot"]].median()
     print(per.to_string(formatters={c: pct for c in per.columns}))
+    if a.ship:
+        for engine in per.index:
+            print(f"{engine}: " + (f"shipped, calibrated in place: {made[engine]}" if engine in made else
+                                   "kept (calibration does not lower its left-out figure)"))
     shipped = f"TTFT {pct(table.shipped_ttft.median())} / TPOT {pct(table.shipped_tpot.median())}"
     print(f"\nall campaigns: shipped {shipped}, "
           f"calibrated on {a.calibration_runs} runs TTFT {pct(table.calibrated_ttft.median())} / TPOT "
