@@ -69,8 +69,10 @@ def from_campaigns(campaigns: list[pd.DataFrame], k: int) -> pd.DataFrame:
 def from_others(rows: pd.DataFrame, others: list[pd.DataFrame], k: int,
                 every: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """k runs of each of the engine's other campaigns, and every `every`-th run of this one: a profile that
-    never saw the campaign it is judged on."""
-    return from_campaigns(others, k), rows.iloc[::every]
+    never saw the campaign it is judged on (more of each where k of each would be fewer than calibrate takes)."""
+    from orchestrator.calibrate import MIN_RUNS
+
+    return from_campaigns(others, max(k, -(-MIN_RUNS // len(others)))), rows.iloc[::every]
 
 
 def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: list | None = None) -> dict:

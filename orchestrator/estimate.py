@@ -7,6 +7,7 @@ breakdown of a typical prefill step and decode step with what bounds each op.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from orchestrator.evaluate import costs, evaluate_point, point_tables, with_prom
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
 from orchestrator.scenario import Scenario
+from simulator.standin import StandIn
 
 #: the devices `estimate` runs on when neither --num-devices nor a layout is given (`vllm serve`'s default)
 ONE_DEVICE = 1
@@ -114,6 +116,18 @@ def busiest_point(s: Scenario) -> tuple[Job, int, float | None]:
     return job, busiest_rank(s.concurrency, ranks), s.request_rate / ranks if s.arrival == "poisson" else None
 
 
+def stand_in_note(s: Scenario) -> str | None:
+    """How a closed loop of more clients than the engine seats was planned (simulator.standin); None when
+    it was planned as it is."""
+    job, n, rate = busiest_point(s)
+    stand_in = StandIn.make(workload(s, job.max_batched_tokens, n, rate), s.make_scheduler())
+    if stand_in is None:
+        return None
+    return (f"{stand_in.clients} clients a rank, more than the engine runs at once: planned as a loop of "
+            f"{stand_in.stand_in} that keeps it as busy, the others' wait in its queue added to TTFT and E2E "
+            "(Little's law)")
+
+
 def prompt_cache_hits(s: Scenario) -> tuple[float, int, int] | None:
     """(share of the requests that found their prompt cached, requests, prompt tokens the cache kept)
     where the client reuses prompts and the engine caches them (simulator.prompts); None elsewhere."""
@@ -133,12 +147,18 @@ def steps_path(path: str) -> str:
 
 
 def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
-    """A prefill step of one full chunk and a decode step of the run's concurrency at mid-output context."""
+    """A prefill step of one full chunk and a decode step at mid-output context of the requests the engine
+    runs at once: the run's concurrency, up to max_num_seqs, or what the KV cache let decode where it bound."""
     job = job_of(s)
     chunk = min(job.max_batched_tokens, row["effective_input_length"])
     keys = [] if s.role == "decode" else [ForwardKey(False, 1, chunk, chunk)]
     if s.role != "prefill" and s.typical("output_length") > 1:
-        per_rank = busiest_rank(row["concurrency"], row.get("attention_dp", 1))
+        ranks = row.get("attention_dp", 1)
+        per_rank = busiest_rank(row["concurrency"], ranks)
+        if s.scheduler == "token-budget":
+            per_rank = min(per_rank, s.max_num_seqs)
+        if row["kv_bound"]:
+            per_rank = min(per_rank, math.ceil(row["decoding_requests"] / ranks))
         keys.append(ForwardKey(True, max(1, per_rank), 1 + s.mtp_tokens,
                                s.typical("input_length") + s.typical("output_length") // 2))
     return keys

@@ -153,6 +153,8 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
     # a prefill instance hands over each request's first token
     tokens = output if plan.phase != "prefill" else np.ones_like(output)
     req_tput, out_tput = _throughput(window, finish, counts, tokens, makespan)
+    wait = _queued_wait_ms(plan, req_tput)
+    ttft, e2e = (ttft + wait if plan.phase != "decode" else ttft), e2e + wait
     c = counts[measured]
     tt, tp, ee = ttft[measured], tpot[measured], e2e[measured]
     itl, itl_w = _itl(plan, ends, window, w)
@@ -163,7 +165,7 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
     tpot_slo = tp_p[-1] if slo else _mean(tp, c)
     judged = Judged(tt, tp, c, plan.phase, req_tput)
     return Metrics(
-        concurrency=w.concurrency,
+        concurrency=w.concurrency if plan.stand_in is None else plan.stand_in.clients,
         ttft_ms=_mean(tt, c), tpot_ms=_mean(tp, c),
         ttft_p50_ms=tt_p[0], ttft_p90_ms=tt_p[1], ttft_p99_ms=tt_p[2],
         tpot_p50_ms=tp_p[0], tpot_p90_ms=tp_p[1], tpot_p99_ms=tp_p[2],
@@ -184,9 +186,17 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
         effective_input_length=w.effective_input_length,
         max_batched_tokens=w.max_batched_tokens,
         peak_kv_tokens=plan.peak_kv_tokens,
-        arrival=w.arrival, num_prompts=w.prompts, request_rate=w.request_rate,
+        arrival=w.arrival, num_prompts=w.prompts if plan.stand_in is None else plan.stand_in.workload_prompts(w),
+        request_rate=w.request_rate,
         measured_requests=int(c.sum()), steady=bool(steady.any()),
     ), judged
+
+
+def _queued_wait_ms(plan, request_throughput: float) -> float:
+    """What the clients a stand-in loop leaves out add to each request's wait (0 for a loop planned as it is)."""
+    if plan.stand_in is None or not 0 < request_throughput < float("inf"):
+        return 0.0
+    return plan.stand_in.extra_wait_ms(request_throughput)
 
 
 def _decoding(plan, ends: np.ndarray) -> float:
@@ -241,6 +251,8 @@ def per_request(plan, durations: np.ndarray) -> dict[str, np.ndarray]:
         "input_length": np.array(kinds.input)[plan.kind][rows], "output_length": output[rows],
         "cached_tokens": np.array(kinds.cached)[plan.kind][rows],
     }
+    if plan.stand_in is not None:  # each request was sent as much earlier as the clients left out queue
+        out["arrival_ms"] = out["arrival_ms"] - _queued_wait_ms(plan, measure(plan, durations)[0].request_throughput)
     out["ttft_ms"] = out["first_token_ms"] - out["arrival_ms"]
     out["tpot_ms"] = np.divide(out["finish_ms"] - out["first_token_ms"], decode[rows],
                                out=np.zeros(len(rows)), where=decode[rows] > 0)

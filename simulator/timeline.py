@@ -12,6 +12,8 @@ simulator/DESIGN.md for the loop and the fast-forwards on one page.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from simulator import jumps as fast_forwards
@@ -19,6 +21,8 @@ from simulator.kvbound import DecodeRun, plan_kv_bound
 from simulator.plans import Plan
 from simulator.planstate import PlanState
 from simulator.scheduler import DecodeFirstWithSlack, Scheduler
+from simulator.standin import NAME as STAND_IN
+from simulator.standin import StandIn
 from simulator.workload import Workload
 
 __all__ = ["DECODE_CONTEXTS", "PHASES", "Plan", "plan"]
@@ -46,11 +50,16 @@ def plan(
     "decode" a decode-only one (requests arrive with their prompt prefilled and first token out).
     A timed workload (Poisson, or a closed loop behind a front end) depends on time: `step_ms(shape)
     -> ms` prices each new step shape while planning (see `simulator.pricing.StepPricer`). `jumps`
-    names the fast-forwards to use (`simulator.jumps`; None: all, (): play every step): the plan is
-    the same whichever are used.
+    names the fast-forwards to use (`simulator.jumps`, and "stand-in": `simulator.standin`; None: all,
+    (): play every step): the plan is the same whichever are used.
     """
     scheduler = scheduler or DecodeFirstWithSlack()
     _check(workload, phase, decode_context, context_round, step_ms, jumps)
+    stand_in = StandIn.make(workload, scheduler) if jumps is None or STAND_IN in jumps else None
+    if stand_in is not None:
+        planned = plan(stand_in.workload(workload), scheduler, phase=phase, decode_context=decode_context,
+                       context_round=context_round, step_ms=step_ms, jumps=jumps)
+        return replace(planned, stand_in=stand_in)
     w = workload
     if w.kv_blocks:
         run = DecodeRun()
@@ -91,9 +100,10 @@ def _check(w: Workload, phase: str, decode_context: str, context_round: int, ste
     if not isinstance(context_round, int) or context_round < 1:
         raise ValueError(f"context_round must be an integer >= 1, got {context_round!r}")
     if jumps:
-        unknown = sorted(set(jumps) - set(fast_forwards.names()))
+        known = (*fast_forwards.names(), STAND_IN)
+        unknown = sorted(set(jumps) - set(known))
         if unknown:
-            raise ValueError(f"unknown fast-forwards {unknown}; known: {', '.join(fast_forwards.names())}")
+            raise ValueError(f"unknown fast-forwards {unknown}; known: {', '.join(known)}")
     if w.kv_blocks:
         return
     if w.timed and step_ms is None:

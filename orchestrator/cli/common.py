@@ -115,5 +115,11 @@ def result_table(rows: list[dict], scenario: bool = False, percentile: float = 0
     cells = [[h.replace("TTFT ", f"TTFT {tag}").replace("TPOT ", f"TPOT {tag}") for h, _, _ in spec]]
     for r in rows:
         cells.append([layout_label(r) if c is None else f.format(r[c]) for _, c, f in spec])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(spec))]
+    return aligned(cells)
+
+
+def aligned(cells: list[list[str]]) -> str:
+    """Rows of cells as text, each column right-aligned to its widest cell and two spaces apart: columns stay
+    apart at any magnitude."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in cells)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.cli.common import BURST_NOTE, add_field_flags, field_values, layout_label, lengths_label
+from orchestrator.cli.common import BURST_NOTE, add_field_flags, aligned, field_values, layout_label, lengths_label
 from orchestrator.fields import InputError
 
 
@@ -62,7 +62,15 @@ def print_errors(table) -> None:
 
 
 def cmd_estimate(a) -> int:
-    from orchestrator.estimate import backend_notes, breakdown, configure, estimate, estimate_many, prompt_cache_hits
+    from orchestrator.estimate import (
+        backend_notes,
+        breakdown,
+        configure,
+        estimate,
+        estimate_many,
+        prompt_cache_hits,
+        stand_in_note,
+    )
 
     values = field_values(a, "estimate")
     if a.from_csv:
@@ -105,12 +113,12 @@ def cmd_estimate(a) -> int:
           f"{', measured as ' + s.benchmark if s.benchmark != 'steady' and s.arrival != 'burst' else ''}), "
           f"{lengths_label(s)}, "
           f"{s.scheduler} B={row['max_batched_tokens']}")
-    for note in s.default_notes + backend_notes(s) + ([BURST_NOTE] if s.arrival == "burst" else []):
+    queued = [note for note in [stand_in_note(s)] if note]
+    for note in s.default_notes + backend_notes(s) + ([BURST_NOTE] if s.arrival == "burst" else []) + queued:
         print(f"note: {note}")
-    print(f"{'':10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
-    for label, k in ESTIMATE_METRICS:
-        print(f"{label:10}" + "".join(f"{row[c]:>10.2f}" for c in
-                                      (f"{k}_ms", f"{k}_p50_ms", f"{k}_p90_ms", f"{k}_p99_ms")))
+    print(aligned([["", "mean", "p50", "p90", "p99"]] +
+                  [[label] + [f"{row[c]:.2f}" for c in (f"{k}_ms", f"{k}_p50_ms", f"{k}_p90_ms", f"{k}_p99_ms")]
+                   for label, k in ESTIMATE_METRICS]))
     print(f"throughput: {row['request_throughput']:.3f} req/s, {row['output_throughput']:.1f} output tok/s "
           f"({row['output_throughput_per_device']:.1f} per device), goodput {row['goodput']:.3f} req/s; "
           f"{row['measured_requests']} requests measured{'' if row['steady'] else ' (no steady window: all)'}")

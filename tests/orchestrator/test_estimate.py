@@ -533,3 +533,42 @@ def test_tensorrt_llm_admits_as_its_guaranteed_no_evict_capacity_scheduler_and_m
             "--output-length", "4", "--capacity-scheduler", "fifo")
     assert p.returncode == 2 and "--capacity-scheduler: 'fifo' is not allowed; expected one of max-utilization, " \
         "guaranteed-no-evict" in p.stderr
+
+
+def test_a_hundred_million_clients_answer_with_their_queue_in_ttft_and_columns_apart():
+    """A closed loop of 10^8 clients on one H200 (vLLM seats 1024, its KV pool fewer): planned as a loop of
+    2048 that keeps the engine as busy, the others' wait in TTFT (Little's law: clients = throughput x E2E,
+    with the client's own time), the per-op breakdown's decode step the engine's own (no more than its
+    seats), and every table's columns apart at 10^9 ms."""
+    clients = 10**8
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--num-devices", "1", "--engine", "vllm",
+            "--arrival", "closed", "--concurrency", str(clients), "--input-length", "1000", "--output-length", "200")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert f"note: {clients} clients a rank, more than the engine runs at once: planned as a loop of 2048" in out
+    rows = {line.split()[0]: [float(x) for x in line.split()[2:]] for line in out.splitlines()
+            if line.lstrip().startswith(("TTFT ms", "TPOT ms", "E2E ms"))}
+    assert all(len(values) == 4 for values in rows.values())  # mean, p50, p90, p99: apart
+    throughput = float(out.split("throughput: ")[1].split(" req/s")[0])
+    assert rows["E2E"][0] > 1e9 and throughput * rows["E2E"][0] / 1000 == pytest.approx(clients, rel=1e-3)
+    assert rows["TTFT"][0] > 0.99 * rows["E2E"][0]  # nearly all of it is the queue
+    breakdown = out.split("per-op breakdown of a typical step:")[1]
+    assert "decode" in breakdown
+
+
+def test_the_breakdown_s_decode_step_is_what_the_engine_runs_at_once():
+    """The typical decode step holds the engine's seats at most, and what the KV pool let decode where it
+    bound; a small loop's holds its concurrency."""
+    from orchestrator.estimate import typical_steps
+
+    base = {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 1, "tp_sizes": (1,), "engine": "vllm",
+            "arrival": "closed", "input_length": 1000, "output_length": 200}
+    for clients, most in ((10**6, 1024), (16, 16)):
+        s = configure({**base, "concurrency": clients})
+        row = estimate(s)
+        decode = [k for k in typical_steps(s, row) if k.is_decode][0]
+        assert decode.concurrency <= most
+        if row["kv_bound"]:
+            assert decode.concurrency == pytest.approx(row["decoding_requests"], abs=1)
+        else:
+            assert decode.concurrency == clients
