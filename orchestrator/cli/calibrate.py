@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from orchestrator.cli.common import add_field_flags, field_values
+from orchestrator.cli.common import add_field_flags, aligned, field_values
 from orchestrator.fields import InputError
 
 
@@ -63,9 +63,11 @@ def print_calibration(c, engine: str, output: str) -> None:
     if c.loo_errors is not None:
         print(f"median |error| leave-one-out:         TTFT {median(c.loo_errors, 0)}, TPOT {median(c.loo_errors, 1)}"
               "  (each run predicted by a profile fitted without it: expect this on runs you did not measure)")
-    print(f"\n{'run':60}{'TTFT base':>10}{'fitted':>9}{'TPOT base':>10}{'fitted':>9}")
-    for run, b, f in zip(c.runs, c.base_errors, c.fit_errors, strict=True):
-        print(f"{run.where[-60:]:60}{b[0]:>+10.1%}{f[0]:>+9.1%}{b[1]:>+10.1%}{f[1]:>+9.1%}")
+    cells = [["run", "TTFT base", "fitted", "TPOT base", "fitted"]]
+    cells += [[run.where[-60:], f"{b[0]:+.1%}", f"{f[0]:+.1%}", f"{b[1]:+.1%}", f"{f[1]:+.1%}"]
+              for run, b, f in zip(c.runs, c.base_errors, c.fit_errors, strict=True)]
+    print()
+    print(aligned(cells, left=1))
     for run in c.runs:
         if run.note:
             print(f"note: {run.where}: {run.note}")

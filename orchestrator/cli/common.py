@@ -118,8 +118,10 @@ def result_table(rows: list[dict], scenario: bool = False, percentile: float = 0
     return aligned(cells)
 
 
-def aligned(cells: list[list[str]]) -> str:
-    """Rows of cells as text, each column right-aligned to its widest cell and two spaces apart: columns stay
-    apart at any magnitude."""
+def aligned(cells: list[list[str]], left: int = 0) -> str:
+    """Rows of cells as text, each column as wide as its widest cell and two spaces apart (the first `left`
+    columns left-aligned, the others right-aligned): columns stay apart at any magnitude."""
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in cells)
+    return "\n".join("  ".join(cell.ljust(w) if i < left else cell.rjust(w)
+                                for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+                      for row in cells)

@@ -118,7 +118,7 @@ def cmd_estimate(a) -> int:
         print(f"note: {note}")
     print(aligned([["", "mean", "p50", "p90", "p99"]] +
                   [[label] + [f"{row[c]:.2f}" for c in (f"{k}_ms", f"{k}_p50_ms", f"{k}_p90_ms", f"{k}_p99_ms")]
-                   for label, k in ESTIMATE_METRICS]))
+                   for label, k in ESTIMATE_METRICS], left=1))
     print(f"throughput: {row['request_throughput']:.3f} req/s, {row['output_throughput']:.1f} output tok/s "
           f"({row['output_throughput_per_device']:.1f} per device), goodput {row['goodput']:.3f} req/s; "
           f"{row['measured_requests']} requests measured{'' if row['steady'] else ' (no steady window: all)'}")
