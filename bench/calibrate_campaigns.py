@@ -104,8 +104,9 @@ def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: lis
     out = {"campaign": label, "engine": engine, "fit_runs": len(fit), "predicted": len(rest),
            "calibrate_s": seconds}
     for which, values in errors.items():
-        values = np.abs(np.array(values)) if values else np.full((1, 2), np.nan)
-        out[f"{which}_ttft"], out[f"{which}_tpot"] = np.median(values, axis=0)
+        values = np.array(values) if values else np.full((1, 2), np.nan)
+        out[f"{which}_ttft"], out[f"{which}_tpot"] = np.median(np.abs(values), axis=0)
+        out[f"{which}_ttft_signed"], out[f"{which}_tpot_signed"] = np.median(values, axis=0)  # a systematic error
     out["fitted"] = "; ".join(f"{what} {new}" for what, old, new in c.changes() if old != new)
     return out
 
@@ -181,7 +182,8 @@ def main(argv=None) -> int:
     pd.set_option("display.width", 250)
     pct = "{:.1%}".format
     shown = table.drop(columns="fitted")
-    print(shown.to_string(index=False, formatters={c: pct for c in shown.columns if c.endswith(("_ttft", "_tpot"))}
+    print(shown.to_string(index=False, formatters={c: pct for c in shown.columns if c.endswith(("_ttft", "_tpot",
+                                                                                                 "_signed"))}
                           | {"calibrate_s": "{:.1f}".format}))
     print("\nper engine (median over its campaigns of the left-out runs' median |error|):")
     print(per.to_string(formatters={c: pct for c in per.columns}))
