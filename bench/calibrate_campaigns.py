@@ -62,8 +62,14 @@ def split(rows: pd.DataFrame, k: int, every: int) -> tuple[pd.DataFrame, pd.Data
 
 
 def from_campaigns(campaigns: list[pd.DataFrame], k: int) -> pd.DataFrame:
-    """k runs of each campaign, each campaign's spread over its loads."""
-    return pd.concat([split(c, k, 1)[0] for c in campaigns])
+    """k runs of each campaign at its interior load quantiles (1/(k+1), ..., k/(k+1)): its lightest and heaviest
+    loads left out (the heaviest is the slowest to simulate, and many campaigns' runs are calibrated on at once)."""
+    picks = []
+    for c in campaigns:
+        ordered = c.assign(**{col: c[col].astype(int) for col in LOAD_ORDER}).sort_values(LOAD_ORDER, kind="stable")
+        at = np.unique(np.round(np.arange(1, k + 1) / (k + 1) * (len(c) - 1)).astype(int))
+        picks.append(c.loc[ordered.index[at]])
+    return pd.concat(picks)
 
 
 def from_others(rows: pd.DataFrame, others: list[pd.DataFrame], k: int,
@@ -142,7 +148,8 @@ def main(argv=None) -> int:
     p.add_argument("--every", type=int, default=1, help="predict every k-th of the other runs (>= 1)")
     p.add_argument("--min-runs", type=int, default=8, help="campaigns with fewer runs are left out")
     p.add_argument("--num-cpus", type=int, default=2, help="Ray workers")
-    p.add_argument("--only", default="", help="campaigns whose name matches this regular expression")
+    p.add_argument("--only", default="", help="campaigns whose name matches this regular expression (with "
+                   "--left-out: the campaigns left out in turn; each is still predicted from all the others)")
     p.add_argument("--left-out", action="store_true", help="calibrate on runs of the engine's OTHER campaigns "
                    "(--calibration-runs of each, >= 2) and predict the campaign's runs: leave one campaign out")
     p.add_argument("--ship", action="store_true", help="with --left-out: calibrate in place the shipped profile "
@@ -174,8 +181,7 @@ def main(argv=None) -> int:
     made = {}
     if a.ship:
         engines = [e for e in per.index if lowers(per.loc[e])]
-        chosen = {e: [r for label, r in every if r["backend"].iloc[0] == e and re.search(a.only, label)]
-                  for e in engines}
+        chosen = {e: [r for _, r in every if r["backend"].iloc[0] == e] for e in engines}  # all its campaigns
         made = dict(zip(engines, ray.get([ray.remote(ship).remote(e, chosen[e], a.calibration_runs)
                                              for e in engines]), strict=True))
     ray.shutdown()
