@@ -84,8 +84,9 @@ def from_others(rows: pd.DataFrame, others: list[pd.DataFrame], k: int,
 def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: list | None = None) -> dict:
     """Calibrate on k runs (of this campaign, or with `others` of the engine's other campaigns), then predict
     the campaign's runs calibrate did not see with the shipped and the calibrated profile."""
-    from orchestrator.calibrate import calibrate, profile_data, write_profile
+    from orchestrator.calibrate import calibrate, profile_data
     from orchestrator.estimate import configure, estimate
+    from orchestrator.profile_files import write_profile
     from orchestrator.runs import read_runs
 
     fit, rest = from_others(rows, others, k, every) if others else split(rows, k, every)

@@ -19,9 +19,7 @@ exactly as `estimate` does, each candidate profile written to a file and passed 
 from __future__ import annotations
 
 import copy
-import json
 import math
-import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ import tomlkit
 from latency.engine import DATA, EFFICIENCY_RANGE, is_profile_path, load_engine, shipped_engines
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
+from orchestrator.profile_files import to_toml, write_atomically
 from orchestrator.runs import Run
 
 if sys.version_info >= (3, 11):
@@ -336,18 +335,10 @@ def profile_data(c: Calibration, name: str, files: list[str]) -> dict:
     return data
 
 
-def write_profile(path: str, data: dict) -> None:
-    """Write atomically: a reader never sees half a profile."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(to_toml(data))
-    os.replace(tmp, target)
-
-
 def update_profile(path: str, c: Calibration, files: list[str]) -> None:
     """Calibrate the base's own file in place (how the shipped profiles are made): the fitted knobs and
     launch choices that moved, `source` and the [calibration] table rewritten; its comments and every other
-    key kept. Atomic, as write_profile."""
+    key kept."""
     target = Path(path)
     doc = tomlkit.parse(target.read_text())
     fitted = profile_data(c, str(doc.get("name", target.stem)), files)
@@ -359,28 +350,7 @@ def update_profile(path: str, c: Calibration, files: list[str]) -> None:
             table[place[-1]] = new
     doc["source"] = fitted["source"]
     doc["calibration"] = fitted["calibration"]
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(tomlkit.dumps(doc))
-    os.replace(tmp, target)
-
-
-def to_toml(data: dict) -> str:
-    """A profile's TOML: top-level values, then one table per nested dict (profiles are two levels deep)."""
-    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
-    for key, table in data.items():
-        if isinstance(table, dict):
-            lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))
+    write_atomically(target, tomlkit.dumps(doc))
 
 
 def _get(data: dict, place: tuple[str, ...], default):

@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_calibrate(a) -> int:
-    from orchestrator.calibrate import calibrate, pick_base, profile_data, profile_file, update_profile, write_profile
+    from orchestrator.calibrate import calibrate, pick_base, profile_data, profile_file, update_profile
+    from orchestrator.profile_files import write_profile
     from orchestrator.runs import read_runs
 
     if not a.output.endswith(".toml"):

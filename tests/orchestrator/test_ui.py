@@ -171,7 +171,8 @@ def test_the_engine_box_offers_the_shipped_engines_and_takes_a_calibrated_profil
     """The engine is picked from the shipped ones or typed as a profile path (calibrate's output); the
     estimate then runs with that profile, as the CLI's --engine PATH does."""
     from latency import shipped_engines
-    from orchestrator.calibrate import base_profile, to_toml
+    from orchestrator.calibrate import base_profile
+    from orchestrator.profile_files import to_toml
 
     engines = page.locator("#list-engine option").evaluate_all("os => os.map(o => o.value)")
     assert engines == shipped_engines()

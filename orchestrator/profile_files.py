@@ -1,0 +1,38 @@
+"""Engine profile files as calibrate writes them: TOML text from a profile's data, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def write_profile(path: str, data: dict) -> None:
+    """Write a profile's data as a new file."""
+    write_atomically(Path(path), to_toml(data))
+
+
+def write_atomically(target: Path, text: str) -> None:
+    """A reader never sees half a profile: the text goes to a file beside it, then replaces it."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, target)
+
+
+def to_toml(data: dict) -> str:
+    """A profile's TOML: top-level values, then one table per nested dict (profiles are two levels deep)."""
+    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+    for key, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
