@@ -18,7 +18,7 @@ from orchestrator.evaluate import costs, evaluate_point, point_tables, with_prom
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
 from orchestrator.scenario import Scenario
-from simulator.standin import StandIn
+from simulator.standin import StandIn, seats
 
 #: the devices `estimate` runs on when neither --num-devices nor a layout is given (`vllm serve`'s default)
 ONE_DEVICE = 1
@@ -155,8 +155,7 @@ def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
     if s.role != "prefill" and s.typical("output_length") > 1:
         ranks = row.get("attention_dp", 1)
         per_rank = busiest_rank(row["concurrency"], ranks)
-        if s.scheduler == "token-budget":
-            per_rank = min(per_rank, s.max_num_seqs)
+        per_rank = min(per_rank, seats(s.make_scheduler()) or per_rank)
         if row["kv_bound"]:
             per_rank = min(per_rank, math.ceil(row["decoding_requests"] / ranks))
         keys.append(ForwardKey(True, max(1, per_rank), 1 + s.mtp_tokens,

@@ -149,10 +149,7 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
     steady = plan.event_steady[plan.arrival]
     measured = steady if steady.any() else np.ones_like(steady)
     makespan = float(ends[-1])
-    window = _steady_window(w, arrival, steady)
-    # a prefill instance hands over each request's first token
-    tokens = output if plan.phase != "prefill" else np.ones_like(output)
-    req_tput, out_tput = _throughput(window, finish, counts, tokens, makespan)
+    window, req_tput, out_tput = _rates(plan, ends, arrival, finish, output)
     wait = _queued_wait_ms(plan, req_tput)
     ttft, e2e = (ttft + wait if plan.phase != "decode" else ttft), e2e + wait
     c = counts[measured]
@@ -190,6 +187,14 @@ def measure(plan, durations: np.ndarray, num_devices: int = 1, slo_percentile: f
         request_rate=w.request_rate,
         measured_requests=int(c.sum()), steady=bool(steady.any()),
     ), judged
+
+
+def _rates(plan, ends: np.ndarray, arrival: np.ndarray, finish: np.ndarray, output: np.ndarray):
+    """(steady window, requests per second, output tokens per second) of a plan's replay; `output[j]` is
+    the output length of the requests of finish record j."""
+    window = _steady_window(plan.workload, arrival, plan.event_steady[plan.arrival])
+    tokens = output if plan.phase != "prefill" else np.ones_like(output)  # a prefill instance hands over one
+    return window, *_throughput(window, finish, plan.counts, tokens, float(ends[-1]))
 
 
 def _queued_wait_ms(plan, request_throughput: float) -> float:
@@ -240,7 +245,7 @@ def _itl(plan, ends: np.ndarray, window, w) -> tuple[np.ndarray, np.ndarray]:
 def per_request(plan, durations: np.ndarray) -> dict[str, np.ndarray]:
     """One row per request, in send order of its arrival event: arrival, first token and finish (ms),
     TTFT, TPOT, E2E, and its lengths. Requests of one record share their times."""
-    _, arrival, first, finish = _record_times(plan, durations)
+    ends, arrival, first, finish = _record_times(plan, durations)
     kinds = plan.workload.kinds
     order = np.lexsort((plan.first_step, plan.arrival))
     rows = np.repeat(order, plan.counts[order])
@@ -252,7 +257,7 @@ def per_request(plan, durations: np.ndarray) -> dict[str, np.ndarray]:
         "cached_tokens": np.array(kinds.cached)[plan.kind][rows],
     }
     if plan.stand_in is not None:  # each request was sent as much earlier as the clients left out queue
-        out["arrival_ms"] = out["arrival_ms"] - _queued_wait_ms(plan, measure(plan, durations)[0].request_throughput)
+        out["arrival_ms"] = out["arrival_ms"] - _queued_wait_ms(plan, _rates(plan, ends, arrival, finish, output)[1])
     out["ttft_ms"] = out["first_token_ms"] - out["arrival_ms"]
     out["tpot_ms"] = np.divide(out["finish_ms"] - out["first_token_ms"], decode[rows],
                                out=np.zeros(len(rows)), where=decode[rows] > 0)

@@ -30,6 +30,11 @@ STAND_IN_PROMPTS = 4096
 NAME = "stand-in"
 
 
+def seats(scheduler) -> int | None:
+    """The requests a policy runs at once (its max_num_seqs); None for a policy without a limit."""
+    return getattr(scheduler, "max_num_seqs", None)
+
+
 @dataclass(frozen=True)
 class StandIn:
     """A loop of `clients` planned as one of `stand_in` clients (see the module docstring)."""
@@ -42,11 +47,11 @@ class StandIn:
         """The stand-in of a steady closed loop with more than STAND_IN_SEATS clients a seat; None otherwise
         (another measure counts a warm-up and drain whose length grows with the clients; a given num_prompts
         or a trace fixes what is sent)."""
-        seats = getattr(scheduler, "max_num_seqs", None)
+        limit = seats(scheduler)
         trace = w.mix is not None and w.mix.trace is not None
-        if w.arrival != "closed" or w.measure != "steady" or w.num_prompts or trace or not seats:
+        if w.arrival != "closed" or w.measure != "steady" or w.num_prompts or trace or not limit:
             return None
-        stand_in = STAND_IN_SEATS * seats
+        stand_in = STAND_IN_SEATS * limit
         return cls(w.concurrency, stand_in) if w.concurrency > stand_in else None
 
     def workload(self, w):

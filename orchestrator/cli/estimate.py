@@ -113,8 +113,9 @@ def cmd_estimate(a) -> int:
           f"{', measured as ' + s.benchmark if s.benchmark != 'steady' and s.arrival != 'burst' else ''}), "
           f"{lengths_label(s)}, "
           f"{s.scheduler} B={row['max_batched_tokens']}")
-    queued = [note for note in [stand_in_note(s)] if note]
-    for note in s.default_notes + backend_notes(s) + ([BURST_NOTE] if s.arrival == "burst" else []) + queued:
+    queued = stand_in_note(s)
+    for note in s.default_notes + backend_notes(s) + ([BURST_NOTE] if s.arrival == "burst" else []) + \
+            ([queued] if queued else []):
         print(f"note: {note}")
     print(aligned([["", "mean", "p50", "p90", "p99"]] +
                   [[label] + [f"{row[c]:.2f}" for c in (f"{k}_ms", f"{k}_p50_ms", f"{k}_p90_ms", f"{k}_p99_ms")]

@@ -31,8 +31,9 @@ def run(w: Workload, scheduler, jumps=None):
     (96, 16, Frontend(client_ms=3.0), 40),                 # the KV pool binds below the seats, with preemptions
 ])
 def test_a_stand_in_answers_as_the_loop_planned_client_by_client(clients, seats, frontend, kv_blocks):
-    """TPOT exactly, throughput within 0.1 %, TTFT and E2E (mean and p99) within 0.5 % of the loop itself
-    (its window's edges: the stand-in's steady window is another set of requests)."""
+    """TPOT exactly; throughput, TTFT and E2E (mean and p99) within what the two steady windows' edges allow:
+    each may gain or lose one step's finishes (at most the seats) at either end, of the requests it measures
+    (the queue's wait is the clients over the throughput, so it carries the same share)."""
     w = Workload(300, 40, 128, clients, arrival="closed", frontend=frontend, kv_blocks=kv_blocks)
     scheduler = TokenBudget(max_num_seqs=seats)
     fast, p = run(w, scheduler)
@@ -40,9 +41,10 @@ def test_a_stand_in_answers_as_the_loop_planned_client_by_client(clients, seats,
     assert p.stand_in == StandIn(clients, STAND_IN_SEATS * seats) and q.stand_in is None
     assert fast.concurrency == plain.concurrency == clients and fast.num_prompts == plain.num_prompts
     assert fast.tpot_ms == pytest.approx(plain.tpot_ms, rel=1e-9)
-    assert fast.request_throughput == pytest.approx(plain.request_throughput, rel=1e-3)
+    edges = 2 * seats / min(fast.measured_requests, plain.measured_requests)
+    assert fast.request_throughput == pytest.approx(plain.request_throughput, rel=edges)
     for metric in ("ttft_ms", "ttft_p99_ms", "e2e_ms", "e2e_p99_ms"):
-        assert getattr(fast, metric) == pytest.approx(getattr(plain, metric), rel=5e-3), metric
+        assert getattr(fast, metric) == pytest.approx(getattr(plain, metric), rel=edges), metric
     assert fast.ttft_ms > 10 * fast.tpot_ms  # the queue is most of TTFT: there was something to add
 
 
@@ -71,8 +73,7 @@ def test_a_hundred_million_clients_cost_what_the_stand_in_costs_and_keep_little_
 ])
 def test_no_stand_in_where_its_claim_does_not_hold(w, scheduler):
     assert StandIn.make(w, scheduler) is None
-    m, p = run(w, scheduler) if w.arrival != "poisson" else (None, None)
-    assert p is None or p.stand_in is None
+    assert run(w, scheduler)[1].stand_in is None
 
 
 def test_per_request_rows_of_a_stand_in_carry_the_queue():
