@@ -1,6 +1,7 @@
 """servesweep against NVIDIA AIConfigurator's `cli estimate` on the same measured runs.
 
     python bench/peer_aiconfigurator.py --aiconfigurator /path/to/venv/bin/aiconfigurator [--every 10]
+    python bench/peer_aiconfigurator.py --aiconfigurator ... --grid [--release 0.12.0]
 
 AIConfigurator is not a dependency: install it in a scratch virtualenv (`pip install
 aiconfigurator==0.12.0`) and name its command. Every k-th row of both measured files is given to
@@ -8,6 +9,12 @@ it as one `cli estimate` (agg mode: the row's model, system, engine, lengths, ba
 layout and quantisation) and to `servesweep estimate --from-csv` as it is. The table is the median
 |error| of TTFT and TPOT per engine and family, for each tool, on the rows both answered; the rows
 the peer refused are counted apart.
+
+`--grid` asks both tools about deployments nobody measured here: Llama-3.1-70B (bf16 and FP8) on
+H100, H200 and B200 with vLLM, at every tp that fits, four length pairs and concurrency 1 to 128,
+read as `estimate --from-csv` reads a silicon row of that release. It prints the median ratio of our
+TTFT and TPOT to the peer's per GPU and precision, and per concurrency: where the two tools differ
+on a deployment neither was fitted on (docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -29,16 +36,26 @@ from orchestrator import measured_runs  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference"
 FILES = ("measured_serving.csv", "measured_serving_moe.csv")
+MODELS = Path(__file__).resolve().parent.parent / "latency" / "data" / "models"
 #: the measured file's precision -> the peer's gemm quant mode, for files without quant-mode columns
 PEER_GEMM = {"fp8": "fp8", "bf16": "bfloat16", "": "bfloat16"}
 METRIC = re.compile(r"(TTFT|TPOT):\s+([\d.]+) ms")
 #: checkpoints whose experts are MXFP4 whatever the file's label says (measured_runs.SAME_CHECKPOINT)
 MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b",)
+#: the grid of deployments nobody measured: GPU -> tensor-parallel sizes 70B fits at in bf16
+GRID_TP = {"h100_sxm": (4, 8), "h200_sxm": (2, 4, 8), "b200_sxm": (2, 4, 8)}
+GRID_LENGTHS = ((1000, 200), (4000, 500), (1000, 1000), (8000, 256))
+GRID_CONCURRENCY = (1, 8, 32, 128)
+#: the grid's checkpoints: (the silicon row's model_path, precision, its original's shipped config)
+GRID_MODELS = (("meta-llama/Llama-3.1-70B-Instruct", "", "meta-llama/Llama-3.1-70B-Instruct"),
+               ("nvidia/Llama-3.1-70B-Instruct-FP8", "fp8", "meta-llama/Llama-3.1-70B-Instruct"))
 
 
-def peer_args(r) -> list[str]:
-    """The `cli estimate` arguments of measured run `r` (a row of the measured format)."""
-    args = ["--model-path", r.model_path, "--system", r.system, "--backend", r.backend, "--isl", str(r.isl),
+def peer_args(r, configs: dict | None = None) -> list[str]:
+    """The `cli estimate` arguments of measured run `r` (a row of the measured format); `configs`
+    maps a model_path to a local folder holding its config.json (the peer cannot download one here)."""
+    args = ["--model-path", (configs or {}).get(r.model_path, r.model_path), "--system", r.system,
+            "--backend", r.backend, "--isl", str(r.isl),
             "--osl", str(r.osl), "--batch-size", str(r.batch_size), "--tp-size", str(r.tp_size),
             "--pp-size", str(int(r.pp_size) if pd.notna(r.pp_size) else 1)]
     if pd.notna(r.attention_dp_size) and int(r.attention_dp_size) > 1:
@@ -80,14 +97,58 @@ def ours(rows: pd.DataFrame) -> pd.DataFrame:
         return pd.read_csv(out)
 
 
+def grid_rows(release: str) -> pd.DataFrame:
+    """Silicon-format rows of the grid (their measured columns empty: nobody measured them)."""
+    rows = [{"id": f"grid_{path}_{system}_tp{tp}_{isl}x{osl}_c{c}", "backend": "vllm", "backend_version": release,
+             "model_path": path, "system": system, "precision": precision, "isl": isl, "osl": osl,
+             "batch_size": c, "tp_size": tp, "pp_size": 1, "moe_tp_size": None, "moe_ep_size": None,
+             "attention_dp_size": None, "silicon_ttft_ms": None, "silicon_tpot_ms": None, "family": "dense"}
+            for path, precision, _ in GRID_MODELS for system, tps in GRID_TP.items() for tp in tps
+            for isl, osl in GRID_LENGTHS for c in GRID_CONCURRENCY]
+    return pd.DataFrame(rows)
+
+
+def grid(a) -> None:
+    """Both tools on the grid; the median ratio ours / peer per GPU and precision, and per concurrency."""
+    rows = grid_rows(a.release)
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = {}
+        for path, _, shipped in GRID_MODELS:
+            folder = Path(tmp) / path.replace("/", "--")
+            folder.mkdir()
+            (folder / "config.json").write_text((MODELS / (shipped.replace("/", "--") + ".json")).read_text())
+            configs[path] = str(folder)
+        print(f"{len(rows)} deployments nobody measured; asking the peer ({a.jobs} at once)", file=sys.stderr)
+        with ThreadPoolExecutor(a.jobs) as pool:
+            peer = list(pool.map(lambda r: run_peer(a.aiconfigurator, peer_args(r, configs)), rows.itertuples()))
+    mine = ours(rows)
+    rows["precision"] = rows["precision"].replace("", "bf16")
+    for i, metric in enumerate(("ttft", "tpot")):
+        rows[f"{metric}_ratio"] = [m / p[i] if isinstance(p, tuple) else None
+                                   for p, m in zip(peer, mine[f"{metric}_ms"], strict=True)]
+    both = rows.dropna(subset=["ttft_ratio", "tpot_ratio"])
+    for by in (["system", "precision"], ["precision", "batch_size"]):
+        table = both.groupby(by).agg(rows=("ttft_ratio", "size"), ttft_ours_over_peer=("ttft_ratio", "median"),
+                                     tpot_ours_over_peer=("tpot_ratio", "median")).reset_index()
+        print(table.to_string(index=False, float_format="{:.2f}".format), end="\n\n")
+    print(f"the peer answered {len(both)} of {len(rows)} (it refuses runs whose KV cache does not fit)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--aiconfigurator", required=True, help="the peer's command (aiconfigurator in its own venv)")
     ap.add_argument("--every", type=int, default=10, help="every k-th row of each measured file (default 10)")
     ap.add_argument("--jobs", type=int, default=2, help="peer processes at once (default 2)")
+    ap.add_argument("--grid", action="store_true", help="deployments nobody measured (Llama-3.1-70B) instead "
+                    "of the measured runs: our figures over the peer's")
+    ap.add_argument("--release", default="0.12.0", help="the vLLM release the grid's rows name (default 0.12.0, "
+                    "the visible dense campaigns')")
     a = ap.parse_args()
     if a.every < 1 or a.jobs < 1:
         sys.exit("peer_aiconfigurator: --every and --jobs must be >= 1")
+    if a.grid:
+        grid(a)
+        return
     tables = []
     for name in FILES:
         d = pd.read_csv(REFERENCE / name).iloc[:: a.every].copy()

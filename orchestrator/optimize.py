@@ -63,18 +63,28 @@ def optimize(s: Scenario, mode: Mode | None = None, evaluator: BatchEvaluator = 
     s.validate()
     mode.validate(s)
     jobs = list(mode.jobs(s))
-    groups: dict[int, list[int]] = {}
-    for i, job in enumerate(jobs):
-        groups.setdefault(job.max_batched_tokens, []).append(i)
+    groups = _groups(s, jobs)
     steady = s.arrival != "burst"
     if processes > 1 and steady and evaluator is inline_evaluator and len(groups) > 1 and _can_fork():
-        results = _search_in_processes(s, jobs, list(groups.values()), width, processes)
+        results = _search_in_processes(s, jobs, groups, width, processes)
     else:
         results = [_search(s, job, evaluator, width) for job in jobs]
     for job, result in zip(jobs, results, strict=True):
         log.info("%s tp%d B=%d: %d points, best concurrency per limit pair %s", job.role, job.layout.tp,
                  job.max_batched_tokens, len(result.points), [b["concurrency"] for b in result.best])
     return mode.assemble(s, results)
+
+
+def _groups(s: Scenario, jobs: list[Job]) -> list[list[int]]:
+    """Jobs searched in one process: those of one budget share their untimed plans; a timed plan
+    (priced while planned, so it depends on the job's layout) is its job's alone, so timed jobs go one
+    to a group and spread over the processes."""
+    if jobs and workload(s, jobs[0].max_batched_tokens, 1).timed:
+        return [[i] for i in range(len(jobs))]
+    groups: dict[int, list[int]] = {}
+    for i, job in enumerate(jobs):
+        groups.setdefault(job.max_batched_tokens, []).append(i)
+    return list(groups.values())
 
 
 def _search(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluator, width: int = 1) -> JobResult:
@@ -91,12 +101,19 @@ def _search_in_processes(s: Scenario, jobs: list[Job], groups: list[list[int]], 
     from concurrent.futures import ProcessPoolExecutor
 
     results: list[JobResult | None] = [None] * len(jobs)
+    largest_first = sorted(groups, key=lambda g: -sum(_reach(s, jobs[i]) for i in g))
     with ProcessPoolExecutor(min(processes, len(groups)), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [(g, pool.submit(_search_group, s, [jobs[i] for i in g], width)) for g in groups]
+        futures = [(g, pool.submit(_search_group, s, [jobs[i] for i in g], width)) for g in largest_first]
         for g, future in futures:
             for i, result in zip(g, future.result(), strict=True):
                 results[i] = result
     return results
+
+
+def _reach(s: Scenario, job: Job) -> int:
+    """The KV tokens an instance of the job holds: how far its search climbs in concurrency, so how
+    much work it is (the groups are handed out largest first, so no large one starts last)."""
+    return s.latency_model(job.layout).memory_for(job.max_batched_tokens).kv_capacity_tokens
 
 
 def _can_fork() -> bool:

@@ -1,9 +1,9 @@
 import pytest
 
 from latency import ForwardKey
-from orchestrator.evaluate import evaluate_point
+from orchestrator.evaluate import evaluate_point, workload
 from orchestrator.jobs import Job
-from orchestrator.modes import make_mode
+from orchestrator.modes import Aggregated, make_mode
 from orchestrator.optimize import optimize
 from orchestrator.scenario import InputError, Layout, Scenario
 from simulator import decode_qps, prefill_qps
@@ -183,6 +183,25 @@ def test_a_search_in_two_processes_answers_exactly_as_in_one():
     for a, b in ((one.points, two.points), (one.best, two.best)):
         assert pd.DataFrame(a).equals(pd.DataFrame(b)) and len(a) > 0  # NaN (goodput, cost) equal to NaN
     assert one.infeasible == two.infeasible
+
+
+def test_timed_jobs_of_one_budget_spread_over_processes_and_answer_as_in_one():
+    """A closed loop behind vLLM's front end is timed: its plans depend on each job's prices, so jobs
+    of one budget share nothing and go one to a process group; the answer is the same job for job."""
+    import pandas as pd
+
+    from orchestrator.optimize import _groups
+
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (2048,), tpot_limits=(20.0,), arrival="closed",
+                 num_prompts=64, engine="vllm", tp_sizes=(1, 2))
+    untimed = s.with_(engine="none", max_batched_tokens=(2048, 4096))
+    jobs = list(Aggregated().jobs(s))
+    assert workload(s, 2048, 4).timed and len(jobs) == 2
+    assert _groups(s, jobs) == [[0], [1]]
+    assert _groups(untimed, list(Aggregated().jobs(untimed))) == [[0, 2], [1, 3]]  # by budget: plans shared
+    one, two = optimize(s), optimize(s, processes=2)
+    for a, b in ((one.points, two.points), (one.best, two.best)):
+        assert pd.DataFrame(a).equals(pd.DataFrame(b)) and len(a) > 0
 
 
 def test_a_point_of_scenarios_differing_only_in_limits_is_replayed_once_and_judged_per_limits(monkeypatch):
