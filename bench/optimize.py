@@ -1,8 +1,11 @@
 """Wall time of whole `servesweep optimize` processes (median of N runs).
 
-    python bench/optimize.py [--runs 5]
+    python bench/optimize.py [--runs 5] [--only TEXT] [--aiconfigurator /path/to/venv/bin/aiconfigurator]
 
 The reference tool needs 45-55 s (RFC example) and 160-170 s (PD-ratio search on 8 devices) here.
+With `--aiconfigurator` (installed in a scratch virtualenv: `pip install aiconfigurator==0.12.0`), the
+8-GPU questions are also put to its `cli default` (agg, vLLM, the same model, GPUs, lengths and
+limits), timed the same way, and the ratio printed beside ours.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 CASES = {
     "RFC example (agg, 1 device)": [
@@ -31,6 +36,10 @@ CASES = {
     "the same, closed loop": [
         "Qwen/Qwen3-32B", "--device", "H200_SXM", "--num-devices", "8", "--input-length", "4000",
         "--output-length", "500", "--ttft-limits", "1000", "--tpot-limits", "50", "--arrival", "closed"],
+    "the same, closed loop, vLLM's profile (timed)": [
+        "Qwen/Qwen3-32B", "--device", "H200_SXM", "--num-devices", "8", "--input-length", "4000",
+        "--output-length", "500", "--ttft-limits", "1000", "--tpot-limits", "50", "--arrival", "closed",
+        "--engine", "vllm"],
     "closed loop, token-budget, 2 x H100": [
         "Qwen/Qwen3-32B", "--device", "H100_SXM", "--num-devices", "2", "--tp-sizes", "2", "--input-length", "1024",
         "--output-length", "512", "--ttft-limits", "1000", "--tpot-limits", "50", "--scheduler", "token-budget",
@@ -42,19 +51,52 @@ CASES = {
 }
 
 
+#: the cases the peer is asked too: its `cli default` over the same question (agg serving, vLLM)
+PEER_CASES = ("every tp and budget, 8 x H200 (burst)", "the same, closed loop, vLLM's profile (timed)")
+MODELS = Path(__file__).resolve().parent.parent / "latency" / "data" / "models"
+
+
+def wall(command: list[str], runs: int, **kwargs) -> list[float]:
+    """Wall seconds of `runs` whole processes of `command`."""
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, **kwargs)
+        walls.append(time.perf_counter() - t0)
+    return walls
+
+
+def peer_command(peer: str, argv: list[str], config_dir: str) -> list[str]:
+    """The peer's `cli default` for one of our questions (the model's config.json from a local folder)."""
+    flag = dict(zip(argv[1::2], argv[2::2], strict=True))
+    return [peer, "cli", "default", "--model-path", config_dir, "--total-gpus", flag["--num-devices"],
+            "--system", flag["--device"].lower(), "--backend", "vllm", "--serving-mode", "agg", "--isl",
+            flag["--input-length"], "--osl", flag["--output-length"], "--ttft", flag["--ttft-limits"], "--tpot",
+            flag["--tpot-limits"]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--only", default="", help="only the cases whose name contains this")
+    ap.add_argument("--aiconfigurator", help="the peer's command, to time its cli default beside ours")
     args = ap.parse_args()
-    print(f"{'case':<32} {'median s':>9} {'min s':>7} {'max s':>7}")
-    for name, argv in CASES.items():
-        walls = []
-        for _ in range(args.runs):
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "orchestrator", "optimize", *argv], check=True,
-                           capture_output=True)
-            walls.append(time.perf_counter() - t0)
-        print(f"{name:<32} {statistics.median(walls):>9.3f} {min(walls):>7.3f} {max(walls):>7.3f}")
+    print(f"{'case':<48} {'median s':>9} {'min s':>7} {'max s':>7} {'peer s':>7} {'peer / ours':>11}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, argv in CASES.items():
+            if args.only not in name:
+                continue
+            walls = wall([sys.executable, "-m", "orchestrator", "optimize", *argv], args.runs)
+            ours = statistics.median(walls)
+            peer = ""
+            if args.aiconfigurator and name in PEER_CASES:
+                folder = Path(tmp) / argv[0].replace("/", "--")
+                folder.mkdir(exist_ok=True)
+                (folder / "config.json").write_text((MODELS / f"{folder.name}.json").read_text())
+                theirs = statistics.median(wall(peer_command(args.aiconfigurator, argv, str(folder)), args.runs,
+                                                cwd=tmp))
+                peer = f"{theirs:>7.2f} {theirs / ours:>10.1f}x"
+            print(f"{name:<48} {ours:>9.3f} {min(walls):>7.3f} {max(walls):>7.3f} {peer}")
 
 
 if __name__ == "__main__":
