@@ -15,7 +15,9 @@ plan cost to make to bench/data/<spec>_plans.parquet.
 worker) as a small discrete-event model over W workers, with Ray's costs as measured here:
 
 - a worker pays its parts' recorded seconds without their plan seconds, plus the cost of every plan
-  its scenarios use that it has not made before (its memo is taken to keep every plan);
+  its scenarios use that it has not made before (its memo is taken to keep every plan), or FETCH_S
+  for one another worker made in SHARE_PLAN_S or more (read from the object store: `PlanShelf`);
+- parts are cut as the runner cuts them (`runner.part_ms`);
 - every part costs ACTOR_CALL_S of dispatch; every worker ACTOR_START_S once, in parallel;
 - who writes: the workers themselves (an object-store output on a cluster, or a local one on one
   machine), or the driver, one scenario after another, DRIVER_WRITE_S each plus its result's bytes
@@ -48,6 +50,9 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow
 #: scenario's Parquet files and its reading of a result sent to it
 ACTOR_CALL_S, ACTOR_START_S, DRIVER_WRITE_S, DRIVER_MB_S = 0.0033, 1.7, 0.0145, 52.0
 DATA = Path(__file__).resolve().parent / "data"
+#: what reading a shared plan from the object store costs (0.2 ms from this node's store for a 147 kB
+#: plan; another node's, more)
+FETCH_S = 0.001
 
 
 def record(spec_path: Path, limit: int) -> Path:
@@ -100,10 +105,12 @@ class _Costed:
         self.id, self.family, self.r = r.scenario_id, r.family, r
 
 
-def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bool) -> dict:
+def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bool, shared: bool = True) -> dict:
     """Predicted wall seconds, efficiency and seconds of plans made again of the policy on `workers`
-    workers; `driver_writes`: the driver writes every scenario, one after another."""
-    from orchestrator.runner import Placement
+    workers; `driver_writes`: the driver writes every scenario, one after another; `shared`: a plan
+    that took SHARE_PLAN_S or more to make is read by the others from the object store (FETCH_S each),
+    as the runner's searchers do (`PlanShelf`), once its maker has made it (taken as at once)."""
+    from orchestrator.runner import SHARE_PLAN_S, Placement
 
     items = [_Costed(r) for r in costs.itertuples()]
     placement = Placement(items, workers, cost=lambda it: 1000 * it.r.seconds)
@@ -124,6 +131,9 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
             for p in it.r.plans:
                 if p not in memo[w]:
                     memo[w].add(p)
+                    if shared and p in made and plan_cost.get(p, 0.0) >= SHARE_PLAN_S:
+                        work += FETCH_S
+                        continue
                     work += plan_cost.get(p, 0.0)  # a plan the recording found memoised costs nothing
                     replanned += plan_cost.get(p, 0.0) if p in made else 0.0
                     made.add(p)
@@ -135,6 +145,20 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
             end = max(end, driver_free)
         heapq.heappush(events, (done, w))
     return {"wall": end, "efficiency": sum(busy) / (workers * end), "replanned_s": replanned}
+
+
+def split_jobs(costs: pd.DataFrame, spec_path: Path) -> pd.DataFrame:
+    """What-if: each scenario's jobs (its layouts' independent searches) as parts of their own, the
+    scenario's recorded seconds shared equally among them (each keeps all its plans: a bound)."""
+    from orchestrator.spec import expand, load_spec
+
+    jobs = {it.id: len(it.jobs) for it in expand(load_spec(spec_path))}
+    rows = []
+    for r in costs.itertuples(index=False):
+        k = jobs[r.scenario_id]
+        rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "seconds": r.seconds / k,
+                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k} for j in range(k)]
+    return pd.DataFrame(rows)
 
 
 def up_efficiency(r: dict) -> float:
@@ -236,6 +260,14 @@ def main() -> None:
     rep = sub.add_parser("replay", help="predict wall time and efficiency per worker count")
     rep.add_argument("--costs", type=Path, default=DATA / "cluster_scale_costs.parquet")
     rep.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8, 32, 128, 512])
+    rep.add_argument("--part-ms", type=float, help="what-if: the least work of a part (the runner's "
+                     "TARGET_TASK_MS, 800)")
+    rep.add_argument("--split-jobs", action="store_true", help="what-if: each scenario's jobs placed as parts "
+                     "of their own (the scenario's seconds shared equally)")
+    rep.add_argument("--no-shared-plans", dest="shared_plans", action="store_false", help="as the runner was "
+                     "before PlanShelf: every worker makes every plan it uses")
+    rep.add_argument("--spec", type=Path, default=Path("examples/cluster_scale.toml"), help="the recorded spec "
+                     "(--split-jobs reads its scenarios' jobs)")
     sub.add_parser("calibrate", help="measure the Ray and driver costs the model uses")
     chk = sub.add_parser("check", help="the model's prediction against real 1- and 2-CPU sweeps here")
     chk.add_argument("--spec", type=Path, default=Path("examples/cluster_scale.toml"))
@@ -254,14 +286,20 @@ def main() -> None:
     if a.command == "check":
         check(a.spec, costs, plan_cost, a.limit)
         return
+    if a.part_ms is not None:
+        from orchestrator import runner
+
+        runner.TARGET_TASK_MS = a.part_ms
+    if a.split_jobs:
+        costs = split_jobs(costs, a.spec)
     inline = costs["seconds"].sum()
-    print(f"{len(costs)} scenarios, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
+    print(f"{len(costs)} parts to place, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
           f"({costs['plan_seconds'].sum():.1f} s of it planning)")
     print(f"{'workers':>7} {'who writes':>10} {'wall s':>9} {'speed-up':>9} {'efficiency':>10} "
           f"{'from up':>8} {'planned again s':>15}")
     for w in a.workers:
         for driver_writes in (False, True):
-            r = replay(costs, plan_cost, w, driver_writes)
+            r = replay(costs, plan_cost, w, driver_writes, a.shared_plans)
             who = "driver" if driver_writes else "workers"
             print(f"{w:>7} {who:>10} {r['wall']:>9.1f} {inline / r['wall']:>8.1f}x {r['efficiency']:>9.0%} "
                   f"{up_efficiency(r):>8.0%} {r['replanned_s']:>15.1f}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import math
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import replace
 from functools import lru_cache
@@ -35,13 +36,17 @@ PLANS, PLAN_BYTES = 8192, 512 * 1024**2
 
 
 class PlanMemo:
-    """The process's plans by their arguments. `made` counts the plans it had to make."""
+    """The process's plans by their arguments. `made` counts the plans it had to make. A `shelf`
+    (orchestrator.runner.PlanShelf on a Ray searcher; None inline) holds plans other processes made,
+    by signature: a plan missing here is read from it before it is made, and one made here is offered
+    to it with the seconds it took."""
 
     def __init__(self, plans: int = PLANS, budget: int = PLAN_BYTES):
         self.plans, self.budget = plans, budget
         self.memo: OrderedDict = OrderedDict()  # key -> (plan, bytes of its arrays)
         self.bytes = self.made = 0
         self.lock = threading.Lock()  # the web page plans in threads
+        self.shelf = None
 
     def __call__(self, w: Workload, scheduler, phase: str, decode_context: str):
         key = (w, scheduler, phase, decode_context)
@@ -50,16 +55,28 @@ class PlanMemo:
             if hit is not None:
                 self.memo.move_to_end(key)
                 return hit[0]
-        planned = plan(w, scheduler, phase=phase, decode_context=decode_context)
+        shelf = self.shelf
+        signature = _plan_signature(w, scheduler, phase, decode_context) if shelf is not None else ""
+        planned = shelf.get(signature) if shelf is not None else None
+        if planned is None:
+            started = time.perf_counter()
+            planned = plan(w, scheduler, phase=phase, decode_context=decode_context)
+            if shelf is not None:
+                shelf.offer(signature, planned, time.perf_counter() - started)
+            with self.lock:
+                self.made += 1
+        self._keep(key, planned)
+        return planned
+
+    def _keep(self, key, planned) -> None:
+        """Remember `planned`, the least recently used out beyond PLANS plans or PLAN_BYTES."""
         size = _array_bytes(planned)
         with self.lock:
-            self.made += 1
             if key not in self.memo:
                 self.memo[key] = (planned, size)
                 self.bytes += size
             while self.memo and (len(self.memo) > self.plans or self.bytes > self.budget):
                 self.bytes -= self.memo.popitem(last=False)[1][1]
-        return planned
 
 
 def _array_bytes(p) -> int:
@@ -68,6 +85,13 @@ def _array_bytes(p) -> int:
 
 
 _plan = PlanMemo()
+
+
+def use_shelf(shelf) -> None:
+    """Read missing plans from `shelf` and offer it the ones made here (None: this process alone)."""
+    _plan.shelf = shelf
+
+
 #: measured points kept per process: scenarios that differ only in their limits (a sweep's limit grid)
 #: evaluate many of the same points (42 % of a cluster-scale sweep's), and only goodput depends on limits
 MEASURED = 1024

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable
 from functools import lru_cache
 
-from orchestrator.evaluate import collect_rarely, evaluate_point, take_plans_made, workload
+from orchestrator.evaluate import collect_rarely, evaluate_point, take_plans_made, use_shelf, workload
 from orchestrator.jobs import Job, OptimizeResult, SweepItem
 from orchestrator.optimize import job_search, memory_bound
 from orchestrator.pricer import CachedPricer, shared_backend
@@ -29,6 +29,12 @@ TARGET_TASK_MS = 800.0
 #: parts per worker a sweep is cut into at least, so the last parts are short: the idle tail at the
 #: end of a sweep is at most about one part (1 / PARTS_PER_WORKER of a worker's share)
 PARTS_PER_WORKER = 20
+#: a part holds less than TARGET_TASK_MS where that would leave a worker fewer than this many parts (a
+#: sweep spread over hundreds of workers), but never less than MIN_TASK_MS (a Ray call costs ~3 ms)
+MIN_PARTS_PER_WORKER, MIN_TASK_MS = 4, 100.0
+#: a plan that took at least this long to make is shared with the other searchers through Ray's object
+#: store (putting a 147 kB plan costs ~1.5 ms, reading it on the same node ~0.2 ms; most plans take ~1 ms)
+SHARE_PLAN_S = 0.005
 #: rough cost of one simulated step plus a fixed cost per point, for estimating a scenario's work
 MS_PER_STEP, MS_PER_POINT = 0.008, 0.3
 POISSON_IN_FLIGHT = 16
@@ -123,17 +129,18 @@ class Work:
 
 class Placement:
     """Which part of the sweep a free worker searches next. The sweep is cut by plan family, each
-    family into parts of contiguous scenarios (>= TARGET_TASK_MS, <= total / (workers x
-    PARTS_PER_WORKER) where a scenario allows). A worker takes the next part of a family it started
-    (its plans are in that worker's memo), else starts the largest family nobody has, else helps
-    with the family that has the most work left (planning it again: only at the end of a sweep)."""
+    family into parts of contiguous scenarios (>= `part_ms`: TARGET_TASK_MS, less on many workers;
+    <= total / (workers x PARTS_PER_WORKER) where a scenario allows). A worker takes the next part
+    of a family it started (its plans are in that worker's memo), else starts the largest family
+    nobody has, else helps with the family that has the most work left (reading the plans of it worth
+    sharing, `PlanShelf`, and making the others again)."""
 
     def __init__(self, items: list[SweepItem], workers: int, cost=scenario_ms):
         families: dict[str, list[tuple[SweepItem, float]]] = {}
         for item in items:
             families.setdefault(item.family, []).append((item, cost(item)))
         total = sum(ms for members in families.values() for _, ms in members)
-        self.part_ms = max(TARGET_TASK_MS, total / max(1, workers * PARTS_PER_WORKER))
+        self.part_ms = part_ms(total, workers)
         self.parts: dict[str, deque] = {f: deque(_cut(m, self.part_ms)) for f, m in families.items()}
         self.left = {f: sum(ms for _, ms in m) for f, m in families.items()}
         self.owners: dict[str, set] = {f: set() for f in families}
@@ -157,6 +164,47 @@ class Placement:
         self.left[family] += ms
         for owners in self.owners.values():
             owners.discard(worker)
+
+
+def part_ms(total: float, workers: int) -> float:
+    """The least estimated work of a part: TARGET_TASK_MS, or less where that would leave a worker fewer
+    than MIN_PARTS_PER_WORKER parts (never below MIN_TASK_MS); more where the sweep has work enough for
+    PARTS_PER_WORKER parts of more each."""
+    workers = max(1, workers)
+    floor = max(MIN_TASK_MS, min(TARGET_TASK_MS, total / (workers * MIN_PARTS_PER_WORKER)))
+    return max(floor, total / (workers * PARTS_PER_WORKER))
+
+
+class PlanShelf:
+    """Plans other searchers of this sweep made, by signature, as references into Ray's object store
+    (the driver hands each part the ones of its plan family), and the plans this searcher made that
+    took SHARE_PLAN_S or more, put there for the others. A plan whose copy was lost is made again."""
+
+    def __init__(self):
+        self.known: dict = {}   # signature -> ObjectRef
+        self.new: dict = {}     # made here since `take_new`
+
+    def get(self, signature: str):
+        import ray
+
+        ref = self.known.get(signature)
+        if ref is None:
+            return None
+        try:
+            return ray.get(ref)
+        except _lost_errors():
+            del self.known[signature]
+            return None
+
+    def offer(self, signature: str, planned, seconds: float) -> None:
+        if seconds >= SHARE_PLAN_S and signature not in self.known:
+            import ray
+
+            self.known[signature] = self.new[signature] = ray.put(planned)
+
+    def take_new(self) -> dict:
+        new, self.new = self.new, {}
+        return new
 
 
 def _cut(members: list[tuple[SweepItem, float]], part_ms: float) -> list[tuple[list[SweepItem], float]]:
@@ -190,23 +238,31 @@ class Searcher:
         context = ray.get_runtime_context()
         self.node, self.worker = context.get_node_id(), context.get_worker_id()
         self.pricer = CachedPricer(cache)
+        self.shelf = PlanShelf()
         writes = (cluster and self.node != driver_node) if "://" in root else self.node == driver_node
         self.data = Dataset(root) if writes else None
         self.per_request = per_request
 
-    def search(self, items: list[SweepItem]):
-        """Each scenario: (id, result to write or None if written here, its infeasible best rows)."""
+    def search(self, items: list[SweepItem], shared: dict | None = None):
+        """Each scenario: (id, result to write or None if written here, its infeasible best rows);
+        `shared`: plans of the family the others made (signature -> ObjectRef); returned with the
+        ones made here worth sharing."""
+        self.shelf.known.update(shared or {})
         started, points, out = time.perf_counter(), 0, []
-        for item in items:
-            result = search_item(item, self.pricer)
-            points += len(result.points)  # a search evaluates each of its points once
-            best = self._write(item, result)
-            if best is None:
-                out.append((item.id, result, None))
-            else:
-                out.append((item.id, None, [b for b in best if not b["feasible"]][:INFEASIBLE_BACK]))
+        use_shelf(self.shelf)
+        try:
+            for item in items:
+                result = search_item(item, self.pricer)
+                points += len(result.points)  # a search evaluates each of its points once
+                best = self._write(item, result)
+                if best is None:
+                    out.append((item.id, result, None))
+                else:
+                    out.append((item.id, None, [b for b in best if not b["feasible"]][:INFEASIBLE_BACK]))
+        finally:
+            use_shelf(None)
         work = (self.worker, time.perf_counter() - started, take_plans_made())
-        return out, {**self.pricer.take_stats(), "points": points}, self.node, work
+        return out, {**self.pricer.take_stats(), "points": points}, self.node, work, self.shelf.take_new()
 
 
     def _write(self, item: SweepItem, result: OptimizeResult) -> list[dict] | None:
@@ -251,6 +307,7 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
     in_flight: dict = {}  # ref -> (actor, family, scenarios, estimated ms)
     attempts: dict[tuple, int] = {}  # a part's scenario ids -> times it was lost
     nodes, retried, work = {}, 0, Work()
+    shelves: dict[str, dict] = {}  # plan family -> {signature: ObjectRef} of plans worth sharing
     lost_errors = _lost_errors()
 
     idle_since: dict = {}  # actor -> when it first found nothing left to take
@@ -261,7 +318,7 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
             idle_since.setdefault(a, time.perf_counter())
             return
         family, part, ms = taken
-        in_flight[a.search.remote(part)] = (a, family, part, ms)
+        in_flight[a.search.remote(part, shelves.get(family, {}))] = (a, family, part, ms)
 
     try:
         for a in actors:
@@ -270,7 +327,7 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
             [ref], _ = ray.wait(list(in_flight), num_returns=1)
             a, family, part, ms = in_flight.pop(ref)
             try:
-                out, stats, node, (worker, busy, plans) = ray.get(ref)
+                out, stats, node, (worker, busy, plans), made = ray.get(ref)
             except lost_errors as lost:
                 key = tuple(it.id for it in part)
                 attempts[key] = attempts.get(key, 0) + 1
@@ -288,6 +345,7 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
                 continue
             nodes[node] = nodes.get(node, 0) + 1
             work.add(worker, busy, plans)
+            shelves.setdefault(family, {}).update(made)
             if progress:
                 progress.point(stats, stats["points"])
             for item_id, result, infeasible in out:

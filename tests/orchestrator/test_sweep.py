@@ -540,11 +540,12 @@ def test_cache_command_shows_and_clears_the_shards(ray_session, capsys):
 
 def test_placement_keeps_a_family_on_the_worker_that_started_it():
     """Hand-computed: families A (3 scenarios of 1,000 ms), B (one of 1,000) and C (two of 500) on two
-    workers. Parts hold >= TARGET_TASK_MS (800 ms): A's scenarios one a part, C's two in one. A worker
-    starts the largest family nobody has, keeps to its own, and helps with what is left at the end."""
-    from orchestrator.runner import TARGET_TASK_MS, Placement
+    workers. Parts hold >= 625 ms (TARGET_TASK_MS, 800 ms, would leave a worker fewer than 4 parts of
+    the 5,000 ms: 5,000 / (2 x 4)): A's scenarios one a part, C's two in one. A worker starts the
+    largest family nobody has, keeps to its own, and helps with what is left at the end."""
+    from orchestrator.runner import MIN_PARTS_PER_WORKER, TARGET_TASK_MS, Placement
 
-    assert TARGET_TASK_MS == 800.0
+    assert (TARGET_TASK_MS, MIN_PARTS_PER_WORKER) == (800.0, 4)
     items = expand(SPEC)
     fams = sorted({it.family for it in items})[:3]
     a = [it for it in items if it.family == fams[0]][:3]
@@ -552,7 +553,7 @@ def test_placement_keeps_a_family_on_the_worker_that_started_it():
     c = [it for it in items if it.family == fams[2]][:2]
     cost = {**{it.id: 1000.0 for it in a + b}, **{it.id: 500.0 for it in c}}
     p = Placement(b + a + c, workers=2, cost=lambda it: cost[it.id])
-    assert p.part_ms == 800.0
+    assert p.part_ms == 625.0
 
     def take(worker):
         family, part, ms = p.take(worker)
@@ -567,6 +568,19 @@ def test_placement_keeps_a_family_on_the_worker_that_started_it():
     p.give_back(family, part, ms, 2)  # worker 2 was lost: the part is first in A again
     assert take(1) == ([a[2].id], 1000.0)
     assert p.take(1) is None and p.take(2) is None
+
+
+def test_parts_shrink_below_the_target_only_where_workers_would_get_too_few():
+    """Hand-computed: a part holds the sweep's work over workers x PARTS_PER_WORKER (20) where that is
+    above TARGET_TASK_MS (800 ms); else 800 ms unless that leaves a worker fewer than 4 parts; never
+    below 100 ms (MIN_TASK_MS)."""
+    from orchestrator.runner import part_ms
+
+    assert part_ms(234_000.0, 2) == 234_000.0 / 40  # 5,850 ms: a big sweep on 2 CPUs, as before
+    assert part_ms(234_000.0, 32) == 800.0  # 366 ms by the 20-part rule: the target holds
+    assert part_ms(234_000.0, 256) == 234_000.0 / 1024  # 228.5 ms: 800 would leave 1.1 parts a worker
+    assert part_ms(10_000.0, 512) == 100.0  # 4.9 ms a part by the work: the floor
+    assert part_ms(0.0, 0) == 100.0
 
 
 @settings(max_examples=60, deadline=None)
@@ -625,18 +639,45 @@ def test_a_searcher_that_cannot_write_sends_its_results_to_the_driver(ray_sessio
     items = expand(SPEC)[:2]
     node = ray.get_runtime_context().get_node_id()
     good = Searcher(None, str(tmp_path / "out"), False, node)
-    out, stats, _, (_, busy, _) = good.search(items[:1])  # (its plans may be memoised by earlier tests)
+    out, stats, _, (_, busy, _), _ = good.search(items[:1])  # (its plans may be memoised by earlier tests)
     assert out[0][0] == items[0].id and out[0][1] is None  # written here
     assert read_table(tmp_path / "out", "best")["scenario_id"].unique().tolist() == [items[0].id]
     assert stats["points"] > 0 and busy > 0
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     bad = Searcher(None, str(blocked), False, node)
-    out, _, _, _ = bad.search(items)
+    out, _, _, _, _ = bad.search(items)
     assert [(i, type(r).__name__) for i, r, _ in out] == [(it.id, "OptimizeResult") for it in items]
     assert bad.data is None
     elsewhere = Searcher(None, str(tmp_path / "out"), False, "another-node")
     assert elsewhere.data is None  # a local output is not this node's to write
+
+
+def test_a_searcher_reads_the_plans_another_made_from_the_object_store(ray_session, tmp_path):
+    """Two searchers (real Ray actors: two processes, two plan memos) search one scenario in turn. The
+    first makes every plan and puts those that took SHARE_PLAN_S or more in the object store; the
+    second, handed their references as the driver hands a family's, makes only the others, and both
+    write the same rows."""
+    import ray
+
+    from orchestrator.runner import Searcher
+
+    spec = {"grid": {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 1, "input_length": 4096,
+                     "output_length": 1024, "max_batched_tokens": 2048, "arrival": "closed",
+                     "ttft_limit_ms": 60000, "tpot_limit_ms": 30}}
+    item = expand(spec)[0]
+    node = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(num_cpus=1)(Searcher)
+    first, second = (actor.remote(None, str(tmp_path / name), False, node) for name in ("a", "b"))
+    try:
+        _, _, _, (_, _, made_first), shared = ray.get(first.search.remote([item]))
+        _, _, _, (_, _, made_second), more = ray.get(second.search.remote([item], shared))
+    finally:
+        ray.kill(first)
+        ray.kill(second)
+    assert len(shared) >= 1 and not set(more) & set(shared)  # (a plan near the threshold may go either way)
+    assert len(made_second) == len(made_first) - len(shared)
+    assert table(tmp_path / "a").equals(table(tmp_path / "b"))
 
 
 def test_a_disaggregated_sweep_names_the_side_that_fails_in_its_best_rows(tmp_path):
