@@ -11,13 +11,14 @@ that made plans, the plans it used (their signatures; a plan is made once per pr
 its points and the bytes of its assembled result (what a worker sends the driver); and what each
 plan cost to make to bench/data/<spec>_plans.parquet.
 
-`replay` plays the runner's policy (`orchestrator.runner.Placement`, one part in flight per
+`replay` plays the runner's policy (`orchestrator.placement.Placement`, one part in flight per
 worker) as a small discrete-event model over W workers, with Ray's costs as measured here:
 
 - a worker pays its parts' recorded seconds without their plan seconds, plus the cost of every plan
   its scenarios use that it has not made before (its memo is taken to keep every plan), or FETCH_S
   for one another worker made in SHARE_PLAN_S or more (read from the object store: `PlanShelf`);
-- parts are cut as the runner cuts them (`runner.part_ms`);
+- parts are cut as the runner cuts them (`placement.part_ms`), a scenario of more work than a part
+  placed job by job (the recording has no cost per job: its seconds shared equally among its jobs);
 - every part costs ACTOR_CALL_S of dispatch; every worker ACTOR_START_S once, in parallel;
 - who writes: the workers themselves (an object-store output on a cluster, or a local one on one
   machine), or the driver, one scenario after another, DRIVER_WRITE_S each plus its result's bytes
@@ -27,9 +28,10 @@ It prints the predicted wall time and efficiency (busy / (workers x wall)) per w
 the efficiency counted from when the workers are up (busy / (workers x (wall - ACTOR_START_S))): the
 start is paid once per sweep, whatever its size, so it bounds a short sweep on many workers.
 
-`check` sweeps the spec's first `--limit` scenarios for real with Ray on 1 and then 2 CPUs of this
-machine (each in a fresh process: `init_ray(num_cpus=...)`, `run_sweep`) and prints the model's
-prediction for the same scenarios beside what was measured: wall seconds and efficiency.
+`check` records the spec's first `--limit` scenarios inline, then sweeps them for real with Ray on 1
+and then 2 CPUs of this machine (each in a fresh process: `init_ray(num_cpus=...)`, `run_sweep`) and
+prints the model's prediction from that recording beside what was measured: wall seconds and
+efficiency.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ DATA = Path(__file__).resolve().parent / "data"
 FETCH_S = 0.001
 
 
-def record(spec_path: Path, limit: int) -> Path:
+def record(spec_path: Path, limit: int, data: Path = DATA) -> Path:
     from orchestrator import evaluate
     from orchestrator.pricer import CachedPricer
     from orchestrator.runner import search_item
@@ -89,11 +91,11 @@ def record(spec_path: Path, limit: int) -> Path:
                      "result_bytes": len(pickle.dumps(result))})
         if i % 200 == 0:
             print(f"{i}/{len(items)} scenarios, {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    out = DATA / f"{spec_path.stem}_costs.parquet"
-    DATA.mkdir(exist_ok=True)
+    out = data / f"{spec_path.stem}_costs.parquet"
+    data.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_parquet(out, index=False)
     pd.DataFrame({"plan": list(plan_cost), "seconds": list(plan_cost.values())}).to_parquet(
-        DATA / f"{spec_path.stem}_plans.parquet", index=False)
+        data / f"{spec_path.stem}_plans.parquet", index=False)
     print(f"{len(rows)} scenarios in {time.perf_counter() - started:.1f} s -> {out}", file=sys.stderr)
     return out
 
@@ -110,7 +112,8 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
     workers; `driver_writes`: the driver writes every scenario, one after another; `shared`: a plan
     that took SHARE_PLAN_S or more to make is read by the others from the object store (FETCH_S each),
     as the runner's searchers do (`PlanShelf`), once its maker has made it (taken as at once)."""
-    from orchestrator.runner import SHARE_PLAN_S, Placement
+    from orchestrator.placement import Placement
+    from orchestrator.runner import SHARE_PLAN_S
 
     items = [_Costed(r) for r in costs.itertuples()]
     placement = Placement(items, workers, cost=lambda it: 1000 * it.r.seconds)
@@ -140,24 +143,27 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
         busy[w] += work
         done = now + ACTOR_CALL_S + work
         if driver_writes:  # the driver writes the part's scenarios when it gets them, one after another
-            write = sum(DRIVER_WRITE_S + it.r.result_bytes / (DRIVER_MB_S * 1e6) for it in part)
+            write = sum(DRIVER_WRITE_S * getattr(it.r, "writes", 1) + it.r.result_bytes / (DRIVER_MB_S * 1e6)
+                        for it in part)  # a scenario placed job by job is written once
             driver_free = max(driver_free, done) + write
             end = max(end, driver_free)
         heapq.heappush(events, (done, w))
     return {"wall": end, "efficiency": sum(busy) / (workers * end), "replanned_s": replanned}
 
 
-def split_jobs(costs: pd.DataFrame, spec_path: Path) -> pd.DataFrame:
-    """What-if: each scenario's jobs (its layouts' independent searches) as parts of their own, the
-    scenario's recorded seconds shared equally among them (each keeps all its plans: a bound)."""
-    from orchestrator.spec import expand, load_spec
-
-    jobs = {it.id: len(it.jobs) for it in expand(load_spec(spec_path))}
+def split_jobs(costs: pd.DataFrame, jobs: dict, part_s: float) -> pd.DataFrame:
+    """The scenarios the runner places job by job (`placement.pieces`: more work than a part alone,
+    here by their recorded seconds) as a piece a job, sharing the scenario's seconds equally (the
+    recording has no cost per job); each piece keeps all the scenario's plans (a bound)."""
     rows = []
     for r in costs.itertuples(index=False):
         k = jobs[r.scenario_id]
+        if r.seconds <= part_s or k == 1:
+            rows.append({**r._asdict(), "writes": True})
+            continue
         rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "seconds": r.seconds / k,
-                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k} for j in range(k)]
+                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k, "writes": j == 0}
+                 for j in range(k)]
     return pd.DataFrame(rows)
 
 
@@ -175,18 +181,22 @@ MEASURE = ("import json, sys; from orchestrator.spec import expand, load_spec; "
            "print(json.dumps({'seconds': s.seconds, 'efficiency': s.efficiency, 'workers': s.workers}))")
 
 
-def check(spec_path: Path, costs: pd.DataFrame, plan_cost: dict, limit: int) -> None:
-    """The model against real sweeps of the spec's first `limit` scenarios on 1 and 2 CPUs here."""
+def check(spec_path: Path, limit: int) -> None:
+    """The model against real sweeps of the spec's first `limit` scenarios on 1 and 2 CPUs here, their
+    costs recorded inline just before (this machine's speed drifts over a day)."""
     import json
     import subprocess
     import tempfile
 
+    from orchestrator.placement import part_ms
     from orchestrator.spec import expand, load_spec
 
     items = expand(load_spec(spec_path))[:limit]
-    sub = costs[costs["scenario_id"].isin({it.id for it in items})]
-    if len(sub) < len(items):
-        sys.exit(f"check: {len(items) - len(sub)} of the first {limit} scenarios have no recorded cost; record again")
+    jobs = {it.id: len(it.jobs) for it in items}
+    with tempfile.TemporaryDirectory() as fresh:
+        sub = pd.read_parquet(record(spec_path, limit, Path(fresh)))
+        plans = pd.read_parquet(Path(fresh) / f"{spec_path.stem}_plans.parquet")
+    plan_cost = dict(zip(plans["plan"], plans["seconds"], strict=True))
     root = Path(__file__).resolve().parent.parent
     print(f"{len(items)} scenarios (recorded inline {sub['seconds'].sum():.1f} s)")
     print(f"{'CPUs':>4} {'predicted wall s':>16} {'measured wall s':>15} {'error':>7} "
@@ -200,7 +210,8 @@ def check(spec_path: Path, costs: pd.DataFrame, plan_cost: dict, limit: int) -> 
             if out.returncode:
                 sys.exit(out.stderr[-3000:])
             measured = json.loads(out.stdout.strip().splitlines()[-1])
-            r = replay(sub, plan_cost, cpus, driver_writes=False)
+            placed = split_jobs(sub, jobs, part_ms(1000 * sub["seconds"].sum(), cpus) / 1000)
+            r = replay(placed, plan_cost, cpus, driver_writes=False)
             print(f"{cpus:>4} {r['wall']:>16.1f} {measured['seconds']:>15.1f} "
                   f"{r['wall'] / measured['seconds'] - 1:>+7.1%} {r['efficiency']:>14.0%} "
                   f"{measured['efficiency']:>13.0%}")
@@ -262,16 +273,15 @@ def main() -> None:
     rep.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8, 32, 128, 512])
     rep.add_argument("--part-ms", type=float, help="what-if: the least work of a part (the runner's "
                      "TARGET_TASK_MS, 800)")
-    rep.add_argument("--split-jobs", action="store_true", help="what-if: each scenario's jobs placed as parts "
-                     "of their own (the scenario's seconds shared equally)")
+    rep.add_argument("--whole", action="store_true", help="every scenario placed whole, as the runner did "
+                     "before it placed the largest job by job")
     rep.add_argument("--no-shared-plans", dest="shared_plans", action="store_false", help="as the runner was "
                      "before PlanShelf: every worker makes every plan it uses")
     rep.add_argument("--spec", type=Path, default=Path("examples/cluster_scale.toml"), help="the recorded spec "
-                     "(--split-jobs reads its scenarios' jobs)")
+                     "(its scenarios' jobs)")
     sub.add_parser("calibrate", help="measure the Ray and driver costs the model uses")
     chk = sub.add_parser("check", help="the model's prediction against real 1- and 2-CPU sweeps here")
     chk.add_argument("--spec", type=Path, default=Path("examples/cluster_scale.toml"))
-    chk.add_argument("--costs", type=Path, default=DATA / "cluster_scale_costs.parquet")
     chk.add_argument("--limit", type=int, default=400, help="the spec's first N scenarios (default 400)")
     a = ap.parse_args()
     if a.command == "calibrate":
@@ -280,26 +290,29 @@ def main() -> None:
     if a.command == "record":
         record(a.spec, a.limit)
         return
+    if a.command == "check":
+        check(a.spec, a.limit)
+        return
     costs = pd.read_parquet(a.costs)
     plans = pd.read_parquet(a.costs.with_name(a.costs.name.replace("_costs", "_plans")))
     plan_cost = dict(zip(plans["plan"], plans["seconds"], strict=True))
-    if a.command == "check":
-        check(a.spec, costs, plan_cost, a.limit)
-        return
     if a.part_ms is not None:
-        from orchestrator import runner
+        from orchestrator import placement
 
-        runner.TARGET_TASK_MS = a.part_ms
-    if a.split_jobs:
-        costs = split_jobs(costs, a.spec)
+        placement.TARGET_TASK_MS = a.part_ms
+    from orchestrator.placement import part_ms
+    from orchestrator.spec import expand, load_spec
+
+    jobs = {it.id: len(it.jobs) for it in expand(load_spec(a.spec))}
     inline = costs["seconds"].sum()
-    print(f"{len(costs)} parts to place, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
+    print(f"{len(costs)} scenarios, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
           f"({costs['plan_seconds'].sum():.1f} s of it planning)")
     print(f"{'workers':>7} {'who writes':>10} {'wall s':>9} {'speed-up':>9} {'efficiency':>10} "
           f"{'from up':>8} {'planned again s':>15}")
     for w in a.workers:
+        placed = costs if a.whole else split_jobs(costs, jobs, part_ms(1000 * inline, w) / 1000)
         for driver_writes in (False, True):
-            r = replay(costs, plan_cost, w, driver_writes, a.shared_plans)
+            r = replay(placed, plan_cost, w, driver_writes, a.shared_plans)
             who = "driver" if driver_writes else "workers"
             print(f"{w:>7} {who:>10} {r['wall']:>9.1f} {inline / r['wall']:>8.1f}x {r['efficiency']:>9.0%} "
                   f"{up_efficiency(r):>8.0%} {r['replanned_s']:>15.1f}")

@@ -147,7 +147,7 @@ def test_a_task_estimates_the_pricing_of_an_expensive_backend():
     more per key than asking the shared cache (5 ms a key), PRICED_KEYS_PER_POINT keys; the roofline
     adds nothing. So tasks of an expensive backend carry few points and searches do not wait on them."""
     from orchestrator.jobs import Job
-    from orchestrator.runner import MS_PER_POINT, MS_PER_STEP, PRICED_KEYS_PER_POINT, estimate_ms
+    from orchestrator.placement import MS_PER_POINT, MS_PER_STEP, PRICED_KEYS_PER_POINT, estimate_ms
     from orchestrator.scenario import Layout, Scenario
 
     s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 1, 3000, 40, (1024,))
@@ -177,6 +177,32 @@ def test_cache_actor_serves_a_fresh_worker(ray_session):
     roofline = CachedPricer(cache)
     evaluate_point(s.with_(latency_backend="roofline"), Job("agg", Layout(1), 1024), 7, roofline)
     assert roofline.round_trips == 0 and roofline.priced > 0
+
+
+SPLIT_SPEC = {"sweep": {"name": "split"},
+              "grid": {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": [1, 8], "input_length": 1024,
+                       "output_length": [64, 1024], "max_batched_tokens": 2048, "ttft_limit_ms": 3000,
+                       "tpot_limit_ms": 30}}
+
+
+def test_a_scenario_larger_than_a_part_is_placed_job_by_job_and_assembled_as_inline(ray_session, tmp_path):
+    """8 devices, 1024/1024 is estimated at 420 ms, above the 100 ms parts of this 589 ms sweep on two
+    workers: its four layouts are placed as four pieces, searched where they land, and the driver
+    assembles and writes it; every row equals the inline run's, none lost or twice."""
+    from orchestrator.placement import part_ms, pieces, scenario_ms
+
+    items = expand(SPLIT_SPEC)
+    split = [p for p in pieces(items, 2) if p.jobs is not None]
+    big = max(items, key=scenario_ms)
+    assert scenario_ms(big) > part_ms(sum(map(scenario_ms, items)), 2)
+    assert [p.jobs for p in split] == [(0,), (1,), (2,), (3,)] and {p.item.id for p in split} == {big.id}
+    inline = run_sweep(items, tmp_path / "inline", backend="inline", progress=False)
+    ray_run = run_sweep(items, tmp_path / "ray", backend="ray", progress=False)
+    assert ray_run.written == inline.written == len(items)
+    for name in ("points", "best"):
+        got, want = table(tmp_path / "ray", name), table(tmp_path / "inline", name)
+        assert not got.duplicated(KEY).any() and len(got) > 0
+        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-12)
 
 
 def test_killed_worker_loses_and_duplicates_nothing(ray_session, inline_run, tmp_path, faults):
@@ -543,7 +569,7 @@ def test_placement_keeps_a_family_on_the_worker_that_started_it():
     workers. Parts hold >= 625 ms (TARGET_TASK_MS, 800 ms, would leave a worker fewer than 4 parts of
     the 5,000 ms: 5,000 / (2 x 4)): A's scenarios one a part, C's two in one. A worker starts the
     largest family nobody has, keeps to its own, and helps with what is left at the end."""
-    from orchestrator.runner import MIN_PARTS_PER_WORKER, TARGET_TASK_MS, Placement
+    from orchestrator.placement import MIN_PARTS_PER_WORKER, TARGET_TASK_MS, Placement
 
     assert (TARGET_TASK_MS, MIN_PARTS_PER_WORKER) == (800.0, 4)
     items = expand(SPEC)
@@ -574,7 +600,7 @@ def test_parts_shrink_below_the_target_only_where_workers_would_get_too_few():
     """Hand-computed: a part holds the sweep's work over workers x PARTS_PER_WORKER (20) where that is
     above TARGET_TASK_MS (800 ms); else 800 ms unless that leaves a worker fewer than 4 parts; never
     below 100 ms (MIN_TASK_MS)."""
-    from orchestrator.runner import part_ms
+    from orchestrator.placement import part_ms
 
     assert part_ms(234_000.0, 2) == 234_000.0 / 40  # 5,850 ms: a big sweep on 2 CPUs, as before
     assert part_ms(234_000.0, 32) == 800.0  # 366 ms by the 20-part rule: the target holds
@@ -590,7 +616,7 @@ def test_placement_hands_out_every_scenario_once(costs, workers, order):
     """Conservation: whatever order free workers ask in, every scenario is handed out exactly once; a
     worker takes its own family first, then the largest free one, and helps with the family that has
     the most work left only when no family is free."""
-    from orchestrator.runner import Placement
+    from orchestrator.placement import Placement
 
     items = expand(SPEC)
     chosen = [items[i % len(items)] for i in range(len(costs))]
@@ -634,19 +660,21 @@ def test_a_searcher_that_cannot_write_sends_its_results_to_the_driver(ray_sessio
     output is a regular file) it sends that scenario's result back, and every later one."""
     import ray
 
+    from orchestrator.placement import Piece
     from orchestrator.runner import Searcher
 
     items = expand(SPEC)[:2]
     node = ray.get_runtime_context().get_node_id()
     good = Searcher(None, str(tmp_path / "out"), False, node)
-    out, stats, _, (_, busy, _), _ = good.search(items[:1])  # (its plans may be memoised by earlier tests)
+    searched = good.search([Piece(items[0])])  # (its plans may be memoised by earlier tests)
+    out, stats, busy = searched.written, searched.stats, searched.work[1]
     assert out[0][0] == items[0].id and out[0][1] is None  # written here
     assert read_table(tmp_path / "out", "best")["scenario_id"].unique().tolist() == [items[0].id]
     assert stats["points"] > 0 and busy > 0
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     bad = Searcher(None, str(blocked), False, node)
-    out, _, _, _, _ = bad.search(items)
+    out = bad.search([Piece(it) for it in items]).written
     assert [(i, type(r).__name__) for i, r, _ in out] == [(it.id, "OptimizeResult") for it in items]
     assert bad.data is None
     elsewhere = Searcher(None, str(tmp_path / "out"), False, "another-node")
@@ -660,6 +688,7 @@ def test_a_searcher_reads_the_plans_another_made_from_the_object_store(ray_sessi
     write the same rows."""
     import ray
 
+    from orchestrator.placement import Piece
     from orchestrator.runner import Searcher
 
     spec = {"grid": {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 1, "input_length": 4096,
@@ -670,8 +699,9 @@ def test_a_searcher_reads_the_plans_another_made_from_the_object_store(ray_sessi
     actor = ray.remote(num_cpus=1)(Searcher)
     first, second = (actor.remote(None, str(tmp_path / name), False, node) for name in ("a", "b"))
     try:
-        _, _, _, (_, _, made_first), shared = ray.get(first.search.remote([item]))
-        _, _, _, (_, _, made_second), more = ray.get(second.search.remote([item], shared))
+        one = ray.get(first.search.remote([Piece(item)]))
+        two = ray.get(second.search.remote([Piece(item)], one.made))
+        (_, _, made_first), shared, (_, _, made_second), more = one.work, one.made, two.work, two.made
     finally:
         ray.kill(first)
         ray.kill(second)
