@@ -35,6 +35,7 @@ POINTS_PER_SEARCH, REFERENCE_LOAD = 12, 64
 #: keys a point prices itself with an expensive backend (a guess: what the caches miss)
 PRICED_KEYS_PER_POINT = 10
 
+
 def estimate_ms(s: Scenario, job: Job, n: int) -> float:
     """Rough work of one point: decode steps plus the steps its prompt tokens fill at B per step
     (a Poisson point's requests in flight are unknown before it runs: POISSON_IN_FLIGHT is a guess),
@@ -107,7 +108,6 @@ def pieces(items: list[SweepItem], workers: int) -> list[Piece]:
     return out
 
 
-
 class Placement:
     """Which part of the sweep a free worker searches next. The sweep (its `pieces`, or anything with
     an id and a family) is cut by plan family, each family into parts of contiguous scenarios
@@ -118,7 +118,7 @@ class Placement:
     others again)."""
 
     def __init__(self, items: list, workers: int, cost=piece_ms):
-        families: dict[str, list[tuple[SweepItem, float]]] = {}
+        families: dict[str, list[tuple[Piece, float]]] = {}
         for item in items:
             families.setdefault(item.family, []).append((item, cost(item)))
         total = sum(ms for members in families.values() for _, ms in members)
@@ -127,8 +127,8 @@ class Placement:
         self.left = {f: sum(ms for _, ms in m) for f, m in families.items()}
         self.owners: dict[str, set] = {f: set() for f in families}
 
-    def take(self, worker) -> tuple[str, list[SweepItem], float] | None:
-        """(family, scenarios, estimated ms) for `worker`, or None when nothing is left."""
+    def take(self, worker) -> tuple[str, list[Piece], float] | None:
+        """(family, pieces, estimated ms) for `worker`, or None when nothing is left."""
         open_ = [f for f, parts in self.parts.items() if parts]
         if not open_:
             return None
@@ -140,7 +140,7 @@ class Placement:
         self.left[family] -= ms
         return family, items, ms
 
-    def give_back(self, family: str, items: list[SweepItem], ms: float, worker) -> None:
+    def give_back(self, family: str, items: list[Piece], ms: float, worker) -> None:
         """A part whose worker was lost: first in its family again; the worker owns nothing now."""
         self.parts[family].appendleft((items, ms))
         self.left[family] += ms
@@ -157,8 +157,7 @@ def part_ms(total: float, workers: int) -> float:
     return max(floor, total / (workers * PARTS_PER_WORKER))
 
 
-
-def _cut(members: list[tuple[SweepItem, float]], part_ms: float) -> list[tuple[list[SweepItem], float]]:
+def _cut(members: list[tuple[Piece, float]], part_ms: float) -> list[tuple[list[Piece], float]]:
     """Contiguous parts of a family of >= part_ms each (the last may be less)."""
     parts, items, ms = [], [], 0.0
     for item, cost in members:

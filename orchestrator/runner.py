@@ -130,8 +130,9 @@ class Searched(NamedTuple):
 
 
 class Searcher:
-    """A Ray actor: searches whole scenarios with one pricer and one plan memo for its lifetime, and
-    writes each to the dataset itself where it can reach it: a local output from the driver's node; an
+    """A Ray actor: searches scenarios (whole, or the jobs of one placed job by job) with one pricer
+    and one plan memo for its lifetime, reading the family's shared plans (`PlanShelf`), and writes
+    each whole scenario to the dataset itself where it can reach it: a local output from the driver's node; an
     object store from a node of a cluster (its nodes are given the job's storage access; the processes
     of one machine may not be: there the driver writes). Otherwise, or once a write of its fails, it
     sends the assembled result back for the driver to write."""
