@@ -21,8 +21,9 @@ worker) as a small discrete-event model over W workers, with Ray's costs as meas
   placed job by job (the recording has no cost per job: its seconds shared equally among its jobs);
 - every part costs ACTOR_CALL_S of dispatch; every worker ACTOR_START_S once, in parallel;
 - who writes: the workers themselves (an object-store output on a cluster, or a local one on one
-  machine), or the driver, one scenario after another, DRIVER_WRITE_S each plus its result's bytes
-  at DRIVER_MB_S (a local output on a cluster, whose other nodes cannot reach the driver's disk).
+  machine), DRIVER_WRITE_S a scenario added to their work, or the driver, one scenario after another,
+  DRIVER_WRITE_S each plus its result's bytes at DRIVER_MB_S (a local output on a cluster, whose other
+  nodes cannot reach the driver's disk); a scenario placed job by job is the driver's to write.
 
 It prints the predicted wall time and efficiency (busy / (workers x wall)) per worker count, and
 the efficiency counted from when the workers are up (busy / (workers x (wall - ACTOR_START_S))): the
@@ -30,8 +31,9 @@ start is paid once per sweep, whatever its size, so it bounds a short sweep on m
 
 `check` records the spec's first `--limit` scenarios inline, then sweeps them for real with Ray on 1
 and then 2 CPUs of this machine (each in a fresh process: `init_ray(num_cpus=...)`, `run_sweep`) and
-prints the model's prediction from that recording beside what was measured: wall seconds and
-efficiency.
+prints the model's prediction from that recording beside what was measured: wall seconds, efficiency,
+and the searchers' busy seconds over the inline recording's (what the model takes as 1: on 2 cores,
+Ray's processes and the driver share them with the searchers).
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-#: measured here (bench/cluster_replay.py calibrate): an actor method call's round trip, an actor's
-#: start (its process imports numpy, pandas, pyarrow and our packages), the driver's write of one
-#: scenario's Parquet files and its reading of a result sent to it
-ACTOR_CALL_S, ACTOR_START_S, DRIVER_WRITE_S, DRIVER_MB_S = 0.0033, 1.7, 0.0145, 52.0
+#: measured here (bench/cluster_replay.py calibrate, 2026-12-04; a day before, on a slower day of this
+#: machine: 3.3 ms, 1.7 s, 14.5 ms, 52 MB/s): an actor method call's round trip, an actor's start (its
+#: process imports numpy, pandas, pyarrow and our packages), the write of one scenario's Parquet files
+#: (a worker's or the driver's) and the driver's reading of a result sent to it
+ACTOR_CALL_S, ACTOR_START_S, DRIVER_WRITE_S, DRIVER_MB_S = 0.0011, 0.66, 0.0077, 109.0
 DATA = Path(__file__).resolve().parent / "data"
 #: what reading a shared plan from the object store costs (0.2 ms from this node's store for a 147 kB
 #: plan; another node's, more)
@@ -140,6 +143,8 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
                     work += plan_cost.get(p, 0.0)  # a plan the recording found memoised costs nothing
                     replanned += plan_cost.get(p, 0.0) if p in made else 0.0
                     made.add(p)
+        if not driver_writes:  # the worker writes the whole scenarios it searched (as the driver would)
+            work += sum(DRIVER_WRITE_S * getattr(it.r, "whole", 1) for it in part)
         busy[w] += work
         done = now + ACTOR_CALL_S + work
         if driver_writes:  # the driver writes the part's scenarios when it gets them, one after another
@@ -159,11 +164,11 @@ def split_jobs(costs: pd.DataFrame, jobs: dict, part_s: float) -> pd.DataFrame:
     for r in costs.itertuples(index=False):
         k = jobs[r.scenario_id]
         if r.seconds <= part_s or k == 1:
-            rows.append({**r._asdict(), "writes": True})
+            rows.append({**r._asdict(), "writes": True, "whole": True})
             continue
         rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "seconds": r.seconds / k,
-                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k, "writes": j == 0}
-                 for j in range(k)]
+                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k, "writes": j == 0,
+                  "whole": False} for j in range(k)]  # the driver writes it once, in either mode
     return pd.DataFrame(rows)
 
 
@@ -200,7 +205,7 @@ def check(spec_path: Path, limit: int) -> None:
     root = Path(__file__).resolve().parent.parent
     print(f"{len(items)} scenarios (recorded inline {sub['seconds'].sum():.1f} s)")
     print(f"{'CPUs':>4} {'predicted wall s':>16} {'measured wall s':>15} {'error':>7} "
-          f"{'predicted eff.':>14} {'measured eff.':>13}")
+          f"{'predicted eff.':>14} {'measured eff.':>13} {'searchers busy / inline':>23}")
     with tempfile.TemporaryDirectory() as work:
         ids = Path(work) / "ids.json"
         ids.write_text(json.dumps([it.id for it in items]))
@@ -212,9 +217,10 @@ def check(spec_path: Path, limit: int) -> None:
             measured = json.loads(out.stdout.strip().splitlines()[-1])
             placed = split_jobs(sub, jobs, part_ms(1000 * sub["seconds"].sum(), cpus) / 1000)
             r = replay(placed, plan_cost, cpus, driver_writes=False)
+            busy = measured["efficiency"] * measured["workers"] * measured["seconds"]
             print(f"{cpus:>4} {r['wall']:>16.1f} {measured['seconds']:>15.1f} "
                   f"{r['wall'] / measured['seconds'] - 1:>+7.1%} {r['efficiency']:>14.0%} "
-                  f"{measured['efficiency']:>13.0%}")
+                  f"{measured['efficiency']:>13.0%} {busy / sub['seconds'].sum():>22.2f}x")
 
 
 def calibrate() -> None:
