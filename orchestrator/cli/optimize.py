@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     o.add_argument("--top-n", type=int, default=5, help="rows shown per limit pair (default: 5)")
     o.add_argument("--output", help="write every evaluated point to this Parquet file")
     o.add_argument("--processes", type=int, default=None, help="search in this many processes, the jobs of one "
-                   "budget together (default: the CPUs this process may use); 1 = this process only")
+                   "budget together (they share plans), a timed scenario's jobs apart (theirs are their own) "
+                   "(default: the CPUs this process may use); 1 = this process only")
     p.set_defaults(func=cmd_optimize)
 
 
