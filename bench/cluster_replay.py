@@ -144,11 +144,11 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
                     replanned += plan_cost.get(p, 0.0) if p in made else 0.0
                     made.add(p)
         if not driver_writes:  # the worker writes the whole scenarios it searched (as the driver would)
-            work += sum(DRIVER_WRITE_S * getattr(it.r, "whole", 1) for it in part)
+            work += sum(DRIVER_WRITE_S for it in part if getattr(it.r, "job", -1) < 0)
         busy[w] += work
         done = now + ACTOR_CALL_S + work
         if driver_writes:  # the driver writes the part's scenarios when it gets them, one after another
-            write = sum(DRIVER_WRITE_S * getattr(it.r, "writes", 1) + it.r.result_bytes / (DRIVER_MB_S * 1e6)
+            write = sum(DRIVER_WRITE_S * (getattr(it.r, "job", -1) <= 0) + it.r.result_bytes / (DRIVER_MB_S * 1e6)
                         for it in part)  # a scenario placed job by job is written once
             driver_free = max(driver_free, done) + write
             end = max(end, driver_free)
@@ -164,11 +164,11 @@ def split_jobs(costs: pd.DataFrame, jobs: dict, part_s: float) -> pd.DataFrame:
     for r in costs.itertuples(index=False):
         k = jobs[r.scenario_id]
         if r.seconds <= part_s or k == 1:
-            rows.append({**r._asdict(), "writes": True, "whole": True})
+            rows.append({**r._asdict(), "job": -1})  # whole
             continue
         rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "seconds": r.seconds / k,
-                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k, "writes": j == 0,
-                  "whole": False} for j in range(k)]  # the driver writes it once, in either mode
+                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k, "job": j}
+                 for j in range(k)]  # the driver writes it once, in either mode
     return pd.DataFrame(rows)
 
 

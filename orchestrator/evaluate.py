@@ -55,9 +55,10 @@ class PlanMemo:
             if hit is not None:
                 self.memo.move_to_end(key)
                 return hit[0]
-        shelf = self.shelf
-        signature = _plan_signature(w, scheduler, phase, decode_context) if shelf is not None else ""
-        planned = shelf.get(signature) if shelf is not None else None
+        shelf, planned = self.shelf, None
+        if shelf is not None:
+            signature = _plan_signature(w, scheduler, phase, decode_context)
+            planned = shelf.get(signature)
         if planned is None:
             started = time.perf_counter()
             planned = plan(w, scheduler, phase=phase, decode_context=decode_context)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter
 
 from orchestrator.evaluate import workload
 from orchestrator.jobs import Job, SweepItem
@@ -66,18 +67,15 @@ def job_ms(s: Scenario, job: Job) -> float:
     return POINTS_PER_SEARCH * estimate_ms(s, job, n)
 
 
-def scenario_ms(item: SweepItem) -> float:
-    """Rough work of one scenario's search: its jobs' (`job_ms`)."""
-    return sum(job_ms(item.scenario, job) for job in item.jobs)
-
-
 @dataclass(frozen=True)
 class Piece:
     """What a part holds of one scenario: all its jobs (`jobs` None: searched, assembled and written
-    where it is searched) or one of them (its result goes back to the driver)."""
+    where it is searched) or one of them (its result goes back to the driver); `ms` its estimated
+    work, worked out once by `pieces`."""
 
     item: SweepItem
     jobs: tuple[int, ...] | None = None
+    ms: float = 0.0
 
     @property
     def id(self) -> str:
@@ -88,23 +86,16 @@ class Piece:
         return self.item.family
 
 
-def piece_ms(piece: Piece) -> float:
-    """Rough work of a piece: its scenario's, or its jobs'."""
-    if piece.jobs is None:
-        return scenario_ms(piece.item)
-    return sum(job_ms(piece.item.scenario, piece.item.jobs[j]) for j in piece.jobs)
-
-
 def pieces(items: list[SweepItem], workers: int) -> list[Piece]:
     """Each scenario whole, or job by job where its estimated work alone exceeds a part (`part_ms`)."""
-    costs = [scenario_ms(item) for item in items]
-    part = part_ms(sum(costs), workers)
+    job_costs = [[job_ms(item.scenario, job) for job in item.jobs] for item in items]
+    part = part_ms(sum(map(sum, job_costs)), workers)
     out: list[Piece] = []
-    for item, ms in zip(items, costs, strict=True):
-        if ms > part and len(item.jobs) > 1:
-            out += [Piece(item, (j,)) for j in range(len(item.jobs))]
+    for item, costs in zip(items, job_costs, strict=True):
+        if sum(costs) > part and len(costs) > 1:
+            out += [Piece(item, (j,), ms) for j, ms in enumerate(costs)]
         else:
-            out.append(Piece(item))
+            out.append(Piece(item, None, sum(costs)))
     return out
 
 
@@ -117,7 +108,7 @@ class Placement:
     has the most work left (reading the plans of it worth sharing, `runner.PlanShelf`, and making the
     others again)."""
 
-    def __init__(self, items: list, workers: int, cost=piece_ms):
+    def __init__(self, items: list, workers: int, cost=attrgetter("ms")):
         families: dict[str, list[tuple[Piece, float]]] = {}
         for item in items:
             families.setdefault(item.family, []).append((item, cost(item)))

@@ -189,13 +189,14 @@ def test_a_scenario_larger_than_a_part_is_placed_job_by_job_and_assembled_as_inl
     """8 devices, 1024/1024 is estimated at 420 ms, above the 100 ms parts of this 589 ms sweep on two
     workers: its four layouts are placed as four pieces, searched where they land, and the driver
     assembles and writes it; every row equals the inline run's, none lost or twice."""
-    from orchestrator.placement import part_ms, pieces, scenario_ms
+    from orchestrator.placement import part_ms, pieces
 
     items = expand(SPLIT_SPEC)
-    split = [p for p in pieces(items, 2) if p.jobs is not None]
-    big = max(items, key=scenario_ms)
-    assert scenario_ms(big) > part_ms(sum(map(scenario_ms, items)), 2)
-    assert [p.jobs for p in split] == [(0,), (1,), (2,), (3,)] and {p.item.id for p in split} == {big.id}
+    placed = pieces(items, 2)
+    split = [p for p in placed if p.jobs is not None]
+    whole = max(sum(p.ms for p in placed if p.item.id == it.id) for it in items)
+    assert sum(p.ms for p in split) == whole > part_ms(sum(p.ms for p in placed), 2)
+    assert [p.jobs for p in split] == [(0,), (1,), (2,), (3,)] and len({p.item.id for p in split}) == 1
     inline = run_sweep(items, tmp_path / "inline", backend="inline", progress=False)
     ray_run = run_sweep(items, tmp_path / "ray", backend="ray", progress=False)
     assert ray_run.written == inline.written == len(items)
