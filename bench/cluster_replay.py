@@ -114,11 +114,13 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
     """Predicted wall seconds, efficiency and seconds of plans made again of the policy on `workers`
     workers; `driver_writes`: the driver writes every scenario, one after another; `shared`: a plan
     that took SHARE_PLAN_S or more to make is read by the others from the object store (FETCH_S each),
-    as the runner's searchers do (`PlanShelf`), once its maker has made it (taken as at once)."""
+    as the runner's searchers do (`PlanShelf`) where they outnumber the plan families, once its maker has
+    made it (taken as at once)."""
     from orchestrator.placement import Placement
     from orchestrator.runner import SHARE_PLAN_S
 
     items = [_Costed(r) for r in costs.itertuples()]
+    shared = shared and workers > len({it.family for it in items})  # as the runner decides (shares_plans)
     placement = Placement(items, workers, cost=lambda it: 1000 * it.r.seconds)
     memo = [set() for _ in range(workers)]
     made: set = set()

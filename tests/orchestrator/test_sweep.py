@@ -597,6 +597,17 @@ def test_placement_keeps_a_family_on_the_worker_that_started_it():
     assert p.take(1) is None and p.take(2) is None
 
 
+def test_searchers_share_plans_only_where_there_are_more_of_them_than_plan_families():
+    """SPEC's 16 scenarios hold 4 plan families (2 input x 2 output lengths at one budget; the device
+    count and the limits never enter one): 4 searchers each keep their own, a 5th must share one."""
+    from orchestrator.placement import pieces
+    from orchestrator.runner import shares_plans
+
+    placed = pieces(expand(SPEC), 2)
+    assert len({p.family for p in placed}) == 4
+    assert not shares_plans(4, placed) and shares_plans(5, placed)
+
+
 def test_parts_shrink_below_the_target_only_where_workers_would_get_too_few():
     """Hand-computed: a part holds the sweep's work over workers x PARTS_PER_WORKER (20) where that is
     above TARGET_TASK_MS (800 ms); else 800 ms unless that leaves a worker fewer than 4 parts; never
@@ -698,7 +709,7 @@ def test_a_searcher_reads_the_plans_another_made_from_the_object_store(ray_sessi
     item = expand(spec)[0]
     node = ray.get_runtime_context().get_node_id()
     actor = ray.remote(num_cpus=1)(Searcher)
-    first, second = (actor.remote(None, str(tmp_path / name), False, node) for name in ("a", "b"))
+    first, second = (actor.remote(None, str(tmp_path / name), False, node, False, True) for name in ("a", "b"))
     try:
         one = ray.get(first.search.remote([Piece(item)]))
         two = ray.get(second.search.remote([Piece(item)], one.made))
