@@ -25,9 +25,11 @@ worker) as a small discrete-event model over W workers, with Ray's costs as meas
   DRIVER_WRITE_S each plus its result's bytes at DRIVER_MB_S (a local output on a cluster, whose other
   nodes cannot reach the driver's disk); a scenario placed job by job is the driver's to write.
 
-It prints the predicted wall time and efficiency (busy / (workers x wall)) per worker count, and
-the efficiency counted from when the workers are up (busy / (workers x (wall - ACTOR_START_S))): the
-start is paid once per sweep, whatever its size, so it bounds a short sweep on many workers.
+It prints the predicted wall time and efficiency (busy / (workers x wall)) per worker count, the
+efficiency counted from when the workers are up (busy / (workers x (wall - ACTOR_START_S))): the
+start is paid once per sweep, whatever its size, so it bounds a short sweep on many workers; and the
+inline work over the workers' time (inline seconds / (workers x wall)): busy seconds count plans made
+again as work, this figure does not.
 
 `check` records the spec's first `--limit` scenarios inline, then sweeps them for real with Ray on 1
 and then 2 CPUs of this machine (each in a fresh process: `init_ray(num_cpus=...)`, `run_sweep`) and
@@ -114,8 +116,8 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
     """Predicted wall seconds, efficiency and seconds of plans made again of the policy on `workers`
     workers; `driver_writes`: the driver writes every scenario, one after another; `shared`: a plan
     that took SHARE_PLAN_S or more to make is read by the others from the object store (FETCH_S each),
-    as the runner's searchers do (`PlanShelf`) where they outnumber the plan families, once its maker has
-    made it (taken as at once)."""
+    as the runner's searchers do (`PlanShelf`) where they outnumber the plan families, by a part that
+    starts once the part that made it has returned (its reference reaches the driver with the part)."""
     from orchestrator.placement import Placement
     from orchestrator.runner import SHARE_PLAN_S
 
@@ -123,7 +125,7 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
     shared = shared and workers > len({it.family for it in items})  # as the runner decides (shares_plans)
     placement = Placement(items, workers, cost=lambda it: 1000 * it.r.seconds)
     memo = [set() for _ in range(workers)]
-    made: set = set()
+    made: dict = {}  # plan -> when the first part that made it returned
     busy = [0.0] * workers
     events = [(ACTOR_START_S, w) for w in range(workers)]  # (time the worker is free, worker)
     driver_free, end, replanned = 0.0, 0.0, 0.0
@@ -134,21 +136,23 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
             end = max(end, now)
             continue
         _, part, _ = taken
-        work = sum(it.r.seconds - it.r.plan_seconds for it in part)
+        work, making = sum(it.r.seconds - it.r.plan_seconds for it in part), []
         for it in part:
             for p in it.r.plans:
                 if p not in memo[w]:
                     memo[w].add(p)
-                    if shared and p in made and plan_cost.get(p, 0.0) >= SHARE_PLAN_S:
+                    if shared and made.get(p, now + 1) <= now and plan_cost.get(p, 0.0) >= SHARE_PLAN_S:
                         work += FETCH_S
                         continue
                     work += plan_cost.get(p, 0.0)  # a plan the recording found memoised costs nothing
                     replanned += plan_cost.get(p, 0.0) if p in made else 0.0
-                    made.add(p)
+                    making.append(p)
         if not driver_writes:  # the worker writes the whole scenarios it searched (as the driver would)
             work += sum(DRIVER_WRITE_S for it in part if getattr(it.r, "job", -1) < 0)
         busy[w] += work
         done = now + ACTOR_CALL_S + work
+        for p in making:
+            made[p] = min(made.get(p, done), done)
         if driver_writes:  # the driver writes the part's scenarios when it gets them, one after another
             write = sum(DRIVER_WRITE_S * (getattr(it.r, "job", -1) <= 0) + it.r.result_bytes / (DRIVER_MB_S * 1e6)
                         for it in part)  # a scenario placed job by job is written once
@@ -316,14 +320,14 @@ def main() -> None:
     print(f"{len(costs)} scenarios, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
           f"({costs['plan_seconds'].sum():.1f} s of it planning)")
     print(f"{'workers':>7} {'who writes':>10} {'wall s':>9} {'speed-up':>9} {'efficiency':>10} "
-          f"{'from up':>8} {'planned again s':>15}")
+          f"{'from up':>8} {'inline work / (workers x wall)':>30} {'planned again s':>15}")
     for w in a.workers:
         placed = costs if a.whole else split_jobs(costs, jobs, part_ms(1000 * inline, w) / 1000)
         for driver_writes in (False, True):
             r = replay(placed, plan_cost, w, driver_writes, a.shared_plans)
             who = "driver" if driver_writes else "workers"
             print(f"{w:>7} {who:>10} {r['wall']:>9.1f} {inline / r['wall']:>8.1f}x {r['efficiency']:>9.0%} "
-                  f"{up_efficiency(r):>8.0%} {r['replanned_s']:>15.1f}")
+                  f"{up_efficiency(r):>8.0%} {inline / (w * r['wall']):>30.0%} {r['replanned_s']:>15.1f}")
 
 
 if __name__ == "__main__":
