@@ -85,6 +85,12 @@ class DeviceSpec:
     #: above 1 where the upcast on the SMs, not HBM, bounds them and the device has fewer bytes a second
     #: per SM than the GPU they were measured against (H100: H200's SMs, 0.7 of its bandwidth)
     eff_weight_only_experts: float = 1.0
+    #: FP8 linear layers (per-tensor scaled GEMMs: qkv, o, dense MLP) reach these fractions of the FP8
+    #: peak and of the HBM bandwidth ([efficiency] fp8_gemm, fp8_memory; 0: gemm and memory, as bf16).
+    #: The engines' measured FP8 GEMMs trail the bf16 roofline by 1.1-1.4x streaming weights and 1.3-1.7x
+    #: computing (python bench/gemm_kernels.py)
+    eff_fp8_gemm: float = 0.0
+    eff_fp8_memory: float = 0.0
 
     def computes(self, dtype: str) -> bool:
         """Whether the device has tensor cores for `dtype` (FP4 only where it names an FP4 peak)."""
@@ -95,6 +101,12 @@ class DeviceSpec:
         if not self.computes(dtype):
             dtype = "bf16"
         return getattr(self, f"{dtype}_tflops") * 1e12
+
+    def linear_efficiency(self, dtype: str) -> tuple[float, float]:
+        """(compute, memory) efficiency of a linear layer computed in `dtype`."""
+        if dtype == "fp8":
+            return self.eff_fp8_gemm or self.eff_gemm, self.eff_fp8_memory or self.eff_memory
+        return self.eff_gemm, self.eff_memory
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -138,6 +150,13 @@ class DeviceSpec:
                 or not 0 < weight_only <= MAX_WEIGHT_ONLY_SHARE):
             raise ValueError(f"device file {path}: [efficiency] weight_only_experts must be in "
                              f"(0, {MAX_WEIGHT_ONLY_SHARE:g}], got {weight_only!r}")
+        fp8 = {}
+        for key in ("fp8_gemm", "fp8_memory"):
+            value = data.get("efficiency", {}).get(key, 0.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"device file {path}: [efficiency] {key} must be in (0, 1] (0 or absent: as "
+                                 f"{key[4:]}), got {value!r}")
+            fp8[f"eff_{key}"] = float(value)
         quant = data.get("defaults", {}).get("quantization", "bf16")
         try:
             parse_quantization(quant)
@@ -145,7 +164,7 @@ class DeviceSpec:
             raise ValueError(f"device file {path}: [defaults] quantization: {err}") from None
         return cls(name=name, source=str(data.get("source", "")), default_quantization=quant,
                    scale_up_devices=scale_up, usd_per_hour=float(price), fp4_tflops=float(fp4),
-                   eff_weight_only_experts=float(weight_only), **values)
+                   eff_weight_only_experts=float(weight_only), **fp8, **values)
 
 
 @lru_cache(maxsize=256)

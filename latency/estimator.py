@@ -228,11 +228,12 @@ class RooflineModel:
         layers: weights read once, activations in and out (`in_out` elements a token: 2 x hidden)."""
         d = self.device
         w_bytes = self.quant.weight_bytes if w_bytes is None else w_bytes
+        eff_c, eff_m = d.linear_efficiency(self.quant.compute_dtype if peak is None else "bf16")
         peak = d.peak_flops(self.quant.compute_dtype) if peak is None else peak
         in_out = 2 * self.model.hidden_size if in_out is None else in_out
         flops = 2 * tokens * params
         bytes_ = params * w_bytes + tokens * in_out * ACT_BYTES
-        ms, bound = self._roof(flops, bytes_, peak, d.eff_gemm, n_kernels * d.kernel_overhead_us * 1e-3, detail)
+        ms, bound = self._roof(flops, bytes_, peak, eff_c, n_kernels * d.kernel_overhead_us * 1e-3, detail, eff_m)
         return ms * layers, bound
 
     def _attention(self, step, dec, conc, q, s, n_steps, peak, detail: bool):

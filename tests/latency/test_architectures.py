@@ -186,3 +186,43 @@ def test_mxfp4_experts_without_fp4_tensor_cores_are_weight_only(device, share, n
     on its FP4 tensor cores and take none."""
     lm = build_latency_model("openai/gpt-oss-120b", device=device, tp=2, quantization="bf16+mxfp4")
     assert (lm.weight_only_share, lm.native_fp4_experts) == (share, native)
+
+
+def test_fp8_linear_layers_stream_weights_at_the_device_s_fp8_memory_efficiency():
+    """A decode step of one request on H200 (memory-bound qkv, o and MLP GEMMs): FP8 weights stream at
+    the device file's fp8_memory (0.66, the engines' measured FP8 decode GEMMs), bf16 ones at its memory
+    (0.8); a device file that names none (A100) keeps memory for FP8 too. Hand-computed from the layers'
+    weight bytes; the weights are all but a few kB of each op's bytes at one token."""
+    from latency.estimator import KERNELS
+
+    key = [ForwardKey(True, 1, 1, 1024)]
+    for device, quantization, w_bytes in (("H200_SXM", "fp8", 1.0), ("H200_SXM", "bf16", 2.0),
+                                          ("A100_SXM_80G", "fp8", 1.0)):
+        lm = build_latency_model("Qwen/Qwen3-32B", device=device, tp=1, quantization=quantization)
+        d = lm.device
+        eff = (d.eff_fp8_memory or d.eff_memory) if quantization == "fp8" else d.eff_memory
+        assert eff == {("H200_SXM", "fp8"): 0.66, ("H200_SXM", "bf16"): 0.8, ("A100_SXM_80G", "fp8"): d.eff_memory}[
+            (device, quantization)]
+        t = lm.breakdown(key).set_index("op")["ms"]
+        L = lm.model.num_layers
+        for op, params in (("qkv_proj", lm.qkv_params), ("o_proj", lm.o_params), ("mlp", lm.mlp_params)):
+            launches = KERNELS[op] * d.kernel_overhead_us * 1e-3 * L
+            expected = params * w_bytes / (d.hbm_bytes_per_s * eff) * 1e3 * L
+            assert t[op] - launches == pytest.approx(expected, rel=0.002), (device, quantization, op)
+
+
+def test_a_device_file_s_fp8_efficiencies_are_checked(tmp_path):
+    """fp8_gemm and fp8_memory are fractions in (0, 1], 0 or absent meaning as gemm and memory."""
+    from latency.device import DATA, DeviceSpec, load_device
+
+    text = (DATA / "H200_SXM.toml").read_text()
+    for bad in ("1.5", "-0.1", "true", '"x"'):
+        path = tmp_path / "H200_SXM.toml"
+        path.write_text(text.replace("fp8_memory = 0.66", f"fp8_memory = {bad}"))
+        with pytest.raises(ValueError, match=r"\[efficiency\] fp8_memory must be in \(0, 1\]"):
+            DeviceSpec.from_file(path)
+    path.write_text(text.replace("fp8_memory = 0.66", "fp8_gemm = 0.5"))
+    spec = DeviceSpec.from_file(path)
+    assert spec.linear_efficiency("fp8") == (0.5, spec.eff_memory)
+    assert spec.linear_efficiency("bf16") == (spec.eff_gemm, spec.eff_memory)
+    assert load_device("H200_SXM").linear_efficiency("fp8") == (0.78, 0.66)
