@@ -40,6 +40,8 @@ _FIELDS = {  # attribute: (table, key)
     "step_overhead_ms": ("overhead", "step_ms"),
 }
 _EFFICIENCIES = ("eff_gemm", "eff_attention", "eff_memory", "eff_communication")
+#: a device file's optional FP8 efficiencies and the one each stands in for when absent
+FP8_EFFICIENCIES = {"fp8_gemm": "gemm", "fp8_memory": "memory", "fp8_kv_memory": "memory"}
 #: weight_only_experts above 1 says the upcast bounds those kernels; twice the others' is beyond any
 #: GPU pair measured (H100 1.38)
 MAX_WEIGHT_ONLY_SHARE = 2.0
@@ -86,11 +88,12 @@ class DeviceSpec:
     #: per SM than the GPU they were measured against (H100: H200's SMs, 0.7 of its bandwidth)
     eff_weight_only_experts: float = 1.0
     #: FP8 linear layers (per-tensor scaled GEMMs: qkv, o, dense MLP) reach these fractions of the FP8
-    #: peak and of the HBM bandwidth ([efficiency] fp8_gemm, fp8_memory; 0: gemm and memory, as bf16).
-    #: The engines' measured FP8 GEMMs trail the bf16 roofline by 1.1-1.4x streaming weights and 1.3-1.7x
-    #: computing (python bench/gemm_kernels.py)
+    #: peak and of the HBM bandwidth ([efficiency] fp8_gemm, fp8_memory), and attention reads an FP8 KV
+    #: cache at fp8_kv_memory of it; 0: gemm and memory, as bf16. The engines' measured FP8 kernels trail
+    #: the bf16 roofline (python bench/fp8_kernels.py)
     eff_fp8_gemm: float = 0.0
     eff_fp8_memory: float = 0.0
+    eff_fp8_kv_memory: float = 0.0
 
     def computes(self, dtype: str) -> bool:
         """Whether the device has tensor cores for `dtype` (FP4 only where it names an FP4 peak)."""
@@ -107,6 +110,10 @@ class DeviceSpec:
         if dtype == "fp8":
             return self.eff_fp8_gemm or self.eff_gemm, self.eff_fp8_memory or self.eff_memory
         return self.eff_gemm, self.eff_memory
+
+    def kv_memory_efficiency(self, kv_bytes: float) -> float:
+        """Memory efficiency of attention reading a KV cache of `kv_bytes` an element (1: FP8 on a GPU)."""
+        return (self.eff_fp8_kv_memory or self.eff_memory) if kv_bytes == 1 else self.eff_memory
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -151,11 +158,11 @@ class DeviceSpec:
             raise ValueError(f"device file {path}: [efficiency] weight_only_experts must be in "
                              f"(0, {MAX_WEIGHT_ONLY_SHARE:g}], got {weight_only!r}")
         fp8 = {}
-        for key in ("fp8_gemm", "fp8_memory"):
+        for key in FP8_EFFICIENCIES:
             value = data.get("efficiency", {}).get(key, 0.0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ValueError(f"device file {path}: [efficiency] {key} must be in (0, 1] (0 or absent: as "
-                                 f"{key[4:]}), got {value!r}")
+                                 f"{FP8_EFFICIENCIES[key]}), got {value!r}")
             fp8[f"eff_{key}"] = float(value)
         quant = data.get("defaults", {}).get("quantization", "bf16")
         try:

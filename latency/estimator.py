@@ -262,7 +262,8 @@ class RooflineModel:
             flops = flops + np.where(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
         bytes_ = conc * (keys_read * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
         kernel = KERNELS["attention"] * d.kernel_overhead_us + np.where(dec, 0.0, d.prefill_attention_overhead_us)
-        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail)
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
+                               d.kv_memory_efficiency(self.quant.kv_bytes))
         per_step = np.bincount(step, weights=ms, minlength=n_steps)
         return per_step, _step_bound(step, bound, n_steps) if detail else None
 

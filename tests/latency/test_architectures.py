@@ -212,7 +212,8 @@ def test_fp8_linear_layers_stream_weights_at_the_device_s_fp8_memory_efficiency(
 
 
 def test_a_device_file_s_fp8_efficiencies_are_checked(tmp_path):
-    """fp8_gemm and fp8_memory are fractions in (0, 1], 0 or absent meaning as gemm and memory."""
+    """fp8_gemm, fp8_memory and fp8_kv_memory are fractions in (0, 1], 0 or absent meaning as gemm, memory
+    and memory."""
     from latency.device import DATA, DeviceSpec, load_device
 
     text = (DATA / "H200_SXM.toml").read_text()
@@ -226,3 +227,25 @@ def test_a_device_file_s_fp8_efficiencies_are_checked(tmp_path):
     assert spec.linear_efficiency("fp8") == (0.5, spec.eff_memory)
     assert spec.linear_efficiency("bf16") == (spec.eff_gemm, spec.eff_memory)
     assert load_device("H200_SXM").linear_efficiency("fp8") == (0.78, 0.66)
+    assert spec.kv_memory_efficiency(1) == 0.55 and spec.kv_memory_efficiency(2) == spec.eff_memory
+    path.write_text(text.replace("fp8_kv_memory = 0.55", "fp8_kv_memory = 0"))
+    assert DeviceSpec.from_file(path).kv_memory_efficiency(1) == DeviceSpec.from_file(path).eff_memory
+
+
+def test_attention_reads_an_fp8_kv_cache_at_the_device_s_fp8_kv_memory_efficiency():
+    """A decode step of 64 requests at 8k context on H200 (memory-bound: GQA reads each KV once): an FP8
+    cache is read at the device file's fp8_kv_memory (0.55, the engines' measured FP8-KV decode
+    attention), a bf16 one at its memory (0.8). Hand-computed from the KV bytes the step reads."""
+    from latency.estimator import KERNELS
+
+    key = [ForwardKey(True, 64, 1, 8192)]
+    for kv, kv_bytes, eff in (("fp8", 1.0, 0.55), ("bf16", 2.0, 0.8)):
+        lm = build_latency_model("Qwen/Qwen3-32B", device="H200_SXM", tp=1, kv_cache_dtype=kv)
+        d, m = lm.device, lm.model
+        assert d.kv_memory_efficiency(kv_bytes) == eff
+        t = lm.breakdown(key).set_index("op")["ms"]
+        kv_read = 64 * 8192 * 2 * m.num_kv_heads * m.head_dim * kv_bytes
+        queries = 64 * m.num_heads * 2 * m.head_dim * 2  # each query in and out, bf16
+        launches = KERNELS["attention"] * d.kernel_overhead_us * 1e-3
+        expected = (kv_read + queries) / (d.hbm_bytes_per_s * eff) * 1e3 + launches
+        assert t["attention"] == pytest.approx(expected * m.num_layers, rel=1e-6), kv
