@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from latency.checks import RangeError, check_number
+from latency.device import FP8_EFFICIENCIES
 from latency.memory import DEFAULT_RESERVED_GIB
 
 if sys.version_info >= (3, 11):
@@ -109,11 +110,14 @@ class EngineProfile:
         return self.base or self.name
 
     def scaled_device(self, device):
-        """`device` with its efficiencies multiplied by the [efficiency] table (each at most 1)."""
+        """`device` with its efficiencies multiplied by the [efficiency] table (each at most 1); a device's
+        FP8 efficiency moves with the one it stands for (fp8_memory and fp8_kv_memory with memory)."""
         if not self.efficiency:
             return device
-        return dataclasses.replace(device, **{f"eff_{key}": min(1.0, getattr(device, f"eff_{key}") * value)
-                                              for key, value in self.efficiency})
+        scale = dict(self.efficiency)
+        keys = [(key, key) for key in scale] + [(fp8, of) for fp8, of in FP8_EFFICIENCIES.items() if of in scale]
+        return dataclasses.replace(device, **{f"eff_{key}": min(1.0, getattr(device, f"eff_{key}") * scale[of])
+                                              for key, of in keys})
 
     def expert_bandwidth(self, native_fp4: bool) -> float:
         """The share of the device's memory efficiency the expert GEMMs reach: native FP4 ones apart."""

@@ -249,3 +249,26 @@ def test_attention_reads_an_fp8_kv_cache_at_the_device_s_fp8_kv_memory_efficienc
         launches = KERNELS["attention"] * d.kernel_overhead_us * 1e-3
         expected = (kv_read + queries) / (d.hbm_bytes_per_s * eff) * 1e3 + launches
         assert t["attention"] == pytest.approx(expected * m.num_layers, rel=1e-6), kv
+
+
+def test_a_profile_s_memory_multiplier_moves_the_device_s_fp8_efficiencies_with_it():
+    """`calibrate` fits [efficiency] memory as a multiplier on the device's: on an FP8 deployment it must
+    reach the FP8 linear layers and the FP8 KV cache too, or a calibration could not move their steps.
+    0.5 x memory halves H200's 0.8, 0.66 and 0.55 alike; gemm leaves them alone."""
+    from latency import EngineProfile, load_device
+    from latency.estimator import KERNELS
+
+    h200 = load_device("H200_SXM")
+    half = EngineProfile("test", efficiency=(("memory", 0.5),)).scaled_device(h200)
+    assert (half.eff_memory, half.eff_fp8_memory, half.eff_fp8_kv_memory) == (0.4, 0.33, 0.275)
+    assert half.eff_gemm == h200.eff_gemm and half.eff_fp8_gemm == 0.0
+    gemm = EngineProfile("test", efficiency=(("gemm", 0.5),)).scaled_device(h200)
+    assert (gemm.eff_gemm, gemm.eff_fp8_memory, gemm.eff_fp8_kv_memory) == (0.39, 0.66, 0.55)
+    key = [ForwardKey(True, 8, 1, 2048)]
+    plain = build_latency_model("Qwen/Qwen3-32B", device="H200_SXM", quantization="fp8", kv_cache_dtype="fp8")
+    slow = build_latency_model("Qwen/Qwen3-32B", device="H200_SXM", quantization="fp8", kv_cache_dtype="fp8",
+                               engine=EngineProfile("test", efficiency=(("memory", 0.5),)))
+    a, b = plain.breakdown(key).set_index("op")["ms"], slow.breakdown(key).set_index("op")["ms"]
+    for op in ("qkv_proj", "mlp", "attention"):  # memory-bound at 8 tokens: their bytes take twice as long
+        launches = KERNELS[op] * h200.kernel_overhead_us * 1e-3 * plain.model.num_layers
+        assert b[op] - launches == pytest.approx(2 * (a[op] - launches), rel=1e-3), op
