@@ -1,6 +1,8 @@
 """The MoE architectures people deploy now, parsed from their published config.json, and the
 sliding-window attention of gpt-oss priced by hand."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -211,14 +213,24 @@ def test_fp8_linear_layers_stream_weights_at_the_device_s_fp8_memory_efficiency(
             assert t[op] - launches == pytest.approx(expected, rel=0.002), (device, quantization, op)
 
 
+def _h200_with(tmp_path, *lines: str) -> Path:
+    """H200's device file with `lines` added to its [efficiency] table, written under tmp_path."""
+    from latency.device import DATA
+
+    text = (DATA / "H200_SXM.toml").read_text().replace("[efficiency]", "[efficiency]\n" + "\n".join(lines), 1)
+    path = tmp_path / "H200_SXM.toml"
+    path.write_text(text)
+    return path
+
+
 def test_a_device_file_s_fp8_efficiencies_are_checked(tmp_path):
     """fp8_gemm, fp8_memory and fp8_kv_memory are fractions in (0, 1], 0 or absent meaning as gemm, memory
     and memory."""
     from latency.device import DATA, DeviceSpec, load_device
 
     text = (DATA / "H200_SXM.toml").read_text()
+    path = tmp_path / "H200_SXM.toml"
     for bad in ("1.5", "-0.1", "true", '"x"'):
-        path = tmp_path / "H200_SXM.toml"
         path.write_text(text.replace("fp8_memory = 0.66", f"fp8_memory = {bad}"))
         with pytest.raises(ValueError, match=r"\[efficiency\] fp8_memory must be in \(0, 1\]"):
             DeviceSpec.from_file(path)
@@ -226,21 +238,24 @@ def test_a_device_file_s_fp8_efficiencies_are_checked(tmp_path):
     spec = DeviceSpec.from_file(path)
     assert spec.linear_efficiency("fp8") == (0.5, spec.eff_memory)
     assert spec.linear_efficiency("bf16") == (spec.eff_gemm, spec.eff_memory)
-    assert load_device("H200_SXM").linear_efficiency("fp8") == (0.78, 0.66)
+    shipped = load_device("H200_SXM")
+    assert shipped.linear_efficiency("fp8") == (0.78, 0.66)
+    assert shipped.kv_memory_efficiency(1) == shipped.kv_memory_efficiency(2) == shipped.eff_memory  # not set
+    spec = DeviceSpec.from_file(_h200_with(tmp_path, "fp8_kv_memory = 0.55"))
     assert spec.kv_memory_efficiency(1) == 0.55 and spec.kv_memory_efficiency(2) == spec.eff_memory
-    path.write_text(text.replace("fp8_kv_memory = 0.55", "fp8_kv_memory = 0"))
-    assert DeviceSpec.from_file(path).kv_memory_efficiency(1) == DeviceSpec.from_file(path).eff_memory
 
 
-def test_attention_reads_an_fp8_kv_cache_at_the_device_s_fp8_kv_memory_efficiency():
-    """A decode step of 64 requests at 8k context on H200 (memory-bound: GQA reads each KV once): an FP8
-    cache is read at the device file's fp8_kv_memory (0.55, the engines' measured FP8-KV decode
-    attention), a bf16 one at its memory (0.8). Hand-computed from the KV bytes the step reads."""
+def test_attention_reads_an_fp8_kv_cache_at_the_device_s_fp8_kv_memory_efficiency(tmp_path):
+    """A decode step of 64 requests at 8k context on an H200 whose file sets fp8_kv_memory 0.55 (what the
+    engines' measured FP8-KV decode attention gives; the shipped file does not set it): an FP8 cache is
+    read at 0.55 of the bandwidth, a bf16 one at the device's memory 0.8 (memory-bound: GQA reads each KV
+    once). Hand-computed from the KV bytes the step reads."""
     from latency.estimator import KERNELS
 
+    device = str(_h200_with(tmp_path, "fp8_kv_memory = 0.55"))
     key = [ForwardKey(True, 64, 1, 8192)]
     for kv, kv_bytes, eff in (("fp8", 1.0, 0.55), ("bf16", 2.0, 0.8)):
-        lm = build_latency_model("Qwen/Qwen3-32B", device="H200_SXM", tp=1, kv_cache_dtype=kv)
+        lm = build_latency_model("Qwen/Qwen3-32B", device=device, tp=1, kv_cache_dtype=kv)
         d, m = lm.device, lm.model
         assert d.kv_memory_efficiency(kv_bytes) == eff
         t = lm.breakdown(key).set_index("op")["ms"]
@@ -251,23 +266,26 @@ def test_attention_reads_an_fp8_kv_cache_at_the_device_s_fp8_kv_memory_efficienc
         assert t["attention"] == pytest.approx(expected * m.num_layers, rel=1e-6), kv
 
 
-def test_a_profile_s_memory_multiplier_moves_the_device_s_fp8_efficiencies_with_it():
+def test_a_profile_s_memory_multiplier_moves_the_device_s_fp8_efficiencies_with_it(tmp_path):
     """`calibrate` fits [efficiency] memory as a multiplier on the device's: on an FP8 deployment it must
-    reach the FP8 linear layers and the FP8 KV cache too, or a calibration could not move their steps.
-    0.5 x memory halves H200's 0.8, 0.66 and 0.55 alike; gemm leaves them alone."""
-    from latency import EngineProfile, load_device
+    reach the FP8 linear layers and an FP8 KV cache too, or a calibration could not move their steps.
+    0.5 x memory halves 0.8, 0.66 and 0.55 alike; gemm leaves them alone."""
+    from latency import EngineProfile
+    from latency.device import DeviceSpec
     from latency.estimator import KERNELS
 
-    h200 = load_device("H200_SXM")
+    path = _h200_with(tmp_path, "fp8_kv_memory = 0.55")
+    h200 = DeviceSpec.from_file(path)
     half = EngineProfile("test", efficiency=(("memory", 0.5),)).scaled_device(h200)
     assert (half.eff_memory, half.eff_fp8_memory, half.eff_fp8_kv_memory) == (0.4, 0.33, 0.275)
     assert half.eff_gemm == h200.eff_gemm and half.eff_fp8_gemm == 0.0
     gemm = EngineProfile("test", efficiency=(("gemm", 0.5),)).scaled_device(h200)
     assert (gemm.eff_gemm, gemm.eff_fp8_memory, gemm.eff_fp8_kv_memory) == (0.39, 0.66, 0.55)
     key = [ForwardKey(True, 8, 1, 2048)]
-    plain = build_latency_model("Qwen/Qwen3-32B", device="H200_SXM", quantization="fp8", kv_cache_dtype="fp8")
-    slow = build_latency_model("Qwen/Qwen3-32B", device="H200_SXM", quantization="fp8", kv_cache_dtype="fp8",
-                               engine=EngineProfile("test", efficiency=(("memory", 0.5),)))
+    options = dict(device=str(path), quantization="fp8", kv_cache_dtype="fp8")
+    plain = build_latency_model("Qwen/Qwen3-32B", **options)
+    slow = build_latency_model("Qwen/Qwen3-32B", engine=EngineProfile("test", efficiency=(("memory", 0.5),)),
+                               **options)
     a, b = plain.breakdown(key).set_index("op")["ms"], slow.breakdown(key).set_index("op")["ms"]
     for op in ("qkv_proj", "mlp", "attention"):  # memory-bound at 8 tokens: their bytes take twice as long
         launches = KERNELS[op] * h200.kernel_overhead_us * 1e-3 * plain.model.num_layers
