@@ -26,13 +26,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from latency import kernel_tables  # noqa: E402
-from latency.device import load_device  # noqa: E402
+from latency import build_latency_model, kernel_tables, load_device  # noqa: E402
 from latency.estimator import ACT_BYTES, KERNELS  # noqa: E402
 
 GPUS = {"H100_SXM": "h100_sxm", "H200_SXM": "h200_sxm", "B200": "b200_sxm"}
@@ -41,6 +39,7 @@ DECODE_M, PREFILL_M = 64, 1024
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 HEAD_DIM = 128
 KV_RANGE = (8e6, 512e6)  # bytes of KV a decode step's attention layer reads
+PRICER_MODEL = "Qwen/Qwen3-8B"  # any shipped model: it only carries the device whose roofline prices a kernel
 
 
 def newest(root: Path, gpu: str, op: str, engine: str, table: str) -> Path | None:
@@ -49,24 +48,28 @@ def newest(root: Path, gpu: str, op: str, engine: str, table: str) -> Path | Non
     return found[0] if found else None
 
 
-def gemm_ratios(t: pd.DataFrame, device, min_weights: float) -> dict:
-    """{(dtype, regime): median measured / priced} of GEMMs, each priced at its dtype's own efficiency."""
+def gemm_ratios(t: pd.DataFrame, lm, min_weights: float) -> dict:
+    """{(dtype, regime): median measured / priced} of GEMMs, each priced by the roofline (`lm._roof`) at
+    the device's bf16 efficiencies: the ratio is what FP8 falls short of them by."""
+    d = lm.device
     t = t.groupby(["gemm_dtype", "m", "n", "k"], as_index=False).latency.min()
     out = {}
     for dtype, (w_bytes, peak) in GEMM_DTYPES.items():
         s = t[(t.gemm_dtype == dtype) & (t.n * t.k >= min_weights)]
-        eff_c, eff_m = device.eff_gemm, device.eff_memory
-        compute = 2 * s.m * s.n * s.k / (device.peak_flops(peak) * eff_c) * 1e3
-        memory = (s.n * s.k * w_bytes + s.m * (s.n + s.k) * ACT_BYTES) / (device.hbm_bytes_per_s * eff_m) * 1e3
-        ratio = s.latency / (np.maximum(compute, memory) + device.kernel_overhead_us * 1e-3)
+        bytes_ = s.n * s.k * w_bytes + s.m * (s.n + s.k) * ACT_BYTES
+        priced, _ = lm._roof(2 * s.m * s.n * s.k, bytes_, d.peak_flops(peak), d.eff_gemm, d.kernel_overhead_us * 1e-3,
+                             False, d.eff_memory)
+        ratio = s.latency / priced
         out[(f"gemm {dtype}", "decode")] = float(ratio[s.m <= DECODE_M].median())
         out[(f"gemm {dtype}", "prefill")] = float(ratio[s.m >= PREFILL_M].median())
     return out
 
 
-def attention_ratios(t: pd.DataFrame, device) -> dict:
+def attention_ratios(t: pd.DataFrame, lm) -> dict:
     """{(kv dtype, "decode"): median measured / priced} of decode attention layers (as `_attention_layer`
-    prices a decode entry: each query against its context, the whole KV read once)."""
+    prices a decode entry: each query against its context, the whole KV read once, at the device's
+    memory efficiency)."""
+    d = lm.device
     t = t[(t.head_dim == HEAD_DIM) & (t.window_size == 0) & t.kv_cache_dtype.isin(list(KV_BYTES))]
     t = t.groupby(["batch_size", "isl", "step", "num_heads", "num_key_value_heads", "kv_cache_dtype"],
                   as_index=False).latency.min()
@@ -74,9 +77,9 @@ def attention_ratios(t: pd.DataFrame, device) -> dict:
     kv = t.kv_cache_dtype.map(KV_BYTES)
     bytes_ = b * (context * 2 * t.num_key_value_heads * HEAD_DIM * kv + heads * 2 * HEAD_DIM * ACT_BYTES)
     flops = 2 * b * context * heads * 2 * HEAD_DIM
-    priced = np.maximum(flops / (device.peak_flops("bf16") * device.eff_attention) * 1e3,
-                        bytes_ / (device.hbm_bytes_per_s * device.eff_memory) * 1e3)
-    ratio = t.latency / (priced + KERNELS["attention"] * device.kernel_overhead_us * 1e-3)
+    priced, _ = lm._roof(flops, bytes_, d.peak_flops("bf16"), d.eff_attention,
+                         KERNELS["attention"] * d.kernel_overhead_us * 1e-3, False, d.eff_memory)
+    ratio = t.latency / priced
     inside = (bytes_ >= KV_RANGE[0]) & (bytes_ < KV_RANGE[1])
     return {(f"attention {dtype} KV", "decode"): float(ratio[inside & (t.kv_cache_dtype == dtype)].median())
             for dtype in KV_BYTES}
@@ -89,16 +92,16 @@ def main() -> None:
     root = kernel_tables.tables_root()
     rows = []
     for name, gpu in GPUS.items():
-        device = load_device(name)
+        lm = build_latency_model(PRICER_MODEL, name)  # the roofline's `_roof` reads only its device
         for engine in kernel_tables.ENGINE_DIRS.values():
             ratios = {}
             gemm = newest(root, gpu, "gemm", engine, "gemm_perf.parquet")
             if gemm is not None:
                 ratios |= gemm_ratios(pd.read_parquet(gemm, columns=["gemm_dtype", "m", "n", "k", "latency"]),
-                                      device, a.min_weights)
+                                      lm, a.min_weights)
             attention = newest(root, gpu, "attention", engine, "generation_attention_perf.parquet")
             if attention is not None:
-                ratios |= attention_ratios(pd.read_parquet(attention), device)
+                ratios |= attention_ratios(pd.read_parquet(attention), lm)
             rows += [{"gpu": name, "engine": engine, "kernel": k, "regime": r, "ratio": v}
                      for (k, r), v in ratios.items()]
     df = pd.DataFrame(rows)

@@ -207,7 +207,7 @@ class RooflineModel:
         ew_bytes = tokens * (HIDDEN_PASSES * h + MLP_ACT_PASSES * inter) * ACT_BYTES
         ew, ew_bound = self._roof(0.0, ew_bytes, bf16, 1.0, KERNELS["elementwise"] * kov, detail)
         ops["elementwise"] = (ew * L, ew_bound)
-        ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, peak=bf16,
+        ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, dtype="bf16",
                                       in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
         prefills = 0  # which steps compute prompt tokens: only a MoE prefill time asks
@@ -223,13 +223,15 @@ class RooflineModel:
             return {**ops, "total": total}
         return {"total": total}
 
-    def _linear(self, params, layers, n_kernels, tokens, detail: bool, *, w_bytes=None, peak=None, in_out=None):
+    def _linear(self, params, layers, n_kernels, tokens, detail: bool, *, w_bytes=None, dtype=None, in_out=None):
         """ms per step of a linear layer of `params` weights (per device) over `tokens`, in `layers`
-        layers: weights read once, activations in and out (`in_out` elements a token: 2 x hidden)."""
+        layers, computed in `dtype` (default the layers' own): weights read once, activations in and out
+        (`in_out` elements a token: 2 x hidden)."""
         d = self.device
         w_bytes = self.quant.weight_bytes if w_bytes is None else w_bytes
-        eff_c, eff_m = d.linear_efficiency(self.quant.compute_dtype if peak is None else "bf16")
-        peak = d.peak_flops(self.quant.compute_dtype) if peak is None else peak
+        dtype = self.quant.compute_dtype if dtype is None else dtype
+        eff_c, eff_m = d.linear_efficiency(dtype)
+        peak = d.peak_flops(dtype)
         in_out = 2 * self.model.hidden_size if in_out is None else in_out
         flops = 2 * tokens * params
         bytes_ = params * w_bytes + tokens * in_out * ACT_BYTES
