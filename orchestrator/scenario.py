@@ -166,8 +166,8 @@ class _ScenarioMethods:
         try:
             load_engine(self.engine)
         except ValueError as err:
-            allowed = f"a readable engine profile ({err})" if is_profile_path(self.engine) else \
-                FIELD_BY_NAME["engine"].allowed
+            readable = is_profile_path(self.engine) or self.engine in FIELD_BY_NAME["engine"].choices
+            allowed = f"a readable engine profile ({err})" if readable else FIELD_BY_NAME["engine"].allowed
             raise InputError("engine", self.engine, allowed) from None
         if self.num_devices is None:
             raise InputError("num_devices", None, "a device count, or one --tp-sizes value (with --pp-size and "
