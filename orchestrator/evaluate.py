@@ -356,6 +356,20 @@ def meets(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> bool
 KEEPS_UP = 0.8
 
 
+def limit_margin(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> tuple[float, ...]:
+    """How near a row is to each limit `first_failure` judges it by (memory aside), 1 at the limit: its
+    TTFT and TPOT over their limits and, for a Poisson point, the share of the offered rate it must keep
+    up with over the share it keeps. The search aims with them (orchestrator.search)."""
+    ratios = []
+    if row.get("arrival") == "poisson" and row["request_throughput"] > 0:
+        ratios.append(KEEPS_UP * row.get("request_rate", 0.0) / row["request_throughput"])
+    if ttft_limit and row["role"] != "decode":
+        ratios.append(row["ttft_slo_ms"] / ttft_limit)
+    if tpot_limit and row["role"] != "prefill":
+        ratios.append(row["tpot_slo_ms"] / tpot_limit)
+    return tuple(ratios)
+
+
 def first_failure(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> str | None:
     """What fails first: memory, then keeping up with the offered rate (Poisson), then TTFT, then TPOT,
     each at the SLO percentile (or the mean)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from orchestrator.evaluate import evaluate_point, meets, workload
+from orchestrator.evaluate import evaluate_point, limit_margin, meets, workload
 from orchestrator.jobs import Job, JobResult, OptimizeResult
 from orchestrator.modes import Aggregated, Mode
 from orchestrator.scenario import Scenario
@@ -47,7 +47,8 @@ def job_search(s: Scenario, job: Job, width: int = 1):
     bound = memory_bound(s, job)
     cap = s.max_concurrency if bound is None else min(s.max_concurrency, bound)
     for ttft, tpot in s.limit_pairs():
-        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows)
+        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows,
+                                  margin=lambda r, a=ttft, b=tpot: limit_margin(r, a, b))
         if found.best is not None:
             best.append({**found.best, "ttft_limit_ms": ttft, "tpot_limit_ms": tpot})
     return JobResult(job, [rows[n] for n in sorted(rows)], best)

@@ -2,6 +2,9 @@
 
 Bracket by doubling, bisect (k-section when `width` > 1), then verify the neighbours of the answer;
 if a point above it turns out feasible, search on from there. Every point is evaluated at most once.
+Given a `margin` (how near a row is to each limit, 1 at it), the bracket aims sooner than the doubling
+where the last two feasible points, extended in a straight line, reach a limit: a guess that only
+chooses the next probe, so the answer is still the one bracketing and bisection find.
 
 The search is a generator: it yields the concurrencies it needs and receives their rows. One driver
 runs it inline (`drive`); the Ray driver runs many searches at once and packs their requests into
@@ -10,11 +13,14 @@ tasks. Same code, same points, same answer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 Evaluate = Callable[[list[int]], list[dict]]
 Feasible = Callable[[dict], bool]
+#: how near a row is to each of its limits: below 1 within it, 1 at it, above 1 past it
+Margin = Callable[[dict], tuple[float, ...]]
 #: yields a batch of concurrencies to evaluate, is sent {concurrency: row}, returns its result
 Search = Generator[list[int], dict, object]
 
@@ -39,12 +45,13 @@ def need(rows: dict[int, dict], ns) -> Generator[list[int], dict, dict[int, dict
 
 
 def search(feasible: Feasible, max_concurrency: int, width: int = 1, rows: dict | None = None,
-           metric: str = "output_throughput") -> Search:
-    """`rows` may hold points evaluated before (another limit pair of the same instance)."""
+           metric: str = "output_throughput", margin: Margin | None = None) -> Search:
+    """`rows` may hold points evaluated before (another limit pair of the same instance); `margin`
+    (optional) lets the bracket aim at where the limit lies instead of doubling past it."""
     rows = {} if rows is None else rows
     lo, start = 0, 1  # lo: highest feasible so far (0 = none)
     while True:
-        lo, hi = yield from _bracket(rows, feasible, start, lo, max_concurrency, width)
+        lo, hi = yield from _bracket(rows, feasible, start, lo, max_concurrency, width, margin)
         if hi is not None:
             lo, hi = yield from _bisect(rows, feasible, lo, hi, width)
         above = [n for n in (lo + 2, lo + 3) if hi is not None and n <= max_concurrency]
@@ -69,24 +76,45 @@ def drive(gen: Generator, evaluate: Evaluate):
 
 
 def search_concurrency(evaluate: Evaluate, feasible: Feasible, max_concurrency: int, width: int = 1,
-                       metric: str = "output_throughput") -> SearchResult:
-    return drive(search(feasible, max_concurrency, width, metric=metric), evaluate)
+                       metric: str = "output_throughput", margin: Margin | None = None) -> SearchResult:
+    return drive(search(feasible, max_concurrency, width, metric=metric, margin=margin), evaluate)
 
 
-def _bracket(rows, feasible, start, lo, cap, width):
-    """Double from `start` until a point fails; returns (last feasible, first infeasible or None)."""
+def _bracket(rows, feasible, start, lo, cap, width, margin=None):
+    """Double (or aim, given a `margin` and one probe at a time) from `start` until a point fails;
+    returns (last feasible, first infeasible or None)."""
     n = start
     while n <= cap:
-        batch = []
-        while len(batch) < width and n <= cap:
-            batch.append(n)
-            n = cap if n < cap < 2 * n else 2 * n
+        batch = [n]
+        while len(batch) < width and (ahead := _capped(batch[-1], 2 * batch[-1], cap)) <= cap:
+            batch.append(ahead)
         got = yield from need(rows, batch)
         for b in batch:
             if not feasible(got[b]):
                 return lo, b
             lo = b
+        n = _capped(lo, _aim(rows, feasible, margin, lo) if width == 1 else 2 * lo, cap)
     return lo, None
+
+
+def _capped(n: int, ahead: int, cap: int) -> int:
+    """The probe after `n`: `ahead`, or the cap itself once where `ahead` passes it."""
+    return cap if n < cap < ahead else ahead
+
+
+def _aim(rows, feasible, margin, n: int) -> int:
+    """The probe after feasible `n`: 2n, or sooner where a limit's straight line through the two highest
+    feasible points up to `n` reaches 1 (the limit) before 2n; always above n."""
+    if margin is None:
+        return 2 * n
+    known = sorted((c for c, r in rows.items() if c <= n and feasible(r)), reverse=True)[:2]
+    if len(known) < 2:
+        return 2 * n
+    (n1, n0), ahead = known, 2 * n
+    for m1, m0 in zip(margin(rows[n1]), margin(rows[n0]), strict=True):
+        if m0 < m1:  # rising: reaches 1 ahead (or is at it: then the next point)
+            ahead = min(ahead, math.floor(n1 + (1 - m1) * (n1 - n0) / (m1 - m0)))
+    return max(n + 1, ahead)
 
 
 def _bisect(rows, feasible, lo, hi, width):
