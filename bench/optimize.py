@@ -2,6 +2,10 @@
 
     python bench/optimize.py [--runs 5] [--only TEXT] [--aiconfigurator /path/to/venv/bin/aiconfigurator]
 
+Our packages' bytecode is written first (compileall), as `pip install` leaves it: this machine sets
+PYTHONDONTWRITEBYTECODE, which would otherwise have every process compile them again (~80 ms), a cost
+no installed tool (the peer included) pays.
+
 The reference tool needs 45-55 s (RFC example) and 160-170 s (PD-ratio search on 8 devices) here.
 With `--aiconfigurator` (installed in a scratch virtualenv: `pip install aiconfigurator==0.12.0`), the
 8-GPU questions are also put to its `cli default` (agg, vLLM, the same model, GPUs, lengths and
@@ -11,6 +15,7 @@ limits), timed the same way, and the ratio printed beside ours.
 from __future__ import annotations
 
 import argparse
+import compileall
 import statistics
 import subprocess
 import sys
@@ -53,7 +58,9 @@ CASES = {
 
 #: the cases the peer is asked too: its `cli default` over the same question (agg serving, vLLM)
 PEER_CASES = ("every tp and budget, 8 x H200 (burst)", "the same, closed loop, vLLM's profile (timed)")
-MODELS = Path(__file__).resolve().parent.parent / "latency" / "data" / "models"
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "latency" / "data" / "models"
+PACKAGES = ("latency", "simulator", "orchestrator")
 
 
 def wall(command: list[str], runs: int, **kwargs) -> list[float]:
@@ -81,6 +88,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     ap.add_argument("--aiconfigurator", help="the peer's command, to time its cli default beside ours")
     args = ap.parse_args()
+    for package in PACKAGES:
+        compileall.compile_dir(ROOT / package, quiet=1)
     print(f"{'case':<48} {'median s':>9} {'min s':>7} {'max s':>7} {'peer s':>7} {'peer / ours':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, argv in CASES.items():
