@@ -26,7 +26,7 @@ DATA = Path(__file__).parent / "data" / "engines"
 
 #: a profile's front-end times (`simulator.frontend.Frontend`: what a request spends outside the
 #: forward steps, between client and scheduler); read here so that one file describes an engine
-FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "lookahead_steps")
+FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "lookahead_steps", "stream_us")
 #: the [moe] table's keys and their defaults (fp4_bandwidth 0: as bandwidth)
 MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0

@@ -40,6 +40,7 @@ class Arrivals:
         self.sent_ms: list[float] = []  # timed: send time of every request through the API server
         self.at: list[float] = []       # timed: when each reaches the scheduler
         self.free_ms = 0.0              # when the API server is free of the requests before
+        self.streams = self.frontend.stream_us > 0  # timed: it spends time on every response chunk
         self.rng = np.random.default_rng([w.seed, FRONTEND_STREAM])
         if w.arrival == "poisson":
             self.create(w.arrival_times_ms())
@@ -81,10 +82,17 @@ class Arrivals:
             heapq.heappush(self.waiting, (t, self.made, prompt[0 if kind_of is None else kind_of[self.made]]))
             self.made += 1
 
-    def _serve(self, until: float) -> None:
+    def _serve(self, until: float, before_chunks: bool = False) -> None:
         """The API server takes the requests sent by `until`, one at a time in send order (none sent
-        later can come before them: the client sends only at or after the clock)."""
-        while self.waiting and self.waiting[0][0] <= until:
+        later can come before them: the client sends only at or after the clock). Where it streams at a
+        cost, response chunks go first: a request starts only once the chunks before it are out, and by
+        `until` (before it, when a step's chunks arrive then); the rest wait for a later call."""
+        waiting, streams = self.waiting, self.streams
+        while waiting and waiting[0][0] <= until:
+            if streams:
+                start = max(waiting[0][0], self.free_ms)
+                if start > until or (before_chunks and start == until):
+                    return
             self._serve_next()
 
     def _serve_next(self) -> None:
@@ -92,6 +100,14 @@ class Arrivals:
         self.free_ms = max(t, self.free_ms) + self.frontend.service_ms(prompt)
         self.at.append(self.free_ms)
         self.sent_ms.append(t)
+
+    def stream(self, end_ms: float, chunks: int) -> float:
+        """Timed: a step ending at `end_ms` hands the API server `chunks` response chunks, which it sends
+        once the request it may be taking is through, before any request still waiting; returns when the
+        last has gone out (the step's tokens reach the client `return_ms` later)."""
+        self._serve(end_ms, before_chunks=True)
+        self.free_ms = max(self.free_ms, end_ms) + chunks * self.frontend.stream_us * 1e-3
+        return self.free_ms
 
     def due(self, seen: float, clock: float) -> list[float]:
         """Timed: send times of the requests that reached the scheduler by `seen`, not handed to it yet."""

@@ -148,7 +148,8 @@ class DecodeRun:
     and nobody was preempted, admitted or finished is followed by the same step, one token further,
     while nobody finishes, the running requests' blocks fit the pool (free blocks only shrink then,
     so a waiting request that did not fit still does not), the decode key's rounded mean context
-    holds and (timed) no request reaches the scheduler. `enabled = False` plays every step."""
+    holds and (timed) no request reaches the scheduler and the front end streams at no cost (its
+    server's backlog would move the next arrival step by step). `enabled = False` plays every step."""
 
     enabled = True
 
@@ -203,6 +204,7 @@ class _KVPlan:
         self.round_to = context_round
         self.book, self.shape_ms = ShapeBook(1), []
         self.step_shape, self.step_decode, self.step_end, self.finished = [], [], [], []
+        self.step_delivered = []  # timed, streaming at a cost: when each step's tokens left the API server
         self.clock = 0.0
 
     def send(self, count: int, step: int, ms: float = 0.0) -> None:
@@ -230,13 +232,15 @@ class _KVPlan:
             raise RuntimeError(f"a KV pool of {self.planner.pool + NULL_BLOCKS} blocks cannot hold one request "
                                "of the workload")
         shape_id, d, ctx = _register(self.book, scheduled, self.fixed, self.round_to, self.round_context)
-        self._record(shape_id, d, 1)
+        self._record(shape_id, d, 1, sum(1 for r, n in scheduled if r.computed + n >= r.prompt + r.out))
         done = _advance(self.planner, scheduled, step, self.finished)
         if not done and self.planner.preemptions == before and len(scheduled) == d:
             self._decode_run(shape_id, d, ctx)
         return done
 
     def _decode_run(self, shape_id: int, d: int, ctx: int) -> None:
+        if self.timed and self.arrivals.streams:
+            return
         k = self.run.steps(self.planner, d, ctx, self.fixed, self.round_to)
         if self.timed:
             k = self._before_arrival(k)
@@ -247,7 +251,7 @@ class _KVPlan:
             r.out += k
             self.planner._take(r, r.computed)
         self.planner.peak_blocks = max(self.planner.peak_blocks, self.planner.pool - self.planner.free)
-        self._record(shape_id, d, k)
+        self._record(shape_id, d, k, d)
 
     def _before_arrival(self, k: int) -> int:
         """Of k steps, those that start before the next request reaches the scheduler."""
@@ -261,7 +265,8 @@ class _KVPlan:
                 return j
         return k
 
-    def _record(self, shape_id: int, d: int, k: int) -> None:
+    def _record(self, shape_id: int, d: int, k: int, chunks: int) -> None:
+        """k steps of one shape, each with `d` decodes and `chunks` requests that got a token."""
         if self.timed and shape_id == len(self.shape_ms):
             self.shape_ms.append(self.step_ms(self.book.shape(shape_id)))
         self.step_shape.extend([shape_id] * k)
@@ -270,13 +275,16 @@ class _KVPlan:
             for _ in range(k):
                 self.clock += self.shape_ms[shape_id]
                 self.step_end.append(self.clock)
+                if self.arrivals.streams:
+                    self.step_delivered.append(self.arrivals.stream(self.clock, chunks))
 
     def replace(self, done: int) -> None:
         """Closed loop: the client replaces the requests that finished."""
         a = self.arrivals
         new = a.replacements(done)
         if new and self.timed:
-            a.create(np.full(new, self.clock + a.frontend.return_ms))
+            last = self.step_delivered[-1] if self.step_delivered else self.clock  # the client has the last token
+            a.create(np.full(new, last + a.frontend.return_ms))
         elif new:
             self.send(new, len(self.step_shape) - 1)
 
@@ -310,7 +318,8 @@ def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_c
                 float(k.planner.peak_blocks * BLOCK_SIZE), arrival, np.array(a.steps, dtype=np.int64),
                 np.array(a.steady), np.array(k.step_decode, dtype=np.int64), kind,
                 np.array(a.ms) if timed else None, np.array(k.step_end) if timed else None,
-                a.frontend.return_ms if timed else 0.0, preemptions=k.planner.preemptions, kv_blocks=kv_blocks)
+                a.frontend.return_ms if timed else 0.0, np.array(k.step_delivered) if timed and a.streams else None,
+                preemptions=k.planner.preemptions, kv_blocks=kv_blocks)
 
 
 def _check(w, scheduler, kv_blocks: int, phase: str) -> None:

@@ -224,8 +224,10 @@ def _record_times(plan, durations: np.ndarray):
         ends = np.concatenate(([0.0], np.cumsum(durations)))
         arrival = ends[plan.event_step[plan.arrival] + 1]
     delay = plan.token_delay_ms if plan.phase != "decode" else 0.0  # the client sees a token this much later
-    first = arrival if plan.phase == "decode" else ends[plan.first_step + 1] + delay
-    return ends, arrival, first, ends[plan.finish_step + 1] + delay
+    streamed = plan.step_delivered_ms is not None and plan.phase != "decode"
+    out = np.concatenate(([0.0], plan.step_delivered_ms)) if streamed else ends
+    first = arrival if plan.phase == "decode" else out[plan.first_step + 1] + delay
+    return ends, arrival, first, out[plan.finish_step + 1] + delay
 
 
 def _itl(plan, ends: np.ndarray, window, w) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,8 @@ class Plan:
 
     Arrival event e came at the end of step `event_step[e]` (-1: at t=0) or, in a timed plan
     (Poisson), at `event_ms[e]`; `event_steady[e]` says whether its requests are measured (not
-    warm-up or drain). A timed plan was priced while planned: `step_end_ms` holds its clock. A plan with
+    warm-up or drain). A timed plan was priced while planned: `step_end_ms` holds its clock (and, where the
+front end streams at a cost, `step_delivered_ms` when each step's tokens left it). A plan with
 a `stand_in` is that of its smaller loop (`workload`); replay adds the other clients' wait."""
 
     workload: Workload
@@ -44,6 +45,7 @@ a `stand_in` is that of its smaller loop (`workload`); replay adds the other cli
     event_ms: np.ndarray | None = None
     step_end_ms: np.ndarray | None = None
     token_delay_ms: float = 0.0  # a token reaches the client this long after its step ends (front end)
+    step_delivered_ms: np.ndarray | None = None  # timed, streaming at a cost: when each step's tokens left the server
     preemptions: int = 0  # KV-bound plans: running requests preempted (freed, recomputed later)
     kv_blocks: int = 0    # KV-bound plans: the pool they were admitted to (blocks of 16 tokens); 0: unbounded
     stand_in: StandIn | None = None  # planned as a smaller loop that keeps the engine as busy (simulator.standin)

@@ -62,6 +62,7 @@ class PlanState:
     step_decode: list = field(default_factory=list)
     shape_ms: list = field(default_factory=list)
     step_end: list = field(default_factory=list)
+    step_delivered: list = field(default_factory=list)  # timed, streaming at a cost: when each step's chunks went out
     finished: list = field(default_factory=list)
     kv_prefill: float = 0.0
     peak: float = 0.0
@@ -151,7 +152,7 @@ class PlanState:
         shape_id = self.book.one(tuple(sorted(entries.items())), d, ctx)
         step = len(self.step_shape)
         if self.timed:
-            self.record(shape_id, d)
+            self.record(shape_id, d, d + sum(n for n, _, _ in firsts))
         else:
             self.step_shape.append(shape_id)
             self.step_decode.append(d)
@@ -179,8 +180,9 @@ class PlanState:
             return _step(Step, (shape_id, d, ctx))
         return None
 
-    def record(self, shape_id: int, d: int) -> None:
-        """Append one step of shape `shape_id` with `d` decodes (priced and timed in a timed plan)."""
+    def record(self, shape_id: int, d: int, chunks: int) -> None:
+        """Append one step of shape `shape_id` with `d` decodes, in which `chunks` requests got a token
+        (priced and timed in a timed plan; its chunks streamed where that costs the front end time)."""
         if self.timed and shape_id == len(self.shape_ms):
             self.shape_ms.append(self.step_ms(self.book.shape(shape_id)))
         self.step_shape.append(shape_id)
@@ -188,6 +190,13 @@ class PlanState:
         if self.timed:
             self.clock += self.shape_ms[shape_id]
             self.step_end.append(self.clock)
+            if self.arrivals.streams:
+                self.step_delivered.append(self.arrivals.stream(self.clock, chunks))
+
+    @property
+    def delivered(self) -> float:
+        """Timed: when the last step's tokens left the API server (its end, unless it streams at a cost)."""
+        return self.step_delivered[-1] if self.step_delivered else self.clock
 
     def _replace(self, step: int, finished_now: int) -> None:
         """A closed loop's client replaces the finished requests; a burst that finished requests while
@@ -196,7 +205,7 @@ class PlanState:
             a = self.arrivals
             new = a.replacements(finished_now)
             if new and self.timed:  # the client sends them when it has the last token
-                a.create(np.full(new, self.clock + a.frontend.return_ms))
+                a.create(np.full(new, self.delivered + a.frontend.return_ms))
             elif new:
                 self.send(new, step)
                 self.check = True

@@ -20,7 +20,7 @@ class DecodeRepeats(Jump):
             return None
         run = _repeats(st, step.decodes, step.context)
         if st.timed:
-            run = _before_arrival(st, run, st.shape_ms[step.shape_id])
+            run = _before_arrival(st, run, st.shape_ms[step.shape_id], step.decodes)
         if not run:
             return None
         st.step_shape.extend([step.shape_id] * run)
@@ -55,15 +55,21 @@ def _repeats(st, d: int, ctx: int) -> int:
     return j
 
 
-def _before_arrival(st, run: int, step_ms: float) -> int:
+def _before_arrival(st, run: int, step_ms: float, decodes: int) -> int:
     """Of `run` repeated steps of `step_ms`, those that start before the next arrival is due; their end
-    times are appended to the clock (added one by one, as the loop's clock would)."""
-    next_arrival, clock = st.arrivals.next_time(), st.clock
+    times are appended to the clock (added one by one, as the loop's clock would) and, where the front
+    end streams at a cost, their `decodes` chunks streamed as `PlanState.record` streams them (the next
+    arrival asked again after each: a request sent meanwhile waits behind them)."""
+    a = st.arrivals
+    next_arrival, clock, streams = a.next_time(), st.clock, a.streams
     for j in range(run):
         if next_arrival is not None and next_arrival <= clock:
             st.clock = clock
             return j
         clock += step_ms
         st.step_end.append(clock)
+        if streams:
+            st.step_delivered.append(a.stream(clock, decodes))
+            next_arrival = a.next_time()
     st.clock = clock
     return run

@@ -572,3 +572,24 @@ def test_the_breakdown_s_decode_step_is_what_the_engine_runs_at_once():
             assert decode.concurrency == pytest.approx(row["decoding_requests"], abs=1)
         else:
             assert decode.concurrency == clients
+
+
+def test_a_profile_s_streaming_front_end_holds_a_fast_loop_back(tmp_path):
+    """An engine profile may charge its API server per response chunk ([frontend] stream_us): a small
+    model at high concurrency on eight GPUs, whose steps stream tens of thousands of chunks a second,
+    then runs fewer requests at once and its TTFT grows, while a profile without it is unchanged; a
+    negative time is refused naming the file and key."""
+    base = {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 8, "input_length": 1024,
+            "output_length": 256, "tp_sizes": (8,), "concurrency": 256, "arrival": "closed", "num_prompts": 1024}
+    plain = tmp_path / "plain.toml"
+    plain.write_text('name = "plain"\nstep_ms = 0.5\n[frontend]\nclient_ms = 5.0\n')
+    streaming = tmp_path / "streaming.toml"
+    streaming.write_text('name = "streaming"\nstep_ms = 0.5\n[frontend]\nclient_ms = 5.0\nstream_us = 100.0\n')
+    free, held = (estimate(configure({**base, "engine": str(path)})) for path in (plain, streaming))
+    assert held["decoding_requests"] < 0.8 * free["decoding_requests"]
+    assert held["ttft_ms"] > 2 * free["ttft_ms"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[frontend]\nstream_us = -1\n')
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--tp-sizes", "1", "--input-length", "64",
+            "--output-length", "8", "--concurrency", "4", "--arrival", "closed", "--engine", str(bad))
+    assert p.returncode == 2 and "bad.toml: [frontend] stream_us" in p.stderr, p.stderr

@@ -23,6 +23,7 @@ class Req:
         self.steps = 0         # decode steps done
         self.first = None
         self.finish = None
+        self.first_step = self.finish_step = None  # the steps that gave its first and last token
         self.gone = False      # finished in an earlier step
 
 
@@ -55,13 +56,33 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         for t in (np.array(ready, dtype=float) + fe.client_delay(rng, len(ready))).tolist():
             made.append([t, len(made), None])
 
+    batches = []  # front end that streams at a cost: (end of step, requests that got a token in it)
+
+    def server(until):
+        """The API server from the start, recomputed: every step's response chunks at the step's end and
+        the requests sent by `until` at their send times. Chunks go first whenever both wait; a request
+        once started is not interrupted; a request starts by `until` (none are known to come later). Returns
+        when the last chunk of each step went out."""
+        queue = sorted(r for r in made if r[0] <= until)
+        free, out, i = 0.0, [], 0
+
+        def serve_while(ok):
+            nonlocal free, i
+            while i < len(queue) and ok(max(queue[i][0], free)):
+                r = queue[i]
+                free = max(r[0], free) + fe.request_ms + fe.prompt_token_us * 1e-3 * int(prompts[r[1]])
+                r[2] = free
+                i += 1
+
+        for end, n in batches:
+            serve_while(lambda start, end=end: start < end)
+            free = max(end, free) + n * fe.stream_us * 1e-3
+            out.append(free)
+        serve_while(lambda start: not batches or start <= until)
+        return out
+
     def through(until):  # the API server takes them one at a time, in send order
-        free = 0.0
-        for r in sorted(made):
-            if r[0] > until:
-                break
-            free = max(r[0], free) + fe.request_ms + fe.prompt_token_us * 1e-3 * int(prompts[r[1]])
-            r[2] = free
+        server(until)
         return sorted((r[2], r[0]) for r in made if r[2] is not None and r[0] <= until)
 
     def send(t):
@@ -122,12 +143,12 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
             r.started = True
             r.done += tok
             if r.done == r.E:
-                r.first = t
+                r.first, r.first_step = t, len(step_ends) - 1
                 fifo.remove(i)
                 if r.steps_needed:
                     new_decoders.append(i)
                 else:
-                    r.finish = t
+                    r.finish, r.finish_step = t, len(step_ends) - 1
             elif scheduler.requeue:
                 fifo.remove(i)
                 fifo.append(i)
@@ -144,22 +165,26 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         peak = max(peak, kv)
         for i in dec_ids:
             if reqs[i].steps == reqs[i].steps_needed:
-                reqs[i].finish = t
+                reqs[i].finish, reqs[i].finish_step = t, len(step_ends) - 1
                 decoding.remove(i)
+        streams = fe is not None and fe.stream_us > 0
+        if streams:
+            batches.append((t, len(dec_ids) + sum(1 for i, _ in prefill if reqs[i].done == reqs[i].E)))
         decoding.extend(new_decoders)
         finished_now = sum(1 for r in reqs if r.finish is not None and not r.gone)
         for r in reqs:
             r.gone = r.finish is not None
         if w.arrival == "closed":
             new = min(finished_now, total - (len(made) if fe is not None else len(reqs)))
-            if fe is not None and new:
-                client_sends([t + fe.return_ms] * new)
+            if fe is not None and new:  # the client has the last tokens when the step's chunks went out
+                client_sends([(server(t)[-1] if streams else t) + fe.return_ms] * new)
             for _ in range(new if fe is None else 0):
                 send(t)
-    if fe is not None and phase != "decode":  # the client sees every token return_ms after its step
+    if fe is not None and phase != "decode":  # the client sees every token return_ms after it went out
+        out = server(math.inf) if fe.stream_us > 0 else step_ends
         for r in reqs:
-            r.first += fe.return_ms
-            r.finish += fe.return_ms
+            r.first = out[r.first_step] + fe.return_ms
+            r.finish = out[r.finish_step] + fe.return_ms
     return reqs, t, peak, step_keys, step_ends
 
 

@@ -32,6 +32,50 @@ def test_one_request_loop_hand_computed():
     assert rows["tpot_ms"].tolist() == [1.0, 1.0, 1.0]
 
 
+def test_streamed_chunks_pace_the_client_hand_computed():
+    # C=3, 3 prompts of 4 tokens, output 3, budget 16, 1 ms steps; the API server sends a response chunk
+    # in 0.6 ms, so a step's 3 chunks take 1.8 ms, longer than the step. Step 0 (0-1) prefills all three:
+    # chunks out at 1 + 1.8 = 2.8; step 1 (1-2) decodes: out at 2.8 + 1.8 = 4.6; step 2 (2-3): 6.4.
+    # TTFT 2.8 for each, TPOT (6.4 - 2.8) / 2 = 1.8: the server's pace, not the engine's 1 ms.
+    w = Workload(4, 3, 16, 3, arrival="closed", num_prompts=3, measure="all", frontend=Frontend(stream_us=600.0))
+    p = plan(w, TokenBudget(), step_ms=StepPricer(one_ms, TokenBudget()))
+    assert p.step_end_ms.tolist() == [1.0, 2.0, 3.0]
+    assert p.step_delivered_ms.tolist() == pytest.approx([2.8, 4.6, 6.4])
+    rows = per_request(p, np.ones(p.num_steps))
+    assert rows["ttft_ms"].tolist() == pytest.approx([2.8] * 3)
+    assert rows["tpot_ms"].tolist() == pytest.approx([1.8] * 3)
+
+
+def test_a_request_waits_for_the_chunks_ahead_of_it_hand_computed():
+    # C=1, output 2, 1 ms steps, chunks 0.6 ms, the API server 0.5 ms a request. Request 0: at the
+    # scheduler 0.5; step 0.5-1.5 gives its first token (out 2.1), step 1.5-2.5 its last (out 3.1). The
+    # client sends request 1 at 3.1; the server takes it to 3.6, steps 3.6-4.6 (out 5.2) and 4.6-5.6 (6.2).
+    fe = Frontend(request_ms=0.5, stream_us=600.0)
+    w = Workload(4, 2, 8, 1, arrival="closed", num_prompts=2, measure="all", frontend=fe)
+    p = plan(w, TokenBudget(), step_ms=StepPricer(one_ms, TokenBudget()))
+    rows = per_request(p, np.ones(p.num_steps))
+    assert rows["arrival_ms"].tolist() == pytest.approx([0.0, 3.1])
+    assert rows["first_token_ms"].tolist() == pytest.approx([2.1, 5.2])
+    assert rows["ttft_ms"].tolist() == pytest.approx([2.1, 2.1])
+    assert rows["tpot_ms"].tolist() == pytest.approx([1.0, 1.0])
+
+
+def test_a_front_end_streaming_at_its_rate_holds_requests_back():
+    """The mark of a front end near its streaming rate in a closed loop (bench/littles_law.py): at one
+    concurrency, TTFT grows with the output length (requests wait for others to finish) and fewer
+    requests decode than the clients hold. With chunks at no cost, TTFT does not grow with the output."""
+    def loop(output, stream_us):
+        w = Workload(64, output, 4096, 32, arrival="closed", num_prompts=32 * 12, measure="steady",
+                     frontend=Frontend(stream_us=stream_us, client_ms=5.0))
+        return simulate(w, one_ms, TokenBudget())
+    free = [loop(n, 0.0) for n in (16, 256)]
+    capped = [loop(n, 40.0) for n in (16, 64, 256)]  # the server sends 25 chunks a ms; 32 clients
+    assert free[1].ttft_ms == pytest.approx(free[0].ttft_ms, rel=0.05)
+    assert capped[0].ttft_ms < capped[1].ttft_ms < capped[2].ttft_ms
+    assert capped[2].ttft_ms > 3 * capped[0].ttft_ms
+    assert capped[2].decoding_requests < 0.8 * free[1].decoding_requests
+
+
 def test_lookahead_waits_a_step_while_the_engine_is_busy():
     # C=2, prompt 2, output 3, budget 2 (one prefill a step), 1 ms steps, no front-end times.
     # A replacement sent when its predecessor finishes is scheduled from the next step on (sync), or
@@ -46,7 +90,8 @@ def test_lookahead_waits_a_step_while_the_engine_is_busy():
 
 fronts = st.builds(Frontend, request_ms=st.sampled_from([0.0, 0.25, 1.0, 3.0]),
                    prompt_token_us=st.sampled_from([0.0, 20.0]), return_ms=st.sampled_from([0.0, 0.5, 2.0]),
-                   lookahead_steps=st.integers(0, 1), client_ms=st.sampled_from([0.0, 0.0, 1.0, 10.0]))
+                   lookahead_steps=st.integers(0, 1), client_ms=st.sampled_from([0.0, 0.0, 1.0, 10.0]),
+                   stream_us=st.sampled_from([0.0, 0.0, 50.0, 400.0]))
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -60,6 +105,8 @@ def test_timed_loops_behind_a_front_end_equal_the_reference(w, fe, policy):
     if pricer is None:
         return
     ends = np.concatenate(([0.0], p.step_end_ms))
+    if p.step_delivered_ms is not None:  # the client's times are when each step's chunks went out
+        ends = np.concatenate(([0.0], p.step_delivered_ms))
     ours = [(a, f + p.token_delay_ms, e + p.token_delay_ms) for a, f, e in _request_times(p, ends)]
     assert np.allclose(ours, sorted((r.arrival, r.first, r.finish) for r in reqs))
 

@@ -28,7 +28,8 @@ def larger_workloads(draw):
     timed = {}
     if arrival == "frontend":
         arrival, timed = "closed", {"frontend": Frontend(request_ms=draw(st.sampled_from([0.0, 0.5])),
-                                                         return_ms=1.0, client_ms=draw(st.sampled_from([0.0, 2.0])))}
+                                                         return_ms=1.0, client_ms=draw(st.sampled_from([0.0, 2.0])),
+                                                         stream_us=draw(st.sampled_from([0.0, 30.0, 300.0])))}
     return Workload(
         input_length=draw(st.integers(1, 300)), output_length=draw(st.integers(1, 60)),
         max_batched_tokens=draw(st.integers(1 + mtp, 128)), concurrency=concurrency,
@@ -67,6 +68,8 @@ def _same(a, b) -> None:
     assert a.event_step.tolist() == b.event_step.tolist() and a.event_steady.tolist() == b.event_steady.tolist()
     if a.step_end_ms is not None:
         assert np.array_equal(a.step_end_ms, b.step_end_ms) and np.array_equal(a.event_ms, b.event_ms)
+    if a.step_delivered_ms is not None or b.step_delivered_ms is not None:
+        assert np.array_equal(a.step_delivered_ms, b.step_delivered_ms)
     assert a.peak_kv_tokens == pytest.approx(b.peak_kv_tokens, rel=1e-12)
 
 

@@ -138,12 +138,38 @@ def _same_plan(a, b) -> None:
     assert (a.peak_kv_tokens, a.preemptions) == (b.peak_kv_tokens, b.preemptions)
     if a.step_end_ms is not None:
         assert np.allclose(a.step_end_ms, b.step_end_ms) and np.allclose(a.event_ms, b.event_ms)
+    if a.step_delivered_ms is not None or b.step_delivered_ms is not None:
+        assert np.allclose(a.step_delivered_ms, b.step_delivered_ms)
+
+
+@pytest.mark.parametrize("output", [2, 3, 9])
+def test_a_pool_that_never_binds_streams_as_the_plain_planner(output):
+    """The KV-bound planner's front end streams each step's chunks and sends replacements when the last
+    token is out, as the plain planner does: a closed loop behind a streaming server, in a pool that never
+    binds, has the same steps, the same times out and the same requests' times."""
+    from simulator import Frontend, StepPricer, per_request, plan
+    from simulator.kvbound import plan_kv_bound
+    from tests.simulator.test_timeline import affine
+
+    fe = Frontend(request_ms=0.3, return_ms=0.5, client_ms=1.0, stream_us=700.0)
+    w = Workload(24, output, 64, 5, arrival="closed", num_prompts=17, measure="all", frontend=fe)
+    scheduler = TokenBudget()
+    plain = plan(w, scheduler, step_ms=StepPricer(affine, scheduler))
+    bound = plan_kv_bound(w, scheduler, 10_000, step_ms=StepPricer(affine, scheduler))
+    assert [plain.shapes[i] for i in plain.step_shape] == [bound.shapes[i] for i in bound.step_shape]
+    for name in ("step_end_ms", "step_delivered_ms", "event_ms"):  # (its KV peak counts whole blocks)
+        assert np.allclose(getattr(plain, name), getattr(bound, name)), name
+    times = [per_request(p, np.diff(np.concatenate(([0.0], p.step_end_ms)))) for p in (plain, bound)]
+    for key in ("arrival_ms", "first_token_ms", "finish_ms"):
+        assert np.allclose(np.sort(times[0][key]), np.sort(times[1][key])), key
+    assert (plain.step_delivered_ms > plain.step_end_ms).any()  # tokens go out after their steps
 
 
 @settings(max_examples=examples(200), deadline=None)
 @given(case=bound_workloads(), seqs=st.integers(1, 6), timed=st.sampled_from([None, "closed", "poisson"]),
-       ctx=st.sampled_from(["mean", "mid"]), round_to=st.sampled_from([1, 8, 128]))
-def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx, round_to):
+       ctx=st.sampled_from(["mean", "mid"]), round_to=st.sampled_from([1, 8, 128]),
+       stream_us=st.sampled_from([0.0, 200.0]))
+def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx, round_to, stream_us):
     import dataclasses
 
     from simulator import Frontend, StepPricer
@@ -153,7 +179,7 @@ def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx,
     w, blocks = case
     if timed == "closed":
         w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2),
-                                frontend=Frontend(return_ms=0.5, client_ms=2.0))
+                                frontend=Frontend(return_ms=0.5, client_ms=2.0, stream_us=stream_us))
     elif timed == "poisson":
         w = dataclasses.replace(w, arrival="poisson", num_prompts=max(w.prompts, 2), request_rate=200.0)
     scheduler = TokenBudget(max_num_seqs=seqs)
