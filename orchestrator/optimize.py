@@ -41,14 +41,17 @@ def memory_bound(s: Scenario, job: Job) -> int | None:
 
 def job_search(s: Scenario, job: Job, width: int = 1):
     """Search generator for one job over every limit pair (see orchestrator.search); the probe
-    stops at the memory bound where one exists."""
+    stops at the memory bound where one exists. A timed search aims at the limits instead of
+    doubling past them: its plans are its own, priced with its layout. An untimed one doubles, so
+    the scenarios of a plan family probe the same concurrencies and share their plans."""
     rows: dict[int, dict] = {}
     best = []
     bound = memory_bound(s, job)
     cap = s.max_concurrency if bound is None else min(s.max_concurrency, bound)
+    aims = workload(s, job.max_batched_tokens, 1).timed
     for ttft, tpot in s.limit_pairs():
-        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows,
-                                  margin=lambda r, a=ttft, b=tpot: limit_margin(r, a, b))
+        margin = (lambda r, a=ttft, b=tpot: limit_margin(r, a, b)) if aims else None
+        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows, margin=margin)
         if found.best is not None:
             best.append({**found.best, "ttft_limit_ms": ttft, "tpot_limit_ms": tpot})
     return JobResult(job, [rows[n] for n in sorted(rows)], best)

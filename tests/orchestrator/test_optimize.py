@@ -280,3 +280,34 @@ def test_the_moe_models_people_deploy_now_optimize_from_their_shipped_names(mode
     per_rank = best["concurrency"] // best["attention_dp"]
     again = evaluate_point(s, Job("agg", layout, best["max_batched_tokens"]), per_rank)
     assert again["tpot_ms"] == pytest.approx(best["tpot_ms"]) and again["ttft_ms"] == pytest.approx(best["ttft_ms"])
+
+
+def test_a_timed_search_aims_at_the_limits_and_an_untimed_one_doubles():
+    """A timed search (a closed loop behind vLLM's front end) aims where its limits' lines reach them and
+    finds what doubling and bisecting find, over fewer and smaller concurrencies; an untimed one probes
+    the powers of two up to its bracket, as every scenario of its plan family does (they share plans)."""
+    from orchestrator.evaluate import meets
+    from orchestrator.optimize import job_search
+    from orchestrator.search import drive, search
+
+    timed = Scenario("Qwen/Qwen3-8B", "H100_SXM", 1, 1024, 256, (8192,), tpot_limits=(20.0,), ttft_limits=(1000.0,),
+                     arrival="closed", engine="vllm")
+    job = Job("agg", Layout(1), 8192)
+    seen: list[int] = []
+
+    def evaluate(ns):
+        seen.extend(ns)
+        return [evaluate_point(timed, job, n) for n in ns]
+
+    aimed = drive(job_search(timed, job), evaluate)
+    aimed_points = list(seen)
+    plain = drive(search(lambda r: meets(r, 1000.0, 20.0), timed.max_concurrency), evaluate)
+    assert aimed.best[0]["concurrency"] == plain.best["concurrency"]
+    assert len(aimed_points) < len(plain.rows) and sum(aimed_points) < sum(plain.rows)
+
+    burst = Scenario("Qwen/Qwen3-8B", "H100_SXM", 1, 1024, 256, (8192,), tpot_limits=(20.0,))
+    found = drive(job_search(burst, job), lambda ns: [evaluate_point(burst, job, n) for n in ns])
+    points = sorted(r["concurrency"] for r in found.points)
+    powers = [n for n in points if n & (n - 1) == 0]  # the bracket's probes (bisection fills in between)
+    first_fail = next(n for n in powers if not meets(evaluate_point(burst, job, n), None, 20.0))
+    assert powers[:first_fail.bit_length()] == [2 ** k for k in range(first_fail.bit_length())]
