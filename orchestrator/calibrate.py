@@ -10,8 +10,9 @@ base profile's value (a prior), so a knob the runs do not identify stays where t
   the loop's phases (and adds to TTFT); `[frontend] request_ms`: the API server's serial time a request;
 
 and, where the runs do not say it, the launch: the token budget (`[launch] max_batched_tokens`), async
-scheduling, and the prefix cache where the client reuses prompts. Each such choice is tried in turn and
-kept when it lowers the loss by more than LAUNCH_GAIN. The loss is soft-L1 on the runs' log ratios of
+scheduling, and the prefix cache where the client reuses prompts; and, for closed loops, a front end that
+streams at a cost (`[frontend] stream_us`, STREAMS). Each such choice is tried in turn and kept when it
+lowers the loss by more than LAUNCH_GAIN. The loss is soft-L1 on the runs' log ratios of
 TTFT and TPOT (`robust`), so one run the model cannot follow does not drag the knobs. Runs are estimated
 exactly as `estimate` does, each candidate profile written to a file and passed as `--engine` would be.
 """
@@ -55,6 +56,11 @@ BUDGETS = (0, 2048, 4096, 8192, 16384)
 #: where each launch choice a run may leave open (orchestrator.runs.LAUNCH_CHOICES) sits in a profile
 LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "async_scheduling": ("async_scheduling",),
                  "prefix_caching": ("prefix_caching",)}
+#: the front end's time per response chunk tried for closed loops (us; 0 is the base's): 20,000 and 10,000
+#: chunks a second, about where SGLang 0.5.6's and TensorRT-LLM 1.0's held-back campaigns streamed
+#: (bench/littles_law.py; docs/fidelity.md)
+STREAM_PLACE = ("frontend", "stream_us")
+STREAMS = (50.0, 100.0)
 #: least-squares evaluations (Jacobians apart) per fit of the knobs (the leave-one-out fits start from the
 #: whole fit: fewer)
 FIT_ITERATIONS, REFIT_ITERATIONS = 15, 3
@@ -126,6 +132,7 @@ class Calibration:
         for place in LAUNCH_PLACES.values():
             label = place[0] if len(place) == 1 else f"[{place[0]}] {place[1]}"
             out.append((label, _launch_text(self.base_data, place), _launch_text(self.data, place)))
+        out.append(("[frontend] stream_us", *(f"{_get(d, STREAM_PLACE, 0.0):g}" for d in (self.base_data, self.data))))
         return out
 
 
@@ -251,7 +258,8 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
 
 def launch_options(runs: list[Run], data: dict) -> list[dict]:
     """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, async
-    scheduling flipped, and the prefix cache flipped where the client reuses prompts (aiperf)."""
+    scheduling flipped, the prefix cache flipped where the client reuses prompts (aiperf), and each other
+    streaming time of the front end where the runs are closed loops."""
     open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
     if not any(r.values.get("benchmark") == "aiperf" for r in runs):
         open_.discard("prefix_caching")
@@ -262,6 +270,9 @@ def launch_options(runs: list[Run], data: dict) -> list[dict]:
         own = _get(data, place, False if len(place) == 1 else 0)
         values = [b for b in BUDGETS if b != own] if key == "max_batched_tokens" else [not own]
         options += [_with(data, place, value) for value in values]
+    if any(r.values.get("arrival") == "closed" for r in runs):
+        own = _get(data, STREAM_PLACE, 0.0)
+        options += [_with(data, STREAM_PLACE, value) for value in (0.0, *STREAMS) if value != own]
     return options
 
 
@@ -284,6 +295,8 @@ def _launch_of(source: dict, data: dict) -> dict:
     out = copy.deepcopy(data)
     for place in LAUNCH_PLACES.values():
         _put(out, place, _get(source, place, False if len(place) == 1 else 0))
+    if _get(source, STREAM_PLACE, 0.0) != _get(out, STREAM_PLACE, 0.0):
+        _put(out, STREAM_PLACE, _get(source, STREAM_PLACE, 0.0))
     return out
 
 
@@ -342,7 +355,7 @@ def update_profile(path: str, c: Calibration, files: list[str]) -> None:
     target = Path(path)
     doc = tomlkit.parse(target.read_text())
     fitted = profile_data(c, str(doc.get("name", target.stem)), files)
-    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values())
+    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values()) + [STREAM_PLACE]
     for place in places:
         old, new = _get(c.base_data, place, None), _get(c.data, place, None)
         if new is not None and new != old:

@@ -4,6 +4,8 @@ input form, and the profile it writes works wherever --engine is taken."""
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -83,6 +85,33 @@ def test_a_campaign_s_true_constants_are_recovered_from_a_spec_key_csv(truth, tm
     assert np.median(np.abs(c.base_errors)) > 0.05  # the base profile is off: there was something to fit
     assert np.median(np.abs(c.fit_errors)) < 0.02 and np.abs(c.fit_errors).max() < 0.05
     assert np.median(np.abs(c.loo_errors)) < 0.03
+    assert c.data.get("frontend", {}).get("stream_us", 0.0) == 0.0  # its front end streams at no cost
+
+
+def test_a_front_end_that_streams_at_a_cost_is_recovered():
+    """Five closed loops of a small model at high concurrency on eight GPUs, made with a front end that
+    sends 10,000 response chunks a second (held back: TTFT grows with the output): calibrate tries the
+    streaming times it knows and keeps the true one; the runs come back within a few per cent."""
+    from orchestrator.calibrate import STREAM_PLACE, base_profile
+    from orchestrator.runs import Run
+
+    data = base_profile("vllm")
+    data.setdefault("frontend", {})["stream_us"] = 100.0
+    deployment = {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "tp_sizes": (8,), "arrival": "closed",
+                  "benchmark": "vllm-bench", "num_prompts": 512}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "truth.toml"
+        path.write_text(to_toml(data))
+        runs = []
+        for isl, osl, c in [(1024, 128, 64), (1024, 512, 128), (1024, 256, 256), (2048, 512, 192), (512, 128, 96)]:
+            values = {**deployment, "input_length": isl, "output_length": osl, "concurrency": c}
+            row = estimate(configure({**values, "engine": str(path)}))
+            runs.append(Run(values, row["ttft_ms"], row["tpot_ms"], f"run c{c} {isl}/{osl}"))
+    c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
+    assert c.data["frontend"]["stream_us"] == 100.0 and STREAM_PLACE == ("frontend", "stream_us")
+    assert np.median(np.abs(c.base_errors[:, 0])) > 0.3  # without it the runs' TTFT is far off
+    assert np.median(np.abs(c.fit_errors)) < 0.05
+    assert ("[frontend] stream_us", "0", "100") in c.changes()
 
 
 def test_vllm_bench_json_files_calibrate_end_to_end_and_the_profile_drives_every_command(truth, tmp_path):
