@@ -66,7 +66,7 @@ def gemm_ratios(t: pd.DataFrame, lm, min_weights: float) -> dict:
 
 
 def attention_ratios(t: pd.DataFrame, lm) -> dict:
-    """{(kv dtype, "decode"): median measured / priced} of decode attention layers (as `_attention_layer`
+    """{(kv dtype, "decode"): median measured / priced} of decode attention layers (as `_attention_entries`
     prices a decode entry: each query against its context, the whole KV read once, at the device's
     memory efficiency)."""
     d = lm.device

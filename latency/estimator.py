@@ -59,6 +59,9 @@ def pricing_code_version() -> str:
 A2A_ROUNDS = 2
 OPS = ("qkv_proj", "attention", "o_proj", "mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm",
        "pp_comm", "overhead")
+#: the ops a step's price adds up, in this order (attention between them), before its overhead
+COUNTED_BEFORE = ("qkv_proj", "o_proj")
+COUNTED_AFTER = ("mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm", "pp_comm")
 
 
 class RooflineModel:
@@ -184,12 +187,33 @@ class RooflineModel:
 
     def _price(self, step, dec, conc, q, s, n_steps, detail=False):
         """Per-step milliseconds of every op; `step[i]` is the step of entry i."""
+        tokens = np.bincount(step, weights=conc * q, minlength=n_steps)
+        sampled = np.bincount(step, weights=conc, minlength=n_steps)
+        prefills = np.bincount(step, weights=~dec, minlength=n_steps) > 0 if self.prices_prefills else 0
+        counted = self._counted_ops(tokens, sampled, prefills, n_steps, detail)
+        ops = {op: counted[op] for op in COUNTED_BEFORE}
+        ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, self.device.peak_flops("bf16"), detail)
+        ops |= {op: counted[op] for op in COUNTED_AFTER}
+        overhead = counted["overhead"][0]
+        gpu = sum(ms for ms, _ in ops.values()) + overhead
+        total = self.engine.with_step(gpu)
+        ops["overhead"] = (overhead + total - gpu, np.full(n_steps, "overhead") if detail else None)
+        if detail:
+            return {**ops, "total": total}
+        return {"total": total}
+
+    @property
+    def prices_prefills(self) -> bool:
+        """Whether a step's price depends on whether it computes prompt tokens (a MoE prefill time)."""
+        return bool(self.engine.moe_prefill_layer_us and self.moe_layers)
+
+    def _counted_ops(self, tokens, sampled, prefills, n_steps: int, detail: bool) -> dict:
+        """Every op but attention, per step, from the step's tokens, requests and (`prefills`) whether it
+        computes prompt tokens alone: COUNTED_BEFORE, COUNTED_AFTER and "overhead" (ms, bound)."""
         d, m, p, qz = self.device, self.model, self.parallel, self.quant
         h = m.hidden_size
         kov = d.kernel_overhead_us * 1e-3
         bf16 = d.peak_flops("bf16")
-        tokens = np.bincount(step, weights=conc * q, minlength=n_steps)
-        sampled = np.bincount(step, weights=conc, minlength=n_steps)
         L = m.num_layers
         ops = {}
 
@@ -198,7 +222,6 @@ class RooflineModel:
 
         ops["qkv_proj"] = linear(self.qkv_params, L, KERNELS["qkv_proj"])
         ops["o_proj"] = linear(self.o_params, L, KERNELS["o_proj"])
-        ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, bf16, detail)
         absent = (np.zeros(n_steps), np.full(n_steps, "-") if detail else None)
         ops["mlp"] = linear(self.mlp_params, self.dense_layers, KERNELS["mlp"]) if self.dense_layers else absent
         ops["moe"] = self._moe(tokens, d.peak_flops(qz.experts_dtype), detail) if self.moe_layers else absent
@@ -210,18 +233,10 @@ class RooflineModel:
         ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, dtype="bf16",
                                       in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
-        prefills = 0  # which steps compute prompt tokens: only a MoE prefill time asks
-        if self.engine.moe_prefill_layer_us and self.moe_layers:
-            prefills = np.bincount(step, weights=~dec, minlength=n_steps) > 0
         overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp, self.moe_layers,
                                                                 prefills)
-        overhead = np.broadcast_to(overhead, n_steps).astype(np.float64)
-        gpu = sum(ms for ms, _ in ops.values()) + overhead
-        total = self.engine.with_step(gpu)
-        ops["overhead"] = (overhead + total - gpu, np.full(n_steps, "overhead") if detail else None)
-        if detail:
-            return {**ops, "total": total}
-        return {"total": total}
+        ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64), None)
+        return ops
 
     def _linear(self, params, layers, n_kernels, tokens, detail: bool, *, w_bytes=None, dtype=None, in_out=None):
         """ms per step of a linear layer of `params` weights (per device) over `tokens`, in `layers`
@@ -243,16 +258,16 @@ class RooflineModel:
         other layer, 128 tokens) to the last `sliding_window` positions of each query, and read
         only that much KV. Attention sinks (one learned logit per head) add no cost worth pricing."""
         m = self.model
-        per_step, bound = self._attention_layer(step, dec, conc, q, s, n_steps, peak, detail)
-        per_step = per_step * m.num_full_layers
+        ms, bound = self._attention_entries(dec, conc, q, s, peak, detail)
+        per_step = np.bincount(step, weights=ms, minlength=n_steps) * m.num_full_layers
         if m.num_sliding_layers:
-            windowed, _ = self._attention_layer(step, dec, conc, q, s, n_steps, peak, False, m.sliding_window)
-            per_step = per_step + windowed * m.num_sliding_layers
-        return per_step, bound
+            windowed, _ = self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window)
+            per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * m.num_sliding_layers
+        return per_step, _step_bound(step, bound, n_steps) if detail else None
 
-    def _attention_layer(self, step, dec, conc, q, s, n_steps, peak, detail: bool, window: int = 0):
-        """One layer's attention ms per step; with a `window` each query sees at most that many keys
-        and the step reads at most that much of each request's KV."""
+    def _attention_entries(self, dec, conc, q, s, peak, detail: bool, window: int = 0):
+        """One layer's attention ms of each entry (and what bounds it, with `detail`); with a `window`
+        each query sees at most that many keys and the step reads at most that much of each request's KV."""
         d, m = self.device, self.model
         kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
         pairs = _causal_pairs(q, s, window)
@@ -264,10 +279,8 @@ class RooflineModel:
             flops = flops + np.where(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
         bytes_ = conc * (keys_read * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
         kernel = KERNELS["attention"] * d.kernel_overhead_us + np.where(dec, 0.0, d.prefill_attention_overhead_us)
-        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
-                               d.kv_memory_efficiency(self.quant.kv_bytes))
-        per_step = np.bincount(step, weights=ms, minlength=n_steps)
-        return per_step, _step_bound(step, bound, n_steps) if detail else None
+        return self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
+                          d.kv_memory_efficiency(self.quant.kv_bytes))
 
     def _moe(self, tokens, peak, detail: bool):
         """`tokens` are one attention rank's; every rank runs a step of the same size in lockstep, so
@@ -355,6 +368,58 @@ class RooflineModel:
     @property
     def memory(self) -> MemoryPicture:
         return self.memory_for(self.activation_tokens)
+
+
+class ShapeParts:
+    """Prices fused step shapes one at a time (a timed plan meets them so) from remembered parts.
+
+    Claim: `RooflineModel._price` adds, in a fixed order, parts that depend on a step's tokens, requests
+    and whether it computes prompt tokens alone (`_counted_ops`) and its entries' attention, each entry's
+    alone (`_attention_entries`), summed in entry order; the same float operations on remembered parts
+    give the price `step_latency_ms` gives the shape, to the bit. `tests/latency` compares the two."""
+
+    def __init__(self, model: RooflineModel):
+        self.model = model
+        self.counted: dict[tuple, tuple[float, ...]] = {}
+        self.entries: dict[ForwardKey, tuple[float, float]] = {}
+
+    def __call__(self, shape: StepShape) -> float:
+        m = self.model
+        tokens = float(sum(k.concurrency * k.query_len for k in shape))
+        sampled = float(sum(k.concurrency for k in shape))
+        prefills = m.prices_prefills and not all(k.is_decode for k in shape)
+        counted = self.counted.get((tokens, sampled, prefills)) or self._count(tokens, sampled, prefills)
+        new = [k for k in shape if k not in self.entries]
+        if new:
+            self._attend(new)
+        full = windowed = 0.0
+        for key in shape:
+            one, window = self.entries[key]
+            full += one
+            windowed += window
+        attention = full * m.model.num_full_layers
+        if m.model.num_sliding_layers:
+            attention = attention + windowed * m.model.num_sliding_layers
+        before, after, overhead = counted[:len(COUNTED_BEFORE)], counted[len(COUNTED_BEFORE):-1], counted[-1]
+        gpu = sum((*before, attention, *after)) + overhead
+        return float(m.engine.with_step(np.float64(gpu)))
+
+    def _count(self, tokens: float, sampled: float, prefills: bool) -> tuple[float, ...]:
+        ops = self.model._counted_ops(np.array([tokens]), np.array([sampled]),
+                                      np.array([prefills]) if self.model.prices_prefills else 0, 1, False)
+        parts = tuple(float(ops[op][0][0]) for op in (*COUNTED_BEFORE, *COUNTED_AFTER, "overhead"))
+        self.counted[(tokens, sampled, prefills)] = parts
+        return parts
+
+    def _attend(self, keys: list) -> None:
+        m = self.model
+        dec, conc, q, s = keys_to_arrays(keys)
+        peak = m.device.peak_flops("bf16")
+        ms, _ = m._attention_entries(dec, conc, q, s, peak, False)
+        windowed = (m._attention_entries(dec, conc, q, s, peak, False, m.model.sliding_window)[0]
+                    if m.model.num_sliding_layers else np.zeros(len(keys)))
+        for key, one, window in zip(keys, ms.tolist(), windowed.tolist(), strict=True):
+            self.entries[key] = (one, window)
 
 
 def _causal_pairs(q, s, window: int = 0):

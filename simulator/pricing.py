@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from latency.estimator import RooflineModel, ShapeParts
 from latency.keys import ForwardKey, StepShape
 
 
@@ -59,16 +60,21 @@ def step_times(plan, prices: Sequence[float]) -> np.ndarray:
 class StepPricer:
     """Prices step shapes one at a time, for plans that depend on time (Poisson arrivals): each
     distinct shape (fused policy) or ForwardKey is priced once and remembered. `prices` are aligned
-    with the plan's `price_keys` afterwards, so a timed plan replays like any other."""
+    with the plan's `price_keys` afterwards, so a timed plan replays like any other. A roofline model's
+    fused shapes are priced from remembered parts (`latency.estimator.ShapeParts`: the same floats)."""
 
     def __init__(self, latency, scheduler):
         self.latency, self.scheduler = latency, scheduler
         self.memo: dict = {}
+        self.parts = ShapeParts(latency) if scheduler.fused and isinstance(latency, RooflineModel) else None
 
     def _key_ms(self, key) -> float:
         ms = self.memo.get(key)
         if ms is None:
-            ms = self.memo[key] = float(price(self.latency, [key], self.scheduler.fused)[0])
+            if self.parts is not None:
+                ms = self.memo[key] = self.parts(key)
+            else:
+                ms = self.memo[key] = float(price(self.latency, [key], self.scheduler.fused)[0])
         return ms
 
     def __call__(self, shape: StepShape) -> float:

@@ -250,3 +250,32 @@ def test_fingerprint_names_the_pricing_code_version(monkeypatch):
     assert before == build_latency_model("Qwen/Qwen3-8B", "H200_SXM").fingerprint
     monkeypatch.setattr(estimator, "pricing_code_version", lambda: "another-release")
     assert build_latency_model("Qwen/Qwen3-8B", "H200_SXM").fingerprint != before
+
+
+#: models whose steps are priced by every part of `_price`: dense, sliding-window attention with MXFP4
+#: experts, MLA with a MoE prefill time (SGLang's), EP experts with TensorRT-LLM's per-layer times
+PART_MODELS = [("Qwen/Qwen3-32B", "H200_SXM", {"tp": 2}, "vllm"),
+               ("openai/gpt-oss-120b", "H100_SXM", {"tp": 2}, "vllm"),
+               ("deepseek-ai/DeepSeek-V3", "H200_SXM", {"tp": 8}, "sglang"),
+               ("Qwen/Qwen3-235B-A22B", "H100_SXM", {"tp": 4, "ep": 4}, "trtllm"),
+               ("meta-llama/Llama-3.1-8B-Instruct", "B200", {"tp": 1}, "none")]
+entries = st.builds(lambda dec, c, q, extra: ForwardKey(dec, c, 1 if dec else q, (1 if dec else q) + extra),
+                    st.booleans(), st.integers(1, 256), st.integers(1, 8192), st.integers(0, 16384))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(case=st.sampled_from(PART_MODELS), steps=st.lists(st.lists(entries, min_size=1, max_size=4), min_size=1,
+                                                          max_size=12))
+def test_shapes_priced_from_remembered_parts_cost_what_the_whole_shape_costs(case, steps):
+    """The timed planner's fast path (`ShapeParts`) gives every step shape the price `step_latency_ms`
+    gives it, to the bit, whatever parts it remembered from the shapes before (they share token counts
+    and entries)."""
+    from latency.estimator import ShapeParts
+
+    model, device, parallel, engine = case
+    lm = build_latency_model(model, device, engine=engine, **parallel)
+    parts = ShapeParts(lm)
+    shapes = [tuple(sorted(entries)) for entries in steps]
+    shapes += shapes[: len(shapes) // 2]  # some again, from memory
+    whole = lm.step_latency_ms(shapes)
+    assert [parts(shape) for shape in shapes] == whole.tolist()
