@@ -32,8 +32,7 @@ PRICER_MODEL = "Qwen/Qwen3-8B"        # any shipped model: it carries the device
 
 
 def newest(root: Path, gpu: str, engine: str) -> Path | None:
-    found = sorted((root / gpu / "comm" / engine).glob("*/custom_allreduce_perf.parquet"),
-                   key=lambda p: kernel_tables._version_key(p.parent.name), reverse=True)
+    found = kernel_tables.tables(root, gpu, "comm", engine, "custom_allreduce_perf.parquet")
     return found[0] if found else None
 
 

@@ -43,8 +43,7 @@ PRICER_MODEL = "Qwen/Qwen3-8B"  # any shipped model: it only carries the device 
 
 
 def newest(root: Path, gpu: str, op: str, engine: str, table: str) -> Path | None:
-    found = sorted((root / gpu / op / engine).glob(f"*/{table}"),
-                   key=lambda p: kernel_tables._version_key(p.parent.name), reverse=True)
+    found = kernel_tables.tables(root, gpu, op, engine, table)
     return found[0] if found else None
 
 

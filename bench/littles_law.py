@@ -19,47 +19,46 @@ their `running`.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
+from calibrate_campaigns import campaigns  # one definition of a campaign for every bench
 
-REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference"
-FILES = ("measured_serving.csv", "measured_serving_moe.csv")
-CAMPAIGN = ["backend", "backend_version", "model_path", "system"]
-GROUP = [*CAMPAIGN, "isl", "batch_size", "tp_size", "attention_dp_size"]
+GROUP = ["isl", "batch_size", "tp_size", "attention_dp_size"]  # within a campaign: all but the output length
+NUMBERS = ["isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"]
 HELD_BACK = 0.05  # a slope above this: requests wait about a twentieth of a decode for others to finish
 
 
 def slopes(runs: pd.DataFrame) -> pd.DataFrame:
-    """k per group of runs that differ only in output length (least squares of TTFT on decode ms)."""
+    """k per group of one campaign's runs that differ only in output length (least squares of TTFT on
+    decode ms)."""
     rows = []
-    for key, g in runs.groupby(GROUP, dropna=False):
+    for key, g in runs.groupby(GROUP):
         if g.osl.nunique() >= 2:
             rows.append({**dict(zip(GROUP, key, strict=True)), "runs": len(g),
                          "k": np.polyfit(g.decode_ms, g.silicon_ttft_ms, 1)[0]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[*GROUP, "runs", "k"])
 
 
 def main() -> None:
-    runs = pd.concat([pd.read_csv(REFERENCE / f) for f in FILES], ignore_index=True)
-    runs["backend_version"] = runs.backend_version.fillna("(none)")
-    runs["decode_ms"] = (runs.osl - 1) * runs.silicon_tpot_ms
-    runs["running"] = runs.batch_size * runs.decode_ms / (runs.silicon_ttft_ms + runs.decode_ms)
-    k = slopes(runs)
-    k["where"] = "isl " + k.isl.astype(str) + " C " + k.batch_size.astype(str) + " tp " + k.tp_size.astype(str)
-    g = k.groupby(CAMPAIGN)
-    table = pd.DataFrame({"groups": g.size(), "median k": g.k.median().round(3), "largest k": g.k.max().round(3),
-                          "held back": g.k.apply(lambda s: int((s > HELD_BACK).sum())),
-                          "largest at": g.apply(lambda s: s.loc[s.k.idxmax(), "where"], include_groups=False)})
-    table = table.reset_index()
-    table["model_path"] = table.model_path.str.split("/").str[-1]
-    print(table.to_string(index=False))
-    worst = k[k.k > HELD_BACK].sort_values("k", ascending=False).head(6)
-    shown = runs.merge(worst[GROUP], on=GROUP)
+    table, held = [], []
+    for label, runs in campaigns(min_runs=1):
+        runs = runs.assign(**{c: pd.to_numeric(runs[c]) for c in NUMBERS})
+        runs["decode_ms"] = (runs.osl - 1) * runs.silicon_tpot_ms
+        runs["running"] = runs.batch_size * runs.decode_ms / (runs.silicon_ttft_ms + runs.decode_ms)
+        k = slopes(runs)
+        if k.empty:
+            continue
+        top = k.loc[k.k.idxmax()]
+        table.append({"campaign": label, "groups": len(k), "median k": round(k.k.median(), 3),
+                      "largest k": round(top.k, 3), "held back": int((k.k > HELD_BACK).sum()),
+                      "largest at": f"isl {top.isl} C {top.batch_size} tp {top.tp_size}"})
+        held.append(runs.merge(k[k.k > HELD_BACK].assign(label=label), on=GROUP))
+    print(pd.DataFrame(table).to_string(index=False))
+    shown = pd.concat(held).sort_values("k", ascending=False)
+    worst = shown.drop_duplicates([*GROUP, "label"]).head(6)[[*GROUP, "label"]]
     print(f"\nruns of the most held-back groups (k > {HELD_BACK:g}); running: requests decoding on average")
-    print(shown[["id", "batch_size", "osl", "silicon_ttft_ms", "silicon_tpot_ms", "running"]].round(1)
-          .to_string(index=False))
+    print(shown.merge(worst, on=[*GROUP, "label"])[["id", "batch_size", "osl", "silicon_ttft_ms", "silicon_tpot_ms",
+                                                     "running"]].round(1).to_string(index=False))
 
 
 if __name__ == "__main__":

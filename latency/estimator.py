@@ -192,10 +192,11 @@ class RooflineModel:
         prefills = np.bincount(step, weights=~dec, minlength=n_steps) > 0 if self.prices_prefills else 0
         counted = self._counted_ops(tokens, sampled, prefills, n_steps, detail)
         ops = {op: counted[op] for op in COUNTED_BEFORE}
-        ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, self.device.peak_flops("bf16"), detail)
+        ops["attention"] = self._attention(step, dec, conc, q, s, n_steps, detail)
         ops |= {op: counted[op] for op in COUNTED_AFTER}
         overhead = counted["overhead"][0]
-        gpu = sum(ms for ms, _ in ops.values()) + overhead
+        gpu = _gpu_ms([ops[op][0] for op in COUNTED_BEFORE], ops["attention"][0],
+                      [ops[op][0] for op in COUNTED_AFTER], overhead)
         total = self.engine.with_step(gpu)
         ops["overhead"] = (overhead + total - gpu, np.full(n_steps, "overhead") if detail else None)
         if detail:
@@ -253,17 +254,25 @@ class RooflineModel:
         ms, bound = self._roof(flops, bytes_, peak, eff_c, n_kernels * d.kernel_overhead_us * 1e-3, detail, eff_m)
         return ms * layers, bound
 
-    def _attention(self, step, dec, conc, q, s, n_steps, peak, detail: bool):
-        """Full-attention layers attend to the whole context; sliding-window layers (gpt-oss: every
-        other layer, 128 tokens) to the last `sliding_window` positions of each query, and read
-        only that much KV. Attention sinks (one learned logit per head) add no cost worth pricing."""
+    def _attention(self, step, dec, conc, q, s, n_steps, detail: bool):
+        """Every layer's attention ms per step (and what bounds it, with `detail`)."""
+        full, windowed, bound = self._attention_parts(dec, conc, q, s, detail)
         m = self.model
-        ms, bound = self._attention_entries(dec, conc, q, s, peak, detail)
-        per_step = np.bincount(step, weights=ms, minlength=n_steps) * m.num_full_layers
-        if m.num_sliding_layers:
-            windowed, _ = self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window)
+        per_step = np.bincount(step, weights=full, minlength=n_steps) * m.num_full_layers
+        if windowed is not None:
             per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * m.num_sliding_layers
         return per_step, _step_bound(step, bound, n_steps) if detail else None
+
+    def _attention_parts(self, dec, conc, q, s, detail: bool):
+        """(a full-attention layer's ms, a sliding-window layer's ms or None, what bounds the first) of each
+        entry. Full-attention layers attend to the whole context; sliding-window layers (gpt-oss: every
+        other layer, 128 tokens) to the last `sliding_window` positions of each query, and read only that
+        much KV. Attention sinks (one learned logit per head) add no cost worth pricing."""
+        m, peak = self.model, self.device.peak_flops("bf16")
+        full, bound = self._attention_entries(dec, conc, q, s, peak, detail)
+        windowed = (self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window)[0]
+                    if m.num_sliding_layers else None)
+        return full, windowed, bound
 
     def _attention_entries(self, dec, conc, q, s, peak, detail: bool, window: int = 0):
         """One layer's attention ms of each entry (and what bounds it, with `detail`); with a `window`
@@ -393,7 +402,7 @@ class ShapeParts:
         if new:
             self._attend(new)
         full = windowed = 0.0
-        for key in shape:
+        for key in shape:  # as np.bincount adds a step's entries
             one, window = self.entries[key]
             full += one
             windowed += window
@@ -401,8 +410,7 @@ class ShapeParts:
         if m.model.num_sliding_layers:
             attention = attention + windowed * m.model.num_sliding_layers
         before, after, overhead = counted[:len(COUNTED_BEFORE)], counted[len(COUNTED_BEFORE):-1], counted[-1]
-        gpu = sum((*before, attention, *after)) + overhead
-        return float(m.engine.with_step(np.float64(gpu)))
+        return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
     def _count(self, tokens: float, sampled: float, prefills: bool) -> tuple[float, ...]:
         ops = self.model._counted_ops(np.array([tokens]), np.array([sampled]),
@@ -412,14 +420,16 @@ class ShapeParts:
         return parts
 
     def _attend(self, keys: list) -> None:
-        m = self.model
-        dec, conc, q, s = keys_to_arrays(keys)
-        peak = m.device.peak_flops("bf16")
-        ms, _ = m._attention_entries(dec, conc, q, s, peak, False)
-        windowed = (m._attention_entries(dec, conc, q, s, peak, False, m.model.sliding_window)[0]
-                    if m.model.num_sliding_layers else np.zeros(len(keys)))
-        for key, one, window in zip(keys, ms.tolist(), windowed.tolist(), strict=True):
+        full, windowed, _ = self.model._attention_parts(*keys_to_arrays(keys), False)
+        windowed = np.zeros(len(keys)) if windowed is None else windowed
+        for key, one, window in zip(keys, full.tolist(), windowed.tolist(), strict=True):
             self.entries[key] = (one, window)
+
+
+def _gpu_ms(counted_before, attention, counted_after, overhead):
+    """A step's GPU time (numbers, or arrays of steps): its ops added in the one order both pricing paths
+    keep (attention after COUNTED_BEFORE), then its overhead."""
+    return sum((*counted_before, attention, *counted_after)) + overhead
 
 
 def _causal_pairs(q, s, window: int = 0):

@@ -69,10 +69,16 @@ def _version_key(name: str):
         return (0, Version("0"))
 
 
+def tables(root: Path, gpu: str, op: str, engine: str, table: str) -> list[Path]:
+    """`engine`'s `table` of `op` (moe, gemm, attention, comm, ...) measured on `gpu`, newest engine
+    version first."""
+    found = (root / gpu / op / engine).glob(f"*/{table}")
+    return sorted(found, key=lambda p: _version_key(p.parent.name), reverse=True)
+
+
 def moe_tables(root: Path, gpu: str, engine: str) -> list[Path]:
     """The MoE tables of `engine` measured on `gpu`, newest engine version first."""
-    base = root / gpu / "moe" / engine
-    return sorted(base.glob(f"*/{MOE_TABLE}"), key=lambda p: _version_key(p.parent.name), reverse=True)
+    return tables(root, gpu, "moe", engine, MOE_TABLE)
 
 
 @lru_cache(maxsize=16)

@@ -356,29 +356,29 @@ def meets(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> bool
 KEEPS_UP = 0.8
 
 
+def _judged(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> list[tuple[str, float, float]]:
+    """(what, the row's value, the most it may be) of each limit a row is judged by after memory, in
+    order: keeping up with the offered rate (Poisson), then TTFT, then TPOT, each at the SLO percentile
+    (or the mean), those that apply to the row's role (prefill: TTFT; decode: TPOT; agg: both)."""
+    out = []
+    if row.get("arrival") == "poisson":
+        out.append(("the offered rate (the instance falls behind it)", KEEPS_UP * row.get("request_rate", 0.0),
+                    row["request_throughput"]))
+    if ttft_limit is not None and row["role"] != "decode":
+        out.append(("TTFT", row["ttft_slo_ms"], ttft_limit))
+    if tpot_limit is not None and row["role"] != "prefill":
+        out.append(("TPOT", row["tpot_slo_ms"], tpot_limit))
+    return out
+
+
 def limit_margin(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> tuple[float, ...]:
-    """How near a row is to each limit `first_failure` judges it by (memory aside), 1 at the limit: its
-    TTFT and TPOT over their limits and, for a Poisson point, the share of the offered rate it must keep
-    up with over the share it keeps. The search aims with them (orchestrator.search)."""
-    ratios = []
-    if row.get("arrival") == "poisson" and row["request_throughput"] > 0:
-        ratios.append(KEEPS_UP * row.get("request_rate", 0.0) / row["request_throughput"])
-    if ttft_limit and row["role"] != "decode":
-        ratios.append(row["ttft_slo_ms"] / ttft_limit)
-    if tpot_limit and row["role"] != "prefill":
-        ratios.append(row["tpot_slo_ms"] / tpot_limit)
-    return tuple(ratios)
+    """How near a row is to each limit `first_failure` judges it by (memory aside), 1 at the limit. The
+    search aims with them (orchestrator.search)."""
+    return tuple(value / most for _, value, most in _judged(row, ttft_limit, tpot_limit) if most > 0)
 
 
 def first_failure(row: dict, ttft_limit: float | None, tpot_limit: float | None) -> str | None:
-    """What fails first: memory, then keeping up with the offered rate (Poisson), then TTFT, then TPOT,
-    each at the SLO percentile (or the mean)."""
+    """What fails first: memory, then the limits `_judged` lists, in its order."""
     if not row["fits_memory"]:
         return "memory"
-    if row.get("arrival") == "poisson" and row["request_throughput"] < KEEPS_UP * row.get("request_rate", 0.0):
-        return "the offered rate (the instance falls behind it)"
-    if ttft_limit is not None and row["role"] != "decode" and row["ttft_slo_ms"] > ttft_limit:
-        return "TTFT"
-    if tpot_limit is not None and row["role"] != "prefill" and row["tpot_slo_ms"] > tpot_limit:
-        return "TPOT"
-    return None
+    return next((what for what, value, most in _judged(row, ttft_limit, tpot_limit) if value > most), None)

@@ -41,6 +41,7 @@ class Arrivals:
         self.at: list[float] = []       # timed: when each reaches the scheduler
         self.free_ms = 0.0              # when the API server is free of the requests before
         self.streams = self.frontend.stream_us > 0  # timed: it spends time on every response chunk
+        self.delivered: list[float] = []  # timed, streaming: when each step's chunks went out
         self.rng = np.random.default_rng([w.seed, FRONTEND_STREAM])
         if w.arrival == "poisson":
             self.create(w.arrival_times_ms())
@@ -101,13 +102,22 @@ class Arrivals:
         self.at.append(self.free_ms)
         self.sent_ms.append(t)
 
-    def stream(self, end_ms: float, chunks: int) -> float:
+    def stream(self, end_ms: float, chunks: int) -> None:
         """Timed: a step ending at `end_ms` hands the API server `chunks` response chunks, which it sends
-        once the request it may be taking is through, before any request still waiting; returns when the
-        last has gone out (the step's tokens reach the client `return_ms` later)."""
-        self._serve(end_ms, before_chunks=True)
-        self.free_ms = max(self.free_ms, end_ms) + chunks * self.frontend.stream_us * 1e-3
-        return self.free_ms
+        once the request it may be taking is through, before any request still waiting (`delivered`:
+        when the last has gone out). Nothing where the server streams at no cost."""
+        if self.streams:
+            self._serve(end_ms, before_chunks=True)
+            self.free_ms = max(self.free_ms, end_ms) + chunks * self.frontend.stream_us * 1e-3
+            self.delivered.append(self.free_ms)
+
+    def tokens_at(self, end_ms: float) -> float:
+        """Timed: when the client has the tokens of the last step, which ended at `end_ms`."""
+        return (self.delivered[-1] if self.delivered else end_ms) + self.frontend.return_ms
+
+    def delivered_ms(self) -> np.ndarray | None:
+        """A timed plan's `step_delivered_ms`: when each step's chunks went out (None: at no cost)."""
+        return np.array(self.delivered) if self.streams else None
 
     def due(self, seen: float, clock: float) -> list[float]:
         """Timed: send times of the requests that reached the scheduler by `seen`, not handed to it yet."""

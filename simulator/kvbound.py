@@ -204,7 +204,6 @@ class _KVPlan:
         self.round_to = context_round
         self.book, self.shape_ms = ShapeBook(1), []
         self.step_shape, self.step_decode, self.step_end, self.finished = [], [], [], []
-        self.step_delivered = []  # timed, streaming at a cost: when each step's tokens left the API server
         self.clock = 0.0
 
     def send(self, count: int, step: int, ms: float = 0.0) -> None:
@@ -275,16 +274,14 @@ class _KVPlan:
             for _ in range(k):
                 self.clock += self.shape_ms[shape_id]
                 self.step_end.append(self.clock)
-                if self.arrivals.streams:
-                    self.step_delivered.append(self.arrivals.stream(self.clock, chunks))
+                self.arrivals.stream(self.clock, chunks)
 
     def replace(self, done: int) -> None:
         """Closed loop: the client replaces the requests that finished."""
         a = self.arrivals
         new = a.replacements(done)
         if new and self.timed:
-            last = self.step_delivered[-1] if self.step_delivered else self.clock  # the client has the last token
-            a.create(np.full(new, last + a.frontend.return_ms))
+            a.create(np.full(new, a.tokens_at(self.clock)))  # the client has the last token
         elif new:
             self.send(new, len(self.step_shape) - 1)
 
@@ -318,7 +315,7 @@ def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_c
                 float(k.planner.peak_blocks * BLOCK_SIZE), arrival, np.array(a.steps, dtype=np.int64),
                 np.array(a.steady), np.array(k.step_decode, dtype=np.int64), kind,
                 np.array(a.ms) if timed else None, np.array(k.step_end) if timed else None,
-                a.frontend.return_ms if timed else 0.0, np.array(k.step_delivered) if timed and a.streams else None,
+                a.frontend.return_ms if timed else 0.0, a.delivered_ms() if timed else None,
                 preemptions=k.planner.preemptions, kv_blocks=kv_blocks)
 
 

@@ -62,7 +62,6 @@ class PlanState:
     step_decode: list = field(default_factory=list)
     shape_ms: list = field(default_factory=list)
     step_end: list = field(default_factory=list)
-    step_delivered: list = field(default_factory=list)  # timed, streaming at a cost: when each step's chunks went out
     finished: list = field(default_factory=list)
     kv_prefill: float = 0.0
     peak: float = 0.0
@@ -190,13 +189,7 @@ class PlanState:
         if self.timed:
             self.clock += self.shape_ms[shape_id]
             self.step_end.append(self.clock)
-            if self.arrivals.streams:
-                self.step_delivered.append(self.arrivals.stream(self.clock, chunks))
-
-    @property
-    def delivered(self) -> float:
-        """Timed: when the last step's tokens left the API server (its end, unless it streams at a cost)."""
-        return self.step_delivered[-1] if self.step_delivered else self.clock
+            self.arrivals.stream(self.clock, chunks)
 
     def _replace(self, step: int, finished_now: int) -> None:
         """A closed loop's client replaces the finished requests; a burst that finished requests while
@@ -205,7 +198,7 @@ class PlanState:
             a = self.arrivals
             new = a.replacements(finished_now)
             if new and self.timed:  # the client sends them when it has the last token
-                a.create(np.full(new, self.delivered + a.frontend.return_ms))
+                a.create(np.full(new, a.tokens_at(self.clock)))
             elif new:
                 self.send(new, step)
                 self.check = True

@@ -121,4 +121,4 @@ def _result(st: PlanState) -> Plan:
                 first, finish, float(st.peak), arrival, np.array(a.steps, dtype=np.int64),
                 np.array(a.steady), np.array(st.step_decode, dtype=np.int64), kind,
                 np.array(a.ms) if timed else None, np.array(st.step_end) if timed else None,
-                a.frontend.return_ms if timed else 0.0, np.array(st.step_delivered) if timed and a.streams else None)
+                a.frontend.return_ms if timed else 0.0, a.delivered_ms() if timed else None)

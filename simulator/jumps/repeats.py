@@ -69,7 +69,7 @@ def _before_arrival(st, run: int, step_ms: float, decodes: int) -> int:
         clock += step_ms
         st.step_end.append(clock)
         if streams:
-            st.step_delivered.append(a.stream(clock, decodes))
+            a.stream(clock, decodes)
             next_arrival = a.next_time()
     st.clock = clock
     return run

@@ -69,10 +69,12 @@ def test_a_front_end_streaming_at_its_rate_holds_requests_back():
                      frontend=Frontend(stream_us=stream_us, client_ms=5.0))
         return simulate(w, one_ms, TokenBudget())
     free = [loop(n, 0.0) for n in (16, 256)]
-    capped = [loop(n, 40.0) for n in (16, 64, 256)]  # the server sends 25 chunks a ms; 32 clients
+    capped = [loop(n, 40.0) for n in (16, 64, 256)]
     assert free[1].ttft_ms == pytest.approx(free[0].ttft_ms, rel=0.05)
     assert capped[0].ttft_ms < capped[1].ttft_ms < capped[2].ttft_ms
+    # 16 times the output, 16 times the decode a waiting request waits out (k x decode): more than 3x the TTFT
     assert capped[2].ttft_ms > 3 * capped[0].ttft_ms
+    # 1 ms steps and 25 chunks a ms out: at most 25 of the 32 clients' requests decode, 0.78 of them
     assert capped[2].decoding_requests < 0.8 * free[1].decoding_requests
 
 
