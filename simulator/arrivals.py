@@ -105,11 +105,10 @@ class Arrivals:
     def stream(self, end_ms: float, chunks: int) -> None:
         """Timed: a step ending at `end_ms` hands the API server `chunks` response chunks, which it sends
         once the request it may be taking is through, before any request still waiting (`delivered`:
-        when the last has gone out). Nothing where the server streams at no cost."""
-        if self.streams:
-            self._serve(end_ms, before_chunks=True)
-            self.free_ms = max(self.free_ms, end_ms) + chunks * self.frontend.stream_us * 1e-3
-            self.delivered.append(self.free_ms)
+        when the last has gone out). Asked only where the server streams at a cost (`streams`)."""
+        self._serve(end_ms, before_chunks=True)
+        self.free_ms = max(self.free_ms, end_ms) + chunks * self.frontend.stream_us * 1e-3
+        self.delivered.append(self.free_ms)
 
     def tokens_at(self, end_ms: float) -> float:
         """Timed: when the client has the tokens of the last step, which ended at `end_ms`."""

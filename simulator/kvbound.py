@@ -231,7 +231,8 @@ class _KVPlan:
             raise RuntimeError(f"a KV pool of {self.planner.pool + NULL_BLOCKS} blocks cannot hold one request "
                                "of the workload")
         shape_id, d, ctx = _register(self.book, scheduled, self.fixed, self.round_to, self.round_context)
-        self._record(shape_id, d, 1, sum(1 for r, n in scheduled if r.computed + n >= r.prompt + r.out))
+        streamed = sum(1 for r, n in scheduled if r.computed + n >= r.prompt + r.out) if self.arrivals.streams else 0
+        self._record(shape_id, d, 1, streamed)
         done = _advance(self.planner, scheduled, step, self.finished)
         if not done and self.planner.preemptions == before and len(scheduled) == d:
             self._decode_run(shape_id, d, ctx)
@@ -274,7 +275,8 @@ class _KVPlan:
             for _ in range(k):
                 self.clock += self.shape_ms[shape_id]
                 self.step_end.append(self.clock)
-                self.arrivals.stream(self.clock, chunks)
+                if self.arrivals.streams:
+                    self.arrivals.stream(self.clock, chunks)
 
     def replace(self, done: int) -> None:
         """Closed loop: the client replaces the requests that finished."""

@@ -151,7 +151,7 @@ class PlanState:
         shape_id = self.book.one(tuple(sorted(entries.items())), d, ctx)
         step = len(self.step_shape)
         if self.timed:
-            self.record(shape_id, d, d + sum(n for n, _, _ in firsts))
+            self.record(shape_id, d, firsts)
         else:
             self.step_shape.append(shape_id)
             self.step_decode.append(d)
@@ -179,9 +179,9 @@ class PlanState:
             return _step(Step, (shape_id, d, ctx))
         return None
 
-    def record(self, shape_id: int, d: int, chunks: int) -> None:
-        """Append one step of shape `shape_id` with `d` decodes, in which `chunks` requests got a token
-        (priced and timed in a timed plan; its chunks streamed where that costs the front end time)."""
+    def record(self, shape_id: int, d: int, firsts=()) -> None:
+        """Append one step of shape `shape_id` with `d` decodes that gave `firsts` (groups) their first
+        token (priced and timed in a timed plan; its tokens streamed where that costs the front end time)."""
         if self.timed and shape_id == len(self.shape_ms):
             self.shape_ms.append(self.step_ms(self.book.shape(shape_id)))
         self.step_shape.append(shape_id)
@@ -189,7 +189,8 @@ class PlanState:
         if self.timed:
             self.clock += self.shape_ms[shape_id]
             self.step_end.append(self.clock)
-            self.arrivals.stream(self.clock, chunks)
+            if self.arrivals.streams:
+                self.arrivals.stream(self.clock, d + sum(n for n, _, _ in firsts))
 
     def _replace(self, step: int, finished_now: int) -> None:
         """A closed loop's client replaces the finished requests; a burst that finished requests while
