@@ -13,6 +13,8 @@ from simulator.workload import Workload
 
 #: the seed stream of the front end's handling times (apart from arrival times' and lengths')
 FRONTEND_STREAM = 2
+#: client delays drawn at once (numpy's stream drawn in pieces is the stream drawn whole)
+DELAY_BLOCK = 1024
 #: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
 STEADY_MARGIN = 0.1
 
@@ -43,6 +45,7 @@ class Arrivals:
         self.streams = self.frontend.stream_us > 0  # timed: it spends time on every response chunk
         self.delivered: list[float] = []  # timed, streaming: when each step's chunks went out
         self.rng = np.random.default_rng([w.seed, FRONTEND_STREAM])
+        self.delays: list[float] = []  # client delays drawn ahead, in order (the stream drawn in pieces is the same)
         if w.arrival == "poisson":
             self.create(w.arrival_times_ms())
 
@@ -77,11 +80,29 @@ class Arrivals:
     def create(self, ready_ms) -> None:
         """Timed: the client may send requests at `ready_ms`; it sends each after its client delay,
         and the API server takes them in the order sent."""
-        sent = np.asarray(ready_ms, dtype=np.float64) + self.frontend.client_delay(self.rng, len(ready_ms))
-        kind_of, prompt = self.w.kinds.kind_of, self.w.kinds.input
-        for t in sent.tolist():
-            heapq.heappush(self.waiting, (t, self.made, prompt[0 if kind_of is None else kind_of[self.made]]))
-            self.made += 1
+        ready = np.asarray(ready_ms, dtype=np.float64)
+        if self.frontend.client_ms:
+            ready = ready + self.frontend.client_delay(self.rng, len(ready))
+        for t in ready.tolist():
+            self._make(t)
+
+    def create_at(self, ready_ms: float, count: int) -> None:
+        """Timed: the client may send `count` requests at `ready_ms` (as `create` of that many times,
+        the delays drawn DELAY_BLOCK at a time: the seeded stream drawn in pieces is the same)."""
+        client_ms = self.frontend.client_ms
+        for _ in range(count):
+            if not client_ms:
+                self._make(ready_ms)
+                continue
+            if not self.delays:
+                self.delays = self.frontend.client_delay(self.rng, DELAY_BLOCK).tolist()[::-1]
+            self._make(ready_ms + self.delays.pop())
+
+    def _make(self, sent_ms: float) -> None:
+        kind_of = self.w.kinds.kind_of
+        prompt = self.w.kinds.input[0 if kind_of is None else kind_of[self.made]]
+        heapq.heappush(self.waiting, (sent_ms, self.made, prompt))
+        self.made += 1
 
     def _serve(self, until: float, before_chunks: bool = False) -> None:
         """The API server takes the requests sent by `until`, one at a time in send order (none sent

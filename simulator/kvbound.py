@@ -283,7 +283,7 @@ class _KVPlan:
         a = self.arrivals
         new = a.replacements(done)
         if new and self.timed:
-            a.create(np.full(new, a.tokens_at(self.clock)))  # the client has the last token
+            a.create_at(a.tokens_at(self.clock), new)  # the client has the last token
         elif new:
             self.send(new, len(self.step_shape) - 1)
 
@@ -301,7 +301,7 @@ def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_c
     if not k.timed:
         k.send(min(w.concurrency, a.total), -1)
     elif closed:
-        a.create(np.zeros(min(w.concurrency, a.total)))
+        a.create_at(0.0, min(w.concurrency, a.total))
     left = a.total
     while left:
         if k.timed:

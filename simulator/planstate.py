@@ -91,7 +91,7 @@ class PlanState:
         if not w.timed:
             st.send(min(w.concurrency, st.arrivals.total), -1)
         elif w.arrival == "closed":
-            st.arrivals.create(np.zeros(min(w.concurrency, st.arrivals.total)))
+            st.arrivals.create_at(0.0, min(w.concurrency, st.arrivals.total))
         return st
 
     def send(self, count: int, step: int, ms: float = 0.0) -> None:
@@ -199,7 +199,7 @@ class PlanState:
             a = self.arrivals
             new = a.replacements(finished_now)
             if new and self.timed:  # the client sends them when it has the last token
-                a.create(np.full(new, a.tokens_at(self.clock)))
+                a.create_at(a.tokens_at(self.clock), new)
             elif new:
                 self.send(new, step)
                 self.check = True
