@@ -379,6 +379,10 @@ class RooflineModel:
         return self.memory_for(self.activation_tokens)
 
 
+#: ShapeParts prices this many neighbours each side of a new step (one decode more or fewer each)
+AHEAD = 8
+
+
 class ShapeParts:
     """Prices fused step shapes one at a time (a timed plan meets them so) from remembered parts.
 
@@ -413,11 +417,20 @@ class ShapeParts:
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
     def _count(self, tokens: float, sampled: float, prefills: bool) -> tuple[float, ...]:
-        ops = self.model._counted_ops(np.array([tokens]), np.array([sampled]),
-                                      np.array([prefills]) if self.model.prices_prefills else 0, 1, False)
-        parts = tuple(float(ops[op][0][0]) for op in (*COUNTED_BEFORE, *COUNTED_AFTER, "overhead"))
-        self.counted[(tokens, sampled, prefills)] = parts
-        return parts
+        """The counted parts of (tokens, sampled, prefills), with the neighbours a timed plan's next steps
+        meet priced in the same call (elementwise float operations give each element what it would get
+        alone): a decode more or fewer, AHEAD each side, with a token more or fewer (below the token
+        budget) or not (a step at it)."""
+        j = np.arange(-min(AHEAD, sampled - 1), AHEAD + 1, dtype=np.float64)
+        t = np.concatenate((tokens + j, np.full(len(j), tokens)))
+        n = np.concatenate((sampled + j, sampled + j))
+        ops = self.model._counted_ops(t, n, np.full(len(t), prefills) if self.model.prices_prefills else 0,
+                                      len(t), False)
+        columns = [ops[op][0].tolist() for op in (*COUNTED_BEFORE, *COUNTED_AFTER)]
+        overhead = np.broadcast_to(ops["overhead"][0], len(t)).tolist()
+        for i, (tk, sp) in enumerate(zip(t.tolist(), n.tolist(), strict=True)):
+            self.counted.setdefault((tk, sp, prefills), (*(c[i] for c in columns), overhead[i]))
+        return self.counted[(tokens, sampled, prefills)]
 
     def _attend(self, keys: list) -> None:
         full, windowed, _ = self.model._attention_parts(*keys_to_arrays(keys), False)
