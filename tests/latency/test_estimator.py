@@ -269,7 +269,7 @@ entries = st.builds(lambda dec, c, q, extra: ForwardKey(dec, c, 1 if dec else q,
 def test_shapes_priced_from_remembered_parts_cost_what_the_whole_shape_costs(case, steps):
     """The timed planner's fast path (`ShapeParts`) gives every step shape the price `step_latency_ms`
     gives it, to the bit, whatever parts it remembered from the shapes before (they share token counts
-    and entries)."""
+    and entries, and each shape's neighbours, priced with it, meet a shape of a decode more)."""
     from latency.estimator import ShapeParts
 
     model, device, parallel, engine = case
@@ -277,5 +277,6 @@ def test_shapes_priced_from_remembered_parts_cost_what_the_whole_shape_costs(cas
     parts = ShapeParts(lm)
     shapes = [tuple(sorted(entries)) for entries in steps]
     shapes += shapes[: len(shapes) // 2]  # some again, from memory
+    shapes += [tuple(sorted((*shape, ForwardKey(True, 1, 1, 129)))) for shape in shapes]  # a decode more
     whole = lm.step_latency_ms(shapes)
     assert [parts(shape) for shape in shapes] == whole.tolist()
