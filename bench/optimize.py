@@ -1,6 +1,7 @@
 """Wall time of whole `servesweep optimize` processes (median of N runs).
 
     python bench/optimize.py [--runs 5] [--only TEXT] [--aiconfigurator /path/to/venv/bin/aiconfigurator]
+    python bench/optimize.py --runs 9 --only timed --against /tmp/before    # a before/after, interleaved
 
 Our packages' bytecode is written first (compileall), as `pip install` leaves it: this machine sets
 PYTHONDONTWRITEBYTECODE, which would otherwise have every process compile them again (~80 ms), a cost
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import os
 import statistics
 import subprocess
 import sys
@@ -82,20 +84,38 @@ def peer_command(peer: str, argv: list[str], config_dir: str) -> list[str]:
             flag["--tpot-limits"]]
 
 
+def interleaved(command: list[str], other: Path, runs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds of `command` here and in checkout `other`, one run of each in turn."""
+    here, there = [], []
+    for _ in range(runs):
+        here += wall(command, 1, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+        there += wall(command, 1, env={**os.environ, "PYTHONPATH": str(other)}, cwd=other)
+    return here, there
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     ap.add_argument("--aiconfigurator", help="the peer's command, to time its cli default beside ours")
+    ap.add_argument("--against", metavar="CHECKOUT", help="another checkout of servesweep (git worktree add): "
+                    "time it too, run for run interleaved with this tree, for a before/after on a drifting machine")
     args = ap.parse_args()
-    for package in PACKAGES:
-        compileall.compile_dir(ROOT / package, quiet=1)
+    for root in (ROOT, *([Path(args.against)] if args.against else [])):
+        for package in PACKAGES:
+            compileall.compile_dir(root / package, quiet=1)
     print(f"{'case':<48} {'median s':>9} {'min s':>7} {'max s':>7} {'peer s':>7} {'peer / ours':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, argv in CASES.items():
             if args.only not in name:
                 continue
-            walls = wall([sys.executable, "-m", "orchestrator", "optimize", *argv], args.runs)
+            command = [sys.executable, "-m", "orchestrator", "optimize", *argv]
+            if args.against:
+                walls, before = interleaved(command, Path(args.against), args.runs)
+                print(f"{'  in ' + args.against:<48} {statistics.median(before):>9.3f} "
+                      f"{min(before):>7.3f} {max(before):>7.3f}")
+            else:
+                walls = wall(command, args.runs)
             ours = statistics.median(walls)
             peer = ""
             if args.aiconfigurator and name in PEER_CASES:
