@@ -6,6 +6,7 @@ none of those imports dodges a cycle, since tests/test_layers.py counts them in 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 
@@ -14,7 +15,7 @@ from orchestrator.cli.cache import cache_command
 from orchestrator.cli.common import BURST_NOTE, Parser, layout_label, lengths_label
 from orchestrator.fields import InputError
 
-__all__ = ["BURST_NOTE", "build_parser", "cache_command", "layout_label", "lengths_label", "main"]
+__all__ = ["BURST_NOTE", "build_parser", "cache_command", "layout_label", "lengths_label", "main", "run"]
 DESCRIPTION = "`servesweep`: optimize one scenario, run a sweep, report on results."
 
 
@@ -50,5 +51,14 @@ def main(argv=None) -> int:
         return 141
 
 
+def run(argv=None) -> int:
+    """The `servesweep` command: `main`, then the process ends. Its memos (plans, prices, shapes: hundreds of
+    thousands of objects) are frozen out of the collector first, so the interpreter's last collection does
+    not walk them (20-30 ms of a 0.25 s question); every exit handler still runs."""
+    code = main(argv)
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -62,6 +62,23 @@ def test_bad_device_and_length(args, flag):
     assert p.returncode == 2 and flag in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_the_command_freezes_its_memos_out_of_the_last_collection(capsys):
+    """`servesweep` (orchestrator.cli.run) answers as `main` does, then leaves what it made to the end
+    of the process uncollected (the interpreter's last collection would walk it: 20-30 ms)."""
+    import gc
+
+    from orchestrator.cli import run as command
+
+    gc.unfreeze()
+    try:
+        assert command(["estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--num-devices", "1",
+                        "--input-length", "2048", "--output-length", "64", "--concurrency", "8"]) == 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert capsys.readouterr().out.startswith("Qwen/Qwen3-8B")
+
+
 def test_a_closed_pipe_ends_quietly():
     p = subprocess.run(f"{sys.executable} -m orchestrator estimate Qwen/Qwen3-8B --device H200_SXM --num-devices 1 "
                        "--input-length 2048 --output-length 64 --concurrency 8 | head -1", shell=True,
