@@ -80,29 +80,27 @@ class Arrivals:
     def create(self, ready_ms) -> None:
         """Timed: the client may send requests at `ready_ms`; it sends each after its client delay,
         and the API server takes them in the order sent."""
-        ready = np.asarray(ready_ms, dtype=np.float64)
-        if self.frontend.client_ms:
-            ready = ready + self.frontend.client_delay(self.rng, len(ready))
-        for t in ready.tolist():
+        for t in np.asarray(ready_ms, dtype=np.float64).tolist():
             self._make(t)
 
     def create_at(self, ready_ms: float, count: int) -> None:
-        """Timed: the client may send `count` requests at `ready_ms` (as `create` of that many times,
-        the delays drawn DELAY_BLOCK at a time: the seeded stream drawn in pieces is the same)."""
-        client_ms = self.frontend.client_ms
+        """Timed: the client may send `count` requests at `ready_ms` (as `create` of that many times)."""
         for _ in range(count):
-            if not client_ms:
-                self._make(ready_ms)
-                continue
-            if not self.delays:
-                self.delays = self.frontend.client_delay(self.rng, DELAY_BLOCK).tolist()[::-1]
-            self._make(ready_ms + self.delays.pop())
+            self._make(ready_ms)
 
-    def _make(self, sent_ms: float) -> None:
-        kind_of = self.w.kinds.kind_of
-        prompt = self.w.kinds.input[0 if kind_of is None else kind_of[self.made]]
-        heapq.heappush(self.waiting, (sent_ms, self.made, prompt))
+    def _make(self, ready_ms: float) -> None:
+        kinds = self.w.kinds
+        prompt = kinds.input[0 if kinds.kind_of is None else kinds.kind_of[self.made]]
+        heapq.heappush(self.waiting, (ready_ms + self._delay(), self.made, prompt))
         self.made += 1
+
+    def _delay(self) -> float:
+        """The next client delay of the workload's seeded stream, drawn DELAY_BLOCK at a time."""
+        if not self.frontend.client_ms:
+            return 0.0
+        if not self.delays:
+            self.delays = self.frontend.client_delay(self.rng, DELAY_BLOCK).tolist()[::-1]
+        return self.delays.pop()
 
     def _serve(self, until: float, before_chunks: bool = False) -> None:
         """The API server takes the requests sent by `until`, one at a time in send order (none sent
