@@ -393,6 +393,7 @@ class ShapeParts:
 
     def __init__(self, model: RooflineModel):
         self.model = model
+        self.prices_prefills = model.prices_prefills
         self.counted: dict[tuple, tuple[float, ...]] = {}
         self.entries: dict[ForwardKey, tuple[float, float]] = {}
 
@@ -400,7 +401,7 @@ class ShapeParts:
         m = self.model
         tokens = float(sum(k.concurrency * k.query_len for k in shape))
         sampled = float(sum(k.concurrency for k in shape))
-        prefills = m.prices_prefills and not all(k.is_decode for k in shape)
+        prefills = self.prices_prefills and not all(k.is_decode for k in shape)
         counted = self.counted.get((tokens, sampled, prefills)) or self._count(tokens, sampled, prefills)
         new = [k for k in shape if k not in self.entries]
         if new:
@@ -424,12 +425,10 @@ class ShapeParts:
         j = np.arange(-min(AHEAD, sampled - 1), AHEAD + 1, dtype=np.float64)
         t = np.concatenate((tokens + j, np.full(len(j), tokens)))
         n = np.concatenate((sampled + j, sampled + j))
-        ops = self.model._counted_ops(t, n, np.full(len(t), prefills) if self.model.prices_prefills else 0,
-                                      len(t), False)
-        columns = [ops[op][0].tolist() for op in (*COUNTED_BEFORE, *COUNTED_AFTER)]
-        overhead = np.broadcast_to(ops["overhead"][0], len(t)).tolist()
+        ops = self.model._counted_ops(t, n, np.full(len(t), prefills) if self.prices_prefills else 0, len(t), False)
+        columns = [ops[op][0].tolist() for op in (*COUNTED_BEFORE, *COUNTED_AFTER, "overhead")]
         for i, (tk, sp) in enumerate(zip(t.tolist(), n.tolist(), strict=True)):
-            self.counted.setdefault((tk, sp, prefills), (*(c[i] for c in columns), overhead[i]))
+            self.counted.setdefault((tk, sp, prefills), tuple(c[i] for c in columns))
         return self.counted[(tokens, sampled, prefills)]
 
     def _attend(self, keys: list) -> None:
