@@ -134,6 +134,12 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
                     prompt_pool=pool, kv_admission=s.capacity_scheduler)
 
 
+def timed(s: Scenario) -> bool:
+    """Whether the scenario's plans depend on time, so each is priced while planned with its job's layout
+    (Poisson, or a closed loop behind a front end; `Workload.timed`, whatever the budget or concurrency)."""
+    return workload(s, max(s.max_batched_tokens), 1).timed
+
+
 def with_prompt_cache(w: Workload, lm) -> Workload:
     """`w` with the prompt tokens its engine's cache keeps of finished requests, where it reuses prompts:
     the KV pool beyond its requests in flight (a typical request each), least recently used out."""

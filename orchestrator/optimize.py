@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from orchestrator.evaluate import evaluate_point, limit_margin, meets, workload
+from orchestrator.evaluate import evaluate_point, limit_margin, meets, timed, workload
 from orchestrator.jobs import Job, JobResult, OptimizeResult
 from orchestrator.modes import Aggregated, Mode
 from orchestrator.scenario import Scenario
@@ -48,7 +48,7 @@ def job_search(s: Scenario, job: Job, width: int = 1):
     best = []
     bound = memory_bound(s, job)
     cap = s.max_concurrency if bound is None else min(s.max_concurrency, bound)
-    aims = workload(s, job.max_batched_tokens, 1).timed
+    aims = timed(s)
     for ttft, tpot in s.limit_pairs():
         margin = (lambda r, a=ttft, b=tpot: limit_margin(r, a, b)) if aims else None
         found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows, margin=margin)
@@ -83,7 +83,7 @@ def _groups(s: Scenario, jobs: list[Job]) -> list[list[int]]:
     """Jobs searched in one process: those of one budget share their untimed plans; a timed plan
     (priced while planned, so it depends on the job's layout) is its job's alone, so timed jobs go one
     to a group and spread over the processes."""
-    if jobs and workload(s, jobs[0].max_batched_tokens, 1).timed:
+    if timed(s):
         return [[i] for i in range(len(jobs))]
     groups: dict[int, list[int]] = {}
     for i, job in enumerate(jobs):
