@@ -56,6 +56,7 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         for t in (np.array(ready, dtype=float) + fe.client_delay(rng, len(ready))).tolist():
             made.append([t, len(made), None])
 
+    streams = fe is not None and fe.stream_us > 0
     batches = []  # front end that streams at a cost: (end of step, requests that got a token in it)
 
     def server(until):
@@ -167,7 +168,6 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
             if reqs[i].steps == reqs[i].steps_needed:
                 reqs[i].finish, reqs[i].finish_step = t, len(step_ends) - 1
                 decoding.remove(i)
-        streams = fe is not None and fe.stream_us > 0
         if streams:
             batches.append((t, len(dec_ids) + sum(1 for i, _ in prefill if reqs[i].done == reqs[i].E)))
         decoding.extend(new_decoders)
@@ -181,7 +181,7 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
             for _ in range(new if fe is None else 0):
                 send(t)
     if fe is not None and phase != "decode":  # the client sees every token return_ms after it went out
-        out = server(math.inf) if fe.stream_us > 0 else step_ends
+        out = server(math.inf) if streams else step_ends
         for r in reqs:
             r.first = out[r.first_step] + fe.return_ms
             r.finish = out[r.finish_step] + fe.return_ms

@@ -106,9 +106,8 @@ def test_timed_loops_behind_a_front_end_equal_the_reference(w, fe, policy):
     assert [p.shapes[i] for i in p.step_shape] == step_keys
     if pricer is None:
         return
-    ends = np.concatenate(([0.0], p.step_end_ms))
-    if p.step_delivered_ms is not None:  # the client's times are when each step's chunks went out
-        ends = np.concatenate(([0.0], p.step_delivered_ms))
+    out = p.step_end_ms if p.step_delivered_ms is None else p.step_delivered_ms  # when each step's tokens went out
+    ends = np.concatenate(([0.0], out))
     ours = [(a, f + p.token_delay_ms, e + p.token_delay_ms) for a, f, e in _request_times(p, ends)]
     assert np.allclose(ours, sorted((r.arrival, r.first, r.finish) for r in reqs))
 
