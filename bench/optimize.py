@@ -63,6 +63,11 @@ PEER_CASES = ("every tp and budget, 8 x H200 (burst)", "the same, closed loop, v
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "latency" / "data" / "models"
 PACKAGES = ("latency", "simulator", "orchestrator")
+#: what the installed `servesweep` command runs. Not `python -m orchestrator`: on Python 3.11 runpy's extra
+#: frames put this program's call stack on a boundary of the interpreter's frame chunks, and every call that
+#: crosses it maps and unmaps one (1,000 pairs before `--help` prints, ~25 ms a process, strace -k shows
+#: them in _PyThreadState_PopFrame), a cost of that way of starting, not of the tool
+SERVESWEEP = "import sys; from orchestrator.cli import run; sys.exit(run())"
 
 
 def wall(command: list[str], runs: int, **kwargs) -> list[float]:
@@ -109,7 +114,7 @@ def main() -> None:
         for name, argv in CASES.items():
             if args.only not in name:
                 continue
-            command = [sys.executable, "-m", "orchestrator", "optimize", *argv]
+            command = [sys.executable, "-c", SERVESWEEP, "optimize", *argv]
             if args.against:
                 walls, before = interleaved(command, Path(args.against), args.runs)
                 print(f"{'  in ' + args.against:<48} {statistics.median(before):>9.3f} "
