@@ -2,9 +2,11 @@
 
 Bracket by doubling, bisect (k-section when `width` > 1), then verify the neighbours of the answer;
 if a point above it turns out feasible, search on from there. Every point is evaluated at most once.
-Given a `margin` (how near a row is to each limit, 1 at it), the bracket aims sooner than the doubling
-where the last two feasible points, extended in a straight line, reach a limit: a guess that only
-chooses the next probe, so the answer is still the one bracketing and bisection find.
+Given a `margin` (how near a row is to each limit, 1 at it), the bracket aims where the last two feasible
+points, extended in a straight line, reach a limit (up to AIM_REACH times the last one, past doubling
+where the line says so), and the bisection probes where the lines between its ends cross the limit
+(the midpoint after a probe that did not halve the bracket): guesses that only choose the next probe,
+so the answer is still the one bracketing and bisection find where feasibility is monotone.
 
 The search is a generator: it yields the concurrencies it needs and receives their rows. One driver
 runs it inline (`drive`); the Ray driver runs many searches at once and packs their requests into
@@ -23,6 +25,10 @@ Feasible = Callable[[dict], bool]
 Margin = Callable[[dict], tuple[float, ...]]
 #: yields a batch of concurrencies to evaluate, is sent {concurrency: row}, returns its result
 Search = Generator[list[int], dict, object]
+#: the farthest an aimed probe goes, in multiples of the highest feasible point: a limit's straight line
+#: through two points may send the search past doubling, not without bound (lines from small
+#: concurrencies run steeper or flatter than the curve they start)
+AIM_REACH = 4
 
 
 @dataclass
@@ -53,7 +59,7 @@ def search(feasible: Feasible, max_concurrency: int, width: int = 1, rows: dict 
     while True:
         lo, hi = yield from _bracket(rows, feasible, start, lo, max_concurrency, width, margin)
         if hi is not None:
-            lo, hi = yield from _bisect(rows, feasible, lo, hi, width)
+            lo, hi = yield from _bisect(rows, feasible, lo, hi, width, margin)
         above = [n for n in (lo + 2, lo + 3) if hi is not None and n <= max_concurrency]
         got = yield from need(rows, [n for n in [lo - 1, *above] if n >= 1])
         jump = next((n for n in above if feasible(got[n])), None)
@@ -103,29 +109,50 @@ def _capped(n: int, ahead: int, cap: int) -> int:
 
 
 def _aim(rows, feasible, margin, n: int) -> int:
-    """The probe after feasible `n`: 2n, or sooner where a limit's straight line through the two highest
-    feasible points up to `n` reaches 1 (the limit) before 2n; always above n."""
+    """The probe after feasible `n`: where the first limit's straight line through the two highest feasible
+    points up to `n` reaches 1 (the limit), at most AIM_REACH x n; 2n where no limit rises; always above n."""
     if margin is None:
         return 2 * n
     known = sorted((c for c, r in rows.items() if c <= n and feasible(r)), reverse=True)[:2]
     if len(known) < 2:
         return 2 * n
-    (n1, n0), ahead = known, 2 * n
+    (n1, n0), ahead = known, None
     for m1, m0 in zip(margin(rows[n1]), margin(rows[n0]), strict=True):
         if m0 < m1:  # rising: reaches 1 ahead (or is at it: then the next point)
-            ahead = min(ahead, math.floor(n1 + (1 - m1) * (n1 - n0) / (m1 - m0)))
-    return max(n + 1, ahead)
+            reach = math.floor(n1 + (1 - m1) * (n1 - n0) / (m1 - m0))
+            ahead = reach if ahead is None else min(ahead, reach)
+    if ahead is None:
+        return 2 * n
+    return max(n + 1, min(AIM_REACH * n, ahead))
 
 
-def _bisect(rows, feasible, lo, hi, width):
-    """Narrow (feasible lo, infeasible hi) to adjacent integers, `width` probes per round."""
+def _bisect(rows, feasible, lo, hi, width, margin=None):
+    """Narrow (feasible lo, infeasible hi) to adjacent integers, `width` probes per round. Given a `margin`
+    (and one probe a round), a round probes where the limits' straight lines between lo and hi cross 1,
+    unless the round before it did not halve the bracket: then the midpoint (at most twice bisection's rounds)."""
+    halved = True
     while hi - lo > 1:
-        step = (hi - lo) / (width + 1)
-        probes = sorted({min(hi - 1, max(lo + 1, round(lo + step * (i + 1)))) for i in range(width)})
+        if margin is not None and width == 1 and halved:
+            probes = [_interpolate(rows, margin, lo, hi)]
+        else:
+            step = (hi - lo) / (width + 1)
+            probes = sorted({min(hi - 1, max(lo + 1, round(lo + step * (i + 1)))) for i in range(width)})
+        before = hi - lo
         got = yield from need(rows, probes)
         for p in probes:
             if not feasible(got[p]):
                 hi = p
                 break
             lo = p
+        halved = 2 * (hi - lo) <= before
     return lo, hi
+
+
+def _interpolate(rows, margin, lo: int, hi: int) -> int:
+    """The concurrency strictly between feasible `lo` and infeasible `hi` where the first limit past 1 at hi
+    crosses 1 on its straight line from lo; the midpoint where no limit explains hi (memory, say)."""
+    crossings = [lo + (1 - a) * (hi - lo) / (b - a)
+                 for a, b in zip(margin(rows[lo]), margin(rows[hi]), strict=True) if b > 1 >= a]
+    if not crossings:
+        return (lo + hi) // 2
+    return min(hi - 1, max(lo + 1, math.floor(min(crossings))))
