@@ -276,18 +276,19 @@ class RooflineModel:
 
     def _attention_entries(self, dec, conc, q, s, peak, detail: bool, window: int = 0):
         """One layer's attention ms of each entry (and what bounds it, with `detail`); with a `window`
-        each query sees at most that many keys and the step reads at most that much of each request's KV."""
+        each query sees at most that many keys and the step reads at most that much of each request's KV.
+        Entries are arrays, or numbers for one (the same float operations, without numpy's cost a call)."""
         d, m = self.device, self.model
         kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
         pairs = _causal_pairs(q, s, window)
         keys_read = np.minimum(s, window) if window else s
-        d_qk = np.where(dec, self.d_qk_decode, self.d_qk_prefill)
-        d_v = np.where(dec, self.d_v_decode, self.d_v_prefill)
+        d_qk = _pick(dec, self.d_qk_decode, self.d_qk_prefill)
+        d_v = _pick(dec, self.d_v_decode, self.d_v_prefill)
         flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
         if m.is_mla:  # prefill expands the cached latent of the earlier context into K and V
-            flops = flops + np.where(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
+            flops = flops + _pick(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
         bytes_ = conc * (keys_read * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
-        kernel = KERNELS["attention"] * d.kernel_overhead_us + np.where(dec, 0.0, d.prefill_attention_overhead_us)
+        kernel = KERNELS["attention"] * d.kernel_overhead_us + _pick(dec, 0.0, d.prefill_attention_overhead_us)
         return self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
                           d.kv_memory_efficiency(self.quant.kv_bytes))
 
@@ -388,8 +389,9 @@ class ShapeParts:
 
     Claim: `RooflineModel._price` adds, in a fixed order, parts that depend on a step's tokens, requests
     and whether it computes prompt tokens alone (`_counted_ops`) and its entries' attention, each entry's
-    alone (`_attention_entries`), summed in entry order; the same float operations on remembered parts
-    give the price `step_latency_ms` gives the shape, to the bit. `tests/latency` compares the two."""
+    alone (`_attention_entries`, here on one entry's numbers: each operation the one an array's element
+    gets), summed in entry order; the same float operations on remembered parts give the price
+    `step_latency_ms` gives the shape, to the bit. `tests/latency` compares the two."""
 
     def __init__(self, model: RooflineModel):
         self.model = model
@@ -432,16 +434,23 @@ class ShapeParts:
         return self.counted[(tokens, sampled, prefills)]
 
     def _attend(self, keys: list) -> None:
-        full, windowed, _ = self.model._attention_parts(*keys_to_arrays(keys), False)
-        windowed = np.zeros(len(keys)) if windowed is None else windowed
-        for key, one, window in zip(keys, full.tolist(), windowed.tolist(), strict=True):
-            self.entries[key] = (one, window)
+        """Remember the attention parts of `keys`, each priced alone as numbers (a step meets one or two new
+        entries: numpy's cost a call would be most of theirs)."""
+        for key in keys:
+            full, windowed, _ = self.model._attention_parts(key.is_decode, float(key.concurrency),
+                                                             float(key.query_len), float(key.seq_len), False)
+            self.entries[key] = (float(full), 0.0 if windowed is None else float(windowed))
 
 
 def _gpu_ms(counted_before, attention, counted_after, overhead):
     """A step's GPU time (numbers, or arrays of steps): its ops added in the one order both pricing paths
     keep (attention after COUNTED_BEFORE), then its overhead."""
     return sum((*counted_before, attention, *counted_after)) + overhead
+
+
+def _pick(cond, a, b):
+    """np.where(cond, a, b) for arrays of entries; a or b for one entry's numbers."""
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
 
 
 def _causal_pairs(q, s, window: int = 0):
