@@ -44,7 +44,7 @@ class Arrivals:
         self.free_ms = 0.0              # when the API server is free of the requests before
         self.streams = self.frontend.stream_us > 0  # timed: it spends time on every response chunk
         self.delivered: list[float] = []  # timed, streaming: when each step's chunks went out
-        self.rng = np.random.default_rng([w.seed, FRONTEND_STREAM])
+        self.rng = None  # the client delays' seeded stream, made at the first delay (numpy.random costs ~10 ms to load)
         self.delays: list[float] = []  # client delays drawn ahead, in order (the stream drawn in pieces is the same)
         if w.arrival == "poisson":
             self.create(w.arrival_times_ms())
@@ -99,6 +99,8 @@ class Arrivals:
         if not self.frontend.client_ms:
             return 0.0
         if not self.delays:
+            if self.rng is None:
+                self.rng = np.random.default_rng([self.w.seed, FRONTEND_STREAM])
             self.delays = self.frontend.client_delay(self.rng, DELAY_BLOCK).tolist()[::-1]
         return self.delays.pop()
 

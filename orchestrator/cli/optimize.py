@@ -52,7 +52,6 @@ def _mode(a) -> Mode:
 
 def cmd_optimize(a) -> int:
     from orchestrator.optimize import optimize
-    from orchestrator.results import scenario_columns, write_parquet
 
     s = scenario_from_args(a, "optimize")
     if a.top_n < 1:
@@ -95,6 +94,8 @@ def cmd_optimize(a) -> int:
                    for p in result.points})
     print(f"\n{len(result.points)} points evaluated over {layouts} instance types in {elapsed:.2f} s", file=sys.stderr)
     if a.output:
+        from orchestrator.results import scenario_columns, write_parquet  # with uuid and shutil: only to write
+
         cols = scenario_columns(s)
         path = write_parquet([{**cols, **p} for p in result.points], a.output)
         print(f"\n{len(result.points)} evaluated points written to {path}")
