@@ -79,6 +79,16 @@ def test_the_command_freezes_its_memos_out_of_the_last_collection(capsys):
     assert capsys.readouterr().out.startswith("Qwen/Qwen3-8B")
 
 
+def test_a_question_loads_neither_ray_nor_pandas_and_a_burst_not_numpys_random():
+    """Start-up is part of every answer: `optimize` without --output needs neither Ray nor pandas (nor the
+    results writer), and a burst draws no client delay, so numpy.random is not loaded either."""
+    probe = ("import sys\nfrom orchestrator.cli import main\nmain(sys.argv[1:])\n"
+             "print(sorted(m for m in ('ray', 'pandas', 'numpy.random', 'orchestrator.results') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", probe, *BASE], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "[]"
+
+
 def test_a_closed_pipe_ends_quietly():
     p = subprocess.run(f"{sys.executable} -m orchestrator estimate Qwen/Qwen3-8B --device H200_SXM --num-devices 1 "
                        "--input-length 2048 --output-length 64 --concurrency 8 | head -1", shell=True,
