@@ -43,15 +43,16 @@ def job_search(s: Scenario, job: Job, width: int = 1):
     """Search generator for one job over every limit pair (see orchestrator.search); the probe
     stops at the memory bound where one exists. A timed search aims at the limits instead of
     doubling past them: its plans are its own, priced with its layout. An untimed one doubles, so
-    the scenarios of a plan family probe the same concurrencies and share their plans."""
+    the scenarios of a plan family probe the same concurrencies and share their plans. Both narrow
+    their bracket where the limits' lines cross (orchestrator.search)."""
     rows: dict[int, dict] = {}
     best = []
     bound = memory_bound(s, job)
     cap = s.max_concurrency if bound is None else min(s.max_concurrency, bound)
     aims = timed(s)
     for ttft, tpot in s.limit_pairs():
-        margin = (lambda r, a=ttft, b=tpot: limit_margin(r, a, b)) if aims else None
-        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows, margin=margin)
+        found = yield from search(lambda r, a=ttft, b=tpot: meets(r, a, b), cap, width, rows,
+                                  margin=lambda r, a=ttft, b=tpot: limit_margin(r, a, b), aim=aims)
         if found.best is not None:
             best.append({**found.best, "ttft_limit_ms": ttft, "tpot_limit_ms": tpot})
     return JobResult(job, [rows[n] for n in sorted(rows)], best)

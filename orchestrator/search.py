@@ -51,13 +51,14 @@ def need(rows: dict[int, dict], ns) -> Generator[list[int], dict, dict[int, dict
 
 
 def search(feasible: Feasible, max_concurrency: int, width: int = 1, rows: dict | None = None,
-           metric: str = "output_throughput", margin: Margin | None = None) -> Search:
+           metric: str = "output_throughput", margin: Margin | None = None, aim: bool = True) -> Search:
     """`rows` may hold points evaluated before (another limit pair of the same instance); `margin`
-    (optional) lets the bracket aim at where the limit lies instead of doubling past it."""
+    (optional) lets the bisection probe where the limits' lines cross, and with `aim` the bracket aim
+    where the limit lies instead of doubling past it (without: the doubling ladder plans share)."""
     rows = {} if rows is None else rows
     lo, start = 0, 1  # lo: highest feasible so far (0 = none)
     while True:
-        lo, hi = yield from _bracket(rows, feasible, start, lo, max_concurrency, width, margin)
+        lo, hi = yield from _bracket(rows, feasible, start, lo, max_concurrency, width, margin if aim else None)
         if hi is not None:
             lo, hi = yield from _bisect(rows, feasible, lo, hi, width, margin)
         above = [n for n in (lo + 2, lo + 3) if hi is not None and n <= max_concurrency]
@@ -82,8 +83,9 @@ def drive(gen: Generator, evaluate: Evaluate):
 
 
 def search_concurrency(evaluate: Evaluate, feasible: Feasible, max_concurrency: int, width: int = 1,
-                       metric: str = "output_throughput", margin: Margin | None = None) -> SearchResult:
-    return drive(search(feasible, max_concurrency, width, metric=metric, margin=margin), evaluate)
+                       metric: str = "output_throughput", margin: Margin | None = None,
+                       aim: bool = True) -> SearchResult:
+    return drive(search(feasible, max_concurrency, width, metric=metric, margin=margin, aim=aim), evaluate)
 
 
 def _bracket(rows, feasible, start, lo, cap, width, margin=None):

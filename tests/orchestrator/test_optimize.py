@@ -285,7 +285,8 @@ def test_the_moe_models_people_deploy_now_optimize_from_their_shipped_names(mode
 def test_a_timed_search_aims_at_the_limits_and_an_untimed_one_doubles():
     """A timed search (a closed loop behind vLLM's front end) aims where its limits' lines reach them and
     finds what doubling and bisecting find, over fewer and smaller concurrencies; an untimed one probes
-    the powers of two up to its bracket, as every scenario of its plan family does (they share plans)."""
+    the powers of two up to its bracket, as every scenario of its plan family does (they share plans),
+    then narrows it where the limit's line crosses, over fewer points than halving it."""
     from orchestrator.evaluate import meets
     from orchestrator.optimize import job_search
     from orchestrator.search import drive, search
@@ -311,3 +312,6 @@ def test_a_timed_search_aims_at_the_limits_and_an_untimed_one_doubles():
     powers = [n for n in sorted(rows) if n & (n - 1) == 0]  # the bracket's probes (bisection fills in between)
     first_fail = next(n for n in powers if not meets(rows[n], None, 20.0))
     assert powers[:first_fail.bit_length()] == [2 ** k for k in range(first_fail.bit_length())]
+    halving = drive(search(lambda r: meets(r, None, 20.0), burst.max_concurrency),
+                    lambda ns: [evaluate_point(burst, job, n) for n in ns])  # its bracket narrowed at the middle
+    assert found.best[0]["concurrency"] == halving.best["concurrency"] and len(rows) < len(halving.rows)

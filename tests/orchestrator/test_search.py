@@ -154,3 +154,16 @@ def curved(limit: float, power: float, floor: float):
         return [{"concurrency": n, "output_throughput": n, "m": floor + (1 - floor) * (n / limit) ** power}
                 for n in ns]
     return evaluate, (lambda row: row["m"] <= 1), (lambda row: (row["m"],))
+
+
+def test_without_aiming_the_bracket_doubles_and_the_bisection_still_follows_the_lines():
+    """An untimed search keeps the doubling ladder (scenarios of a plan family probe the same concurrencies
+    and share their plans) and narrows its bracket where the limit's line crosses 1: along m = n / 100,
+    1 ... 64, 128, then 100 (on the limit) and 101, where plain bisection probes 96, 112, 104, 100, 102, 101."""
+    evaluate, feasible, margin = linear(0.0, 0.01)
+    seen = []
+    r = search_concurrency(lambda ns: seen.extend(ns) or evaluate(ns), feasible, 4096, margin=margin, aim=False)
+    assert r.highest_feasible == 100
+    assert seen[:10] == [1, 2, 4, 8, 16, 32, 64, 128, 100, 101]
+    plain = search_concurrency(evaluate, feasible, 4096)
+    assert sorted(plain.rows) == sorted({*seen, 96, 112, 104}) and len(seen) == 13
