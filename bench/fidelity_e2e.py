@@ -135,6 +135,9 @@ def configs(reference: Path) -> pd.DataFrame:
     for column in ("model", "device", "engine", "quantization", "kv_cache_dtype"):
         d[column] = spec[column]
     d["ep"], d["attention_dp"] = spec["ep"].astype(int), spec["attention_dp"].astype(int)
+    # a rank's requests as `estimate --from-csv` reads the run (its id's where its columns restate the id's
+    # layout as attention-DP ranks, or name none: measured_runs.named_layout, implied_attention_dp)
+    d["batch_size"] = spec["concurrency"].astype(int) // d["attention_dp"]
     d["family"] = d["model"].map(family)
     d = d[(d["family"] == "dense") | (d["tp_size"] * d["attention_dp"] == d["moe_tp_size"].fillna(1) * d["ep"])]
     pairs = zip(d["model_path"], d["system"], strict=True)

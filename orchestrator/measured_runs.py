@@ -182,6 +182,8 @@ def _int(cells: dict, column: str, default: int = 1) -> int:
     return int(float(text)) if text else default
 
 
+#: the layout a run id names: its concurrency, tp and expert-parallel size (`..._c64_tp4_ep4_...`, `_tp4_0_ep4_0_`)
+ID_LAYOUT = re.compile(r"_c(\d+)_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_")
 #: a run id's leading date (AIConfigurator's collector names runs YYYY_MM_DD_...): runs of one model, GPU
 #: and precision collected on one date are one campaign's
 RUN_DATE = re.compile(r"^(\d{4}_\d{2}_\d{2})_")
@@ -244,6 +246,9 @@ def to_spec(cells: dict, where: str) -> dict:
     implied = not dense and not cells.get("attention_dp_size", "").strip() and group > tp and group % tp == 0
     if implied:
         dp, concurrency = implied_attention_dp(cells, tp, group, batch)
+    named = None if dense else named_layout(cells, tp, ep, dp, batch)
+    if named:
+        concurrency, ep, dp = *named, 1
     spec = {"model": model, "device": device, "engine": cells["backend"], "input_length": str(isl),
             "output_length": str(osl), "concurrency": str(concurrency), "tp": str(tp), "pp": str(pp),
             "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
@@ -255,6 +260,8 @@ def to_spec(cells: dict, where: str) -> dict:
         spec["release_read_as"] = cells["release_read_as"]
     if implied:
         spec["attention_dp_read_as"] = str(dp)
+    if named:
+        spec["layout_read_as"] = f"tp{tp} ep{ep}"
     return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch, device)
 
 
@@ -266,6 +273,22 @@ def implied_attention_dp(cells: dict, tp: int, group: int, batch: int) -> tuple[
     dp = group // tp
     named = re.search(r"_c(\d+)_", cells.get("id", ""))
     return dp, int(named.group(1)) if named else batch * dp
+
+
+def named_layout(cells: dict, tp: int, ep: int, dp: int, batch: int) -> tuple[int, int] | None:
+    """(concurrency, experts' ranks) of a run whose columns restate its id's layout as attention-DP ranks:
+    the id names C requests on tp T with the experts over E ranks (`_c<C>_tp<T>_ep<E>`), the columns say tp T,
+    E attention-DP ranks, moe_ep T x E and C / E requests a rank. One export of AIConfigurator's collector
+    writes its expert-parallel runs so; each measures what the same run id's layout measures in the other
+    export (tp T, moe_ep E, C requests) within a few per cent (40 of 40 pairs of the measured MoE file), and
+    only T devices explain its KV-bound loads, so it is read as the id's. None for any other run."""
+    named = ID_LAYOUT.search(cells.get("id", ""))
+    if not named:
+        return None
+    c, t, e = (int(g) for g in named.groups())
+    if e > 1 and (tp, dp, ep, batch * e) == (t, e, t * e, c):
+        return c, e
+    return None
 
 
 def add_errors(table, metrics):

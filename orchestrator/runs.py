@@ -107,6 +107,9 @@ def reading(spec: dict) -> str:
     if spec.get("attention_dp_read_as"):
         notes.append("attention_dp_size empty under a MoE group wider than tp: read as "
                      f"{spec['attention_dp_read_as']} attention-DP ranks (vLLM's data-parallel attention)")
+    if spec.get("layout_read_as"):
+        notes.append("columns restating its id's layout as attention-DP ranks: read as the id's, "
+                     f"{spec['layout_read_as']}")
     return "; ".join(notes)
 
 

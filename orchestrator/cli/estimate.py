@@ -59,6 +59,10 @@ def print_errors(table) -> None:
         print(f"note: {int(table['attention_dp_read_as'].notna().sum())} runs leave attention_dp_size empty while "
               "their MoE group (moe_tp x moe_ep) spans more devices than tp: read as vLLM's data-parallel attention "
               "under one MoE group (attention DP = group / tp; the concurrency their id names)")
+    if "layout_read_as" in table and table["layout_read_as"].notna().any():
+        print(f"note: {int(table['layout_read_as'].notna().sum())} runs restate their id's layout (tp T, experts "
+              "over E, C requests) as E attention-DP ranks of C / E requests: read as the id's, as the same runs in "
+              "the other export of the collector measure alike")
 
 
 def cmd_estimate(a) -> int:

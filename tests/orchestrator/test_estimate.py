@@ -510,6 +510,27 @@ def test_runs_without_a_release_are_read_as_their_campaign_s_and_an_empty_attent
     assert "read as vLLM's data-parallel attention under one MoE group" in p.stdout
 
 
+def test_a_run_whose_columns_restate_its_id_s_layout_as_attention_dp_ranks_is_read_as_its_id_s(tmp_path):
+    """One export of the collector writes an expert-parallel run named `_c64_tp4_ep4_` as tp 4, 4 attention-DP
+    ranks, moe_ep 16 and 16 requests a rank; the other as tp 4, moe_ep 4 and 64 requests, and both measure
+    alike. Both are read as the id's 4 devices (the same estimate); a row whose columns say another layout
+    than its id's, and one whose id names none, are read by their columns."""
+    p, got = estimate_measured(tmp_path, [
+        "2026_03_25_mm_h100_vllm_fp8_agg_1024x1024_c64_tp4_0_ep4_0_223,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,"
+        "h100_sxm,fp8,fp8,fp8,1024,1024,64,4,1,1,4,1,191.2,25.66",
+        "2026_04_06_mm_h100_vllm_fp8_agg_1024x1024_c64_tp4_ep4_1327,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,"
+        "h100_sxm,fp8,fp8,fp8,1024,1024,16,4,1,1,16,4,192.0,25.69",
+        "2026_04_06_mm_h100_vllm_fp8_agg_1024x1024_c64_tp4_ep4_9,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,"
+        "h100_sxm,fp8,fp8,fp8,1024,1024,8,4,1,1,16,4,150,20",
+        "mm_no_layout_named,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h100_sxm,fp8,fp8,fp8,1024,1024,16,4,1,1,16,4,150,20"])
+    assert p.returncode == 0, p.stderr
+    assert "note: 1 runs restate their id's layout" in p.stdout
+    assert got["layout_read_as"].fillna("").tolist() == ["", "tp4 ep4", "", ""]
+    assert list(got["concurrency"]) == [64, 64, 32, 64] and list(got["attention_dp"]) == [1, 1, 4, 4]
+    assert list(got["ep"]) == [4, 4, 16, 16]
+    assert got["ttft_ms"].iloc[0] == got["ttft_ms"].iloc[1] and got["tpot_ms"].iloc[0] == got["tpot_ms"].iloc[1]
+
+
 def test_tensorrt_llm_admits_as_its_guaranteed_no_evict_capacity_scheduler_and_max_utilization_on_request():
     """A KV-bound load on TensorRT-LLM: its default capacity scheduler never preempts (each request's KV to
     its last token is reserved on admission); MAX_UTILIZATION, asked for, admits more and preempts as
