@@ -64,6 +64,8 @@ def reference(w: Workload, scheduler, latency, decode_context="mean", phase="bot
         the requests sent by `until` at their send times. Chunks go first whenever both wait; a request
         once started is not interrupted; a request starts by `until` (none are known to come later). Returns
         when the last chunk of each step went out."""
+        for r in made:  # recomputed: a time from a call that looked further ahead does not stand
+            r[2] = None
         queue = sorted(r for r in made if r[0] <= until)
         free, out, i = 0.0, [], 0
 

@@ -7,11 +7,12 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator import Frontend, StepPricer, TokenBudget, Workload, per_request, plan, replay, simulate
 from simulator.benchmarks import PROTOCOLS, protocol
+from simulator.scheduler import PrefillFirst
 from tests.conftest import examples
 from tests.simulator.reference import reference
 from tests.simulator.test_timeline import _request_times, affine, one_ms, policies, workloads
@@ -96,8 +97,15 @@ fronts = st.builds(Frontend, request_ms=st.sampled_from([0.0, 0.25, 1.0, 3.0]),
                    stream_us=st.sampled_from([0.0, 0.0, 50.0, 400.0]))
 
 
+#: found by the property: a Poisson arrival while the server streams the step before's chunks (the reference
+#: kept a time it had computed, when idle, before those chunks were known)
+STREAMED_ARRIVAL = Workload(3, 3, 3, 1, mtp_tokens=1, mtp_acceptance_rates=(0.5,), arrival="poisson", num_prompts=12,
+                            request_rate=50.0, measure="steady")
+
+
 @settings(max_examples=examples(300), deadline=None)
 @given(w=workloads(("closed", "poisson")), fe=fronts, policy=policies)
+@example(w=STREAMED_ARRIVAL, fe=Frontend(stream_us=400.0), policy=PrefillFirst())
 def test_timed_loops_behind_a_front_end_equal_the_reference(w, fe, policy):
     w = dataclasses.replace(w, frontend=fe)
     reqs, _, _, step_keys, _ = reference(w, policy, affine)
