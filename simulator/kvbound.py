@@ -84,19 +84,28 @@ class KVBoundPlanner:
         """The (request, tokens) of one step, in the order the scheduler assigns them."""
         budget = self.w.max_batched_tokens
         cap = self.scheduler.long_prefill_token_threshold or budget
-        scheduled, before, i, running = [], self.preemptions, 0, self.running
-        while i < len(running) and budget > 0:  # written out: a KV-bound plan runs this per request per step
-            r = running[i]
-            n = min(r.prompt + r.out - r.computed, cap, budget)
-            need = (r.computed + n + BLOCK_SIZE - 1) // BLOCK_SIZE - r.blocks
-            if need <= self.free:
-                self.free -= need
-                r.blocks += need
-            elif not self._fit(r, r.computed + n):
+        scheduled, before, running, free = [], self.preemptions, self.running, self.free
+        for r in running:  # written out: a KV-bound plan runs this per request per step (a preemption pops the end)
+            if budget <= 0:
                 break
+            n = r.prompt + r.out - r.computed
+            if n > cap:
+                n = cap
+            if n > budget:
+                n = budget
+            need = (r.computed + n + BLOCK_SIZE - 1) // BLOCK_SIZE - r.blocks
+            if need <= free:
+                free -= need
+                r.blocks += need
+            else:
+                self.free = free
+                fitted = self._fit(r, r.computed + n)
+                free = self.free
+                if not fitted:
+                    break
             scheduled.append((r, n))
             budget -= n
-            i += 1
+        self.free = free
         seats, preempted = self.scheduler.max_num_seqs or math.inf, self.preemptions > before
         while not preempted and self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
@@ -230,10 +239,10 @@ class _KVPlan:
         if not scheduled:
             raise RuntimeError(f"a KV pool of {self.planner.pool + NULL_BLOCKS} blocks cannot hold one request "
                                "of the workload")
-        shape_id, d, ctx = _register(self.book, scheduled, self.fixed, self.round_to, self.round_context)
-        streamed = sum(1 for r, n in scheduled if r.computed + n >= r.prompt + r.out) if self.arrivals.streams else 0
-        self._record(shape_id, d, 1, streamed)
-        done = _advance(self.planner, scheduled, step, self.finished)
+        entries, d, context, sampled, done = _run(self.planner, scheduled, step, self.finished)
+        ctx = 0 if not d else self.fixed if self.fixed is not None else self.round_context(context / d, self.round_to)
+        shape_id = self.book.one(tuple(sorted(entries.items())), d, ctx)
+        self._record(shape_id, d, 1, sampled if self.arrivals.streams else 0)
         if not done and self.planner.preemptions == before and len(scheduled) == d:
             self._decode_run(shape_id, d, ctx)
         return done
@@ -333,31 +342,26 @@ def _check(w, scheduler, kv_blocks: int, phase: str) -> None:
         raise ValueError(f"kv_blocks must be an integer >= 1, got {kv_blocks!r}")
 
 
-def _register(book: ShapeBook, scheduled, fixed, context_round: int, round_context) -> tuple[int, int, int]:
-    """The step's shape id, its decode count and decode context: prefill entries by (tokens, context after), decodes
-    (one token of a request whose prompt and tokens are all in KV) with the mean context after."""
+def _run(planner: KVBoundPlanner, scheduled, step: int, finished: list) -> tuple[dict, int, int, int, int]:
+    """Run the step in one pass: each request's entry in the step's shape as scheduled (a prefill chunk by
+    (tokens, context after); a decode, one token of a request whose prompt and tokens are all in KV, by its
+    context), its tokens computed, a token sampled by every request whose tokens are then all in KV, and the
+    requests done leave (finish records: arrival event, first step, finish step, kind). Returns (prefill
+    entries, decodes, their summed context, requests sampled, requests done)."""
     entries: dict[tuple[int, int], int] = {}
-    d = context = 0
+    d = context = sampled = done = 0
     for r, n in scheduled:
-        tokens = r.prompt + r.out
-        if n == 1 and r.computed == tokens - 1 and r.out:
+        tokens, computed = r.prompt + r.out, r.computed
+        if n == 1 and computed == tokens - 1 and r.out:
             d += 1
             context += tokens
         else:
-            key = (n, r.computed + n)
+            key = (n, computed + n)
             entries[key] = entries.get(key, 0) + 1
-    ctx = 0 if not d else fixed if fixed is not None else round_context(context / d, context_round)
-    return book.one(tuple(sorted(entries.items())), d, ctx), d, ctx
-
-
-def _advance(planner: KVBoundPlanner, scheduled, step: int, finished: list) -> int:
-    """Run the step: tokens computed, a token sampled by every request whose tokens are all in KV;
-    the requests done leave (finish records: arrival event, first step, finish step, kind)."""
-    done = 0
-    for r, n in scheduled:
-        r.computed += n
-        if r.computed < r.prompt + r.out:
+        r.computed = computed = computed + n
+        if computed < tokens:
             continue  # a chunk of a prefill: nothing sampled
+        sampled += 1
         r.out += 1
         if r.first == -2:
             r.first = step
@@ -365,4 +369,4 @@ def _advance(planner: KVBoundPlanner, scheduled, step: int, finished: list) -> i
             planner.finish(r)
             finished.append((r.event, r.first, step, r.kind))
             done += 1
-    return done
+    return entries, d, context, sampled, done
