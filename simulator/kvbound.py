@@ -29,8 +29,10 @@ which has no admission rule) and one decode token per step (no MTP).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
+from itertools import islice
 
 import numpy as np
 
@@ -41,13 +43,13 @@ from simulator.planstate import round_context
 from simulator.scheduler import TokenBudget
 from simulator.shapebook import ShapeBook
 
-__all__ = ["DecodeRun", "KVBoundPlanner", "plan_kv_bound"]
+__all__ = ["DecodeRun", "Decoders", "KVBoundPlanner", "plan_kv_bound"]
 #: blocks of the pool no request can hold: vLLM's block pool keeps one as its null block
 NULL_BLOCKS = 1
 
 
 class _Request:
-    __slots__ = ("blocks", "cached", "computed", "event", "first", "kind", "out", "output", "prompt")
+    __slots__ = ("blocks", "cached", "computed", "event", "first", "kind", "out", "output", "prompt", "t0")
 
     def __init__(self, kind: int, prompt: int, output: int, cached: int, event: int):
         self.kind, self.prompt, self.output, self.event = kind, prompt, output, event
@@ -70,7 +72,7 @@ def blocks_for(tokens: int) -> int:
 class KVBoundPlanner:
     """The state of one KV-bound plan: the pool, the running list and the waiting queue."""
 
-    def __init__(self, w, scheduler: TokenBudget, kv_blocks: int):
+    def __init__(self, w, scheduler: TokenBudget, kv_blocks: int, decoders: Decoders | None = None):
         self.w, self.scheduler = w, scheduler
         self.free = self.pool = kv_blocks - NULL_BLOCKS
         self.running: list[_Request] = []
@@ -79,13 +81,17 @@ class KVBoundPlanner:
         self.peak_blocks = 0
         self.no_evict = w.kv_admission == NO_EVICT
         self.reserved = 0  # guaranteed-no-evict: the blocks the running requests may reach
+        self.decoders = decoders or Decoders()
 
-    def step(self) -> list[tuple[_Request, int]]:
-        """The (request, tokens) of one step, in the order the scheduler assigns them."""
+    def step(self) -> tuple[int, list[tuple[_Request, int]]]:
+        """(decoders of the head run, the (request, tokens) of the others) of one step, in the order the
+        scheduler assigns them: the head's decoders (`Decoders`) take a token each when all of them do."""
         budget = self.w.max_batched_tokens
         cap = self.scheduler.long_prefill_token_threshold or budget
+        head = self.decoders.schedule(self, budget)
+        budget -= head
         scheduled, before, running, free = [], self.preemptions, self.running, self.free
-        for r in running:  # written out: a KV-bound plan runs this per request per step (a preemption pops the end)
+        for r in islice(running, head, None):  # per request per step; the list's iterator sees a preemption pop its end
             if budget <= 0:
                 break
             n = r.prompt + r.out - r.computed
@@ -123,7 +129,7 @@ class KVBoundPlanner:
             scheduled.append((r, n))
             budget -= n
         self.peak_blocks = max(self.peak_blocks, self.pool - self.free)
-        return scheduled
+        return head, scheduled
 
     def _fit(self, r: _Request, tokens: int) -> bool:
         """Give `r` the blocks of `tokens`, preempting the newest running requests until they fit;
@@ -145,11 +151,95 @@ class KVBoundPlanner:
         r.blocks += need
 
     def finish(self, r: _Request) -> None:
+        """`r` done: out of the running list (and the head's decoders), its blocks freed."""
         self.running.remove(r)
         self.free += r.blocks
         r.blocks = 0
         if self.no_evict:
             self.reserved -= blocks_for(r.prompt + r.output)
+
+
+class Decoders:
+    """Fast path for the unbroken run of decoding requests at the head of the running list (each holds its
+    prompt and every sampled token but the last in KV, so it takes one token a step). Claim: such a request
+    takes one token in the next step too while the budget covers the whole run and the blocks the run needs
+    fit the free ones (then nobody in it is preempted: a request behind it that does not fit preempts from the
+    tail back to itself), until it finishes. Their progress is kept as one step count (`tick`) less each
+    one's count when it joined (`t0`), so a step costs the run a few operations, not one per request: the
+    blocks it needs by the residues of its requests' tokens, its summed context, its finishes from a heap.
+    Anything else (a step it does not fit, a decode run) settles it first: each request's own numbers written
+    back. `enabled = False` plays every request."""
+
+    enabled = True
+
+    def __init__(self):
+        self.size = self.tick = self.joined = 0
+        self.residues = [0] * BLOCK_SIZE  # requests whose (tokens computed - t0) % BLOCK_SIZE is the index
+        self.base = 0                      # sum of prompt + out - t0: their tokens sum to base + size * tick
+        self.ends: list[tuple[int, int, _Request]] = []  # (tick of the step it finishes in, join order, request)
+
+    def schedule(self, planner: KVBoundPlanner, budget: int) -> int:
+        """The head's decoders this step (0: none, or they are settled to be played one by one), their
+        blocks taken."""
+        if not self.size:
+            return 0
+        need = self.residues[-self.tick % BLOCK_SIZE]  # those whose next token opens a block
+        if budget < self.size or need > planner.free:
+            self.settle(planner)
+            return 0
+        planner.free -= need
+        return self.size
+
+    def run(self, planner: KVBoundPlanner, step: int, finished: list) -> tuple[int, int]:
+        """The head's step: a token sampled by each, those done leave (in running order). Returns (their
+        summed context, requests done)."""
+        context = self.base + self.size * self.tick  # prompt and sampled tokens, as _run counts a decode's
+        done = []
+        while self.ends and self.ends[0][0] == self.tick:
+            done.append(heapq.heappop(self.ends))
+        self.tick += 1
+        for _, _, r in sorted(done, key=lambda e: e[1]):
+            self._leave(r)
+            planner.finish(r)
+            finished.append((r.event, r.first, step, r.kind))
+        return context, len(done)
+
+    def extend(self, planner: KVBoundPlanner) -> None:
+        """Take in the decoding requests that now follow the head run."""
+        if not self.enabled:
+            return
+        running = planner.running
+        while self.size < len(running):
+            r = running[self.size]
+            if r.out == 0 or r.computed != r.prompt + r.out - 1:
+                return
+            r.t0 = self.tick
+            self.residues[(r.computed - r.t0) % BLOCK_SIZE] += 1
+            self.base += r.prompt + r.out - r.t0
+            heapq.heappush(self.ends, (r.t0 + r.output - r.out - 1, self.joined, r))
+            self.joined += 1
+            self.size += 1
+
+    def settle(self, planner: KVBoundPlanner) -> None:
+        """Write each head request's own numbers back (blocks: those its computed tokens fill) and empty the head."""
+        for r in planner.running[:self.size]:
+            moved = self.tick - r.t0
+            r.computed += moved
+            r.out += moved
+            r.blocks = blocks_for(r.computed)
+        self.size = self.base = 0
+        self.residues = [0] * BLOCK_SIZE
+        self.ends = []
+
+    def _leave(self, r: _Request) -> None:
+        """`r` leaves the head (it finished): its own numbers written back, its shares taken out."""
+        moved = self.tick - r.t0
+        self.residues[(r.computed - r.t0) % BLOCK_SIZE] -= 1
+        self.base -= r.prompt + r.out - r.t0
+        r.computed += moved
+        r.out += moved
+        r.blocks = blocks_for(r.computed)
+        self.size -= 1
 
 
 class DecodeRun:
@@ -204,9 +294,9 @@ class _KVPlan:
     """One KV-bound plan being made: the planner, the arrivals, the steps and their shapes, the clock."""
 
     def __init__(self, w, scheduler, kv_blocks: int, step_ms, decode_context: str, context_round: int, *,
-                 run: DecodeRun | None = None):
+                 run: DecodeRun | None = None, decoders: Decoders | None = None):
         self.w, self.step_ms, self.run, self.round_context = w, step_ms, run or DecodeRun(), round_context
-        self.planner = KVBoundPlanner(w, scheduler, kv_blocks)
+        self.planner = KVBoundPlanner(w, scheduler, kv_blocks, decoders)
         self.arrivals = Arrivals(w)
         self.timed = w.timed
         self.fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
@@ -235,25 +325,31 @@ class _KVPlan:
     def play(self) -> int:
         """One step (and the decode run after it); returns the requests that finished."""
         step, before = len(self.step_shape), self.planner.preemptions
-        scheduled = self.planner.step()
-        if not scheduled:
+        head, scheduled = self.planner.step()
+        if not head and not scheduled:
             raise RuntimeError(f"a KV pool of {self.planner.pool + NULL_BLOCKS} blocks cannot hold one request "
                                "of the workload")
+        decoders = self.planner.decoders
+        head_context, head_done = decoders.run(self.planner, step, self.finished) if head else (0, 0)
         entries, d, context, sampled, done = _run(self.planner, scheduled, step, self.finished)
+        d, context, sampled, done = d + head, context + head_context, sampled + head, done + head_done
+        decoders.extend(self.planner)
         ctx = 0 if not d else self.fixed if self.fixed is not None else self.round_context(context / d, self.round_to)
         shape_id = self.book.one(tuple(sorted(entries.items())), d, ctx)
         self._record(shape_id, d, 1, sampled if self.arrivals.streams else 0)
-        if not done and self.planner.preemptions == before and len(scheduled) == d:
+        if not done and self.planner.preemptions == before and head + len(scheduled) == d:
             self._decode_run(shape_id, d, ctx)
         return done
 
     def _decode_run(self, shape_id: int, d: int, ctx: int) -> None:
         if self.timed and self.arrivals.streams:
             return
+        self.planner.decoders.settle(self.planner)
         k = self.run.steps(self.planner, d, ctx, self.fixed, self.round_to)
         if self.timed:
             k = self._before_arrival(k)
         if k <= 0:
+            self.planner.decoders.extend(self.planner)
             return
         for r in self.planner.running:
             r.computed += k
@@ -261,6 +357,7 @@ class _KVPlan:
             self.planner._take(r, r.computed)
         self.planner.peak_blocks = max(self.planner.peak_blocks, self.planner.pool - self.planner.free)
         self._record(shape_id, d, k, d)
+        self.planner.decoders.extend(self.planner)
 
     def _before_arrival(self, k: int) -> int:
         """Of k steps, those that start before the next request reaches the scheduler."""
@@ -298,14 +395,16 @@ class _KVPlan:
 
 
 def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_context: str = "mean",
-                  context_round: int = 128, step_ms=None, run: DecodeRun | None = None):
+                  context_round: int = 128, step_ms=None, run: DecodeRun | None = None,
+                  decoders: Decoders | None = None):
     """Plan `w` under `scheduler` (token-budget) with a KV pool of `kv_blocks` blocks; a `Plan` like
     `simulator.timeline.plan`'s, with its `preemptions` and `kv_blocks` set. `run` is the decode-run
-    fast-forward (DecodeRun(); one with enabled False plays every step)."""
+    fast-forward (DecodeRun(); one with enabled False plays every step), `decoders` the head run of
+    decoding requests kept as one (Decoders(); one with enabled False plays every request)."""
     _check(w, scheduler, kv_blocks, phase)
     if w.timed and step_ms is None:
         raise ValueError("a timed workload is planned with its prices: pass step_ms")
-    k = _KVPlan(w, scheduler, kv_blocks, step_ms, decode_context, context_round, run=run)
+    k = _KVPlan(w, scheduler, kv_blocks, step_ms, decode_context, context_round, run=run, decoders=decoders)
     a, closed = k.arrivals, w.arrival == "closed"
     if not k.timed:
         k.send(min(w.concurrency, a.total), -1)

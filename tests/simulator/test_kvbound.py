@@ -189,6 +189,66 @@ def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx,
     _same_plan(*plans)
 
 
+@st.composite
+def crowded_workloads(draw):
+    """Closed loops of up to 48 requests in a pool too small for them: the head run of decoders is long,
+    finishes and preemptions cut it often."""
+    c = draw(st.integers(8, 48))
+    w = Workload(draw(st.integers(1, 40)), draw(st.integers(2, 40)), draw(st.integers(8, 96)), c,
+                 arrival="closed", num_prompts=draw(st.integers(c, 3 * c)))
+    longest = w.input_length + w.output_length
+    return w, draw(st.integers(-(-longest // BLOCK_SIZE) + 1, -(-longest // BLOCK_SIZE) * c))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(case=st.one_of(bound_workloads(), crowded_workloads()), seqs=st.integers(1, 64),
+       timed=st.sampled_from([None, "closed", "streamed"]), cap=st.sampled_from([None, 4]),
+       ctx=st.sampled_from(["mean", "mid"]), run=st.booleans())
+def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap, ctx, run):
+    """Decoders (the head run of decoding requests kept as one step count) against every request played,
+    with the decode-run fast-forward on or off, untimed, timed and behind a streaming front end."""
+    import dataclasses
+
+    from simulator import Frontend, StepPricer
+    from simulator.kvbound import DecodeRun, Decoders, plan_kv_bound
+    from tests.simulator.test_timeline import affine
+
+    w, blocks = case
+    if timed:
+        fe = Frontend(return_ms=0.5, client_ms=2.0, stream_us=300.0 if timed == "streamed" else 0.0)
+        w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2), frontend=fe)
+    scheduler = TokenBudget(max_num_seqs=seqs, long_prefill_token_threshold=cap)
+    plans = []
+    for on in (True, False):
+        decoders, decode_run = Decoders(), DecodeRun()
+        decoders.enabled, decode_run.enabled = on, run
+        plans.append(plan_kv_bound(w, scheduler, blocks, decode_context=ctx, run=decode_run, decoders=decoders,
+                                   step_ms=StepPricer(affine, scheduler) if w.timed else None))
+    _same_plan(*plans)
+
+
+def test_the_head_run_of_decoders_takes_most_requests_of_a_crowded_loop():
+    """A closed loop of 40 in a pool of 30 requests' worth: of the requests running in the steps played one
+    by one, the head run schedules most, so such a step does not cost one operation per request (and the
+    plan equals the plain one)."""
+    from simulator.kvbound import DecodeRun, Decoders, plan_kv_bound
+
+    w = Workload(64, 200, 2048, 40, arrival="closed", num_prompts=400)
+    scheduler = TokenBudget()
+    counted = Decoders()
+    ran = []
+    schedule = counted.schedule
+    counted.schedule = lambda planner, budget: ran.append((schedule(planner, budget), len(planner.running))) \
+        or ran[-1][0]
+    fast = plan_kv_bound(w, scheduler, 30 * 17, run=DecodeRun(), decoders=counted)
+    plain = Decoders()
+    plain.enabled = False
+    _same_plan(fast, plan_kv_bound(w, scheduler, 30 * 17, run=DecodeRun(), decoders=plain))
+    assert fast.preemptions > 0
+    head, running = (sum(column) for column in zip(*ran, strict=True))
+    assert head > 0.8 * running
+
+
 @pytest.mark.parametrize(("tokens", "pool", "expect"), [
     ([16, 16], 2, 1),    # a block each holds 16 tokens; one more token needs a second block each
     ([17, 17], 4, 16),   # 2 blocks each, until 33 tokens need a third
