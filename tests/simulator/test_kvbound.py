@@ -210,7 +210,7 @@ def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap,
     import dataclasses
 
     from simulator import Frontend, StepPricer
-    from simulator.kvbound import DecodeRun, Decoders, plan_kv_bound
+    from simulator.kvbound import Decoders, DecodeRun, plan_kv_bound
     from tests.simulator.test_timeline import affine
 
     w, blocks = case
@@ -231,7 +231,7 @@ def test_the_head_run_of_decoders_takes_most_requests_of_a_crowded_loop():
     """A closed loop of 40 in a pool of 30 requests' worth: of the requests running in the steps played one
     by one, the head run schedules most, so such a step does not cost one operation per request (and the
     plan equals the plain one)."""
-    from simulator.kvbound import DecodeRun, Decoders, plan_kv_bound
+    from simulator.kvbound import Decoders, DecodeRun, plan_kv_bound
 
     w = Workload(64, 200, 2048, 40, arrival="closed", num_prompts=400)
     scheduler = TokenBudget()
