@@ -231,6 +231,25 @@ class Decoders:
         self.residues = [0] * BLOCK_SIZE
         self.ends = []
 
+    def covers(self, planner: KVBoundPlanner) -> bool:
+        """Whether every running request is in the head run."""
+        return 0 < self.size == len(planner.running)
+
+    def summary(self, planner: KVBoundPlanner) -> tuple[int, int, np.ndarray, int]:
+        """What DecodeRun asks of the running requests when the head run covers them, from its counts:
+        (their tokens summed, the blocks their tokens fill, how many hold c tokens computed with c % B = q for
+        each q, the steps before the first finishes)."""
+        by_residue = np.array([self.residues[(q - self.tick) % BLOCK_SIZE] for q in range(BLOCK_SIZE)])
+        filled = planner.pool - planner.free + int(by_residue[0])  # a request whose next token opens a block
+        return self.base + self.size * self.tick, filled, by_residue, self.ends[0][0] - self.tick
+
+    def advance(self, planner: KVBoundPlanner, k: int) -> None:
+        """k decode steps of the whole head run (no one finishes in them), their new blocks taken."""
+        blocks = sum(int(n) * (-(-(q + k) // BLOCK_SIZE) - (q > 0))
+                     for q, n in enumerate(self.summary(planner)[2]) if n)
+        self.tick += k
+        planner.free -= blocks
+
     def _leave(self, r: _Request) -> None:
         """`r` leaves the head (it finished): its own numbers written back, its shares taken out."""
         moved = self.tick - r.t0
@@ -258,20 +277,28 @@ class DecodeRun:
         R = len(running)
         if not self.enabled or d != R or not R:
             return 0
-        tokens = np.fromiter((r.tokens for r in running), dtype=np.int64, count=R)
-        finish = min(r.output - r.out for r in running) - 1
-        return max(0, min(finish, _fitting_steps(tokens, planner.pool),
-                          math.inf if fixed is not None else _same_context(int(tokens.sum()), R, ctx, round_to)))
+        if planner.decoders.covers(planner):
+            total, filled, by_residue, finish = planner.decoders.summary(planner)
+        else:
+            tokens = np.fromiter((r.tokens for r in running), dtype=np.int64, count=R)
+            q, a = np.divmod(tokens + BLOCK_SIZE - 1, BLOCK_SIZE)
+            total, filled, by_residue = int(tokens.sum()), int(q.sum()), np.bincount(a, minlength=BLOCK_SIZE)
+            finish = min(r.output - r.out for r in running) - 1
+        return max(0, min(finish, _fitting(R, filled, by_residue, planner.pool),
+                          math.inf if fixed is not None else _same_context(total, R, ctx, round_to)))
 
 
 def _fitting_steps(tokens: np.ndarray, pool: int) -> int:
-    """The first j >= 0 at which requests of `tokens` tokens, each j further, need more than `pool`
-    blocks: sum ceil((t + j) / B) = Q + R m + #{a >= B - s} for j = B m + s, with a = (t + B - 1) % B."""
-    R = len(tokens)
+    """The first j >= 0 at which requests of `tokens` tokens, each j further, need more than `pool` blocks."""
     q, a = np.divmod(tokens + BLOCK_SIZE - 1, BLOCK_SIZE)
-    Q = int(q.sum())
-    over = np.concatenate(([0], np.cumsum(np.bincount(a, minlength=BLOCK_SIZE)[::-1])[:-1]))  # #{a >= B - s}
-    m = np.maximum(0, (pool - Q - over) // R + 1)
+    return _fitting(len(tokens), int(q.sum()), np.bincount(a, minlength=BLOCK_SIZE), pool)
+
+
+def _fitting(R: int, filled: int, by_residue: np.ndarray, pool: int) -> int:
+    """`_fitting_steps` of R requests whose tokens fill `filled` blocks, by_residue[a] of them with
+    (t + B - 1) % B = a: sum ceil((t + j) / B) = filled + R m + #{a >= B - s} for j = B m + s."""
+    over = np.concatenate(([0], np.cumsum(by_residue[::-1])[:-1]))  # #{a >= B - s}
+    m = np.maximum(0, (pool - filled - over) // R + 1)
     return int((BLOCK_SIZE * m + np.arange(BLOCK_SIZE)).min())
 
 
@@ -344,20 +371,23 @@ class _KVPlan:
     def _decode_run(self, shape_id: int, d: int, ctx: int) -> None:
         if self.timed and self.arrivals.streams:
             return
-        self.planner.decoders.settle(self.planner)
         k = self.run.steps(self.planner, d, ctx, self.fixed, self.round_to)
         if self.timed:
             k = self._before_arrival(k)
         if k <= 0:
-            self.planner.decoders.extend(self.planner)
             return
-        for r in self.planner.running:
-            r.computed += k
-            r.out += k
-            self.planner._take(r, r.computed)
-        self.planner.peak_blocks = max(self.planner.peak_blocks, self.planner.pool - self.planner.free)
+        planner = self.planner
+        if planner.decoders.covers(planner):
+            planner.decoders.advance(planner, k)
+        else:
+            planner.decoders.settle(planner)
+            for r in planner.running:
+                r.computed += k
+                r.out += k
+                planner._take(r, r.computed)
+            planner.decoders.extend(planner)
+        planner.peak_blocks = max(planner.peak_blocks, planner.pool - planner.free)
         self._record(shape_id, d, k, d)
-        self.planner.decoders.extend(self.planner)
 
     def _before_arrival(self, k: int) -> int:
         """Of k steps, those that start before the next request reaches the scheduler."""
