@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from simulator import jumps as fast_forwards
-from simulator.kvbound import DecodeRun, plan_kv_bound
+from simulator.kvbound import Decoders, DecodeRun, plan_kv_bound
 from simulator.plans import Plan
 from simulator.planstate import PlanState
 from simulator.scheduler import DecodeFirstWithSlack, Scheduler
@@ -62,10 +62,10 @@ def plan(
         return replace(planned, stand_in=stand_in)
     w = workload
     if w.kv_blocks:
-        run = DecodeRun()
-        run.enabled = jumps is None or "repeats" in jumps  # the KV-bound planner's one fast-forward
+        run, decoders = DecodeRun(), Decoders()  # the KV-bound planner's fast paths
+        run.enabled = decoders.enabled = jumps is None or "repeats" in jumps
         return plan_kv_bound(w, scheduler, w.kv_blocks, phase=phase, decode_context=decode_context,
-                             context_round=context_round, step_ms=step_ms, run=run)
+                             context_round=context_round, step_ms=step_ms, run=run, decoders=decoders)
     fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
     st = PlanState.start(w, scheduler, phase, fixed, context_round, step_ms if w.timed else None)
     stages = fast_forwards.for_plan(st, jumps)
