@@ -88,9 +88,10 @@ class KVBoundPlanner:
         scheduler assigns them: the head's decoders (`Decoders`) take a token each when all of them do."""
         budget = self.w.max_batched_tokens
         cap = self.scheduler.long_prefill_token_threshold or budget
+        before = self.preemptions
         head = self.decoders.schedule(self, budget)
         budget -= head
-        scheduled, before, running, free = [], self.preemptions, self.running, self.free
+        scheduled, running, free = [], self.running, self.free
         for r in islice(running, head, None):  # per request per step; the list's iterator sees a preemption pop its end
             if budget <= 0:
                 break
@@ -135,15 +136,19 @@ class KVBoundPlanner:
         """Give `r` the blocks of `tokens`, preempting the newest running requests until they fit;
         False when `r` had to be preempted itself."""
         while blocks_for(tokens) - r.blocks > self.free:
-            victim = self.running.pop()
-            self.free += victim.blocks
-            victim.blocks, victim.computed = 0, victim.cached
-            self.waiting.appendleft(victim)
-            self.preemptions += 1
-            if victim is r:
+            if self.preempt_last() is r:
                 return False
         self._take(r, tokens)
         return True
+
+    def preempt_last(self) -> _Request:
+        """Preempt the newest running request: its blocks freed, back to the front of the waiting queue."""
+        victim = self.running.pop()
+        self.free += victim.blocks
+        victim.blocks, victim.computed = 0, victim.cached
+        self.waiting.appendleft(victim)
+        self.preemptions += 1
+        return victim
 
     def _take(self, r: _Request, tokens: int) -> None:
         need = blocks_for(tokens) - r.blocks
@@ -163,8 +168,10 @@ class Decoders:
     """Fast path for the unbroken run of decoding requests at the head of the running list (each holds its
     prompt and every sampled token but the last in KV, so it takes one token a step). Claim: such a request
     takes one token in the next step too while the budget covers the whole run and the blocks the run needs
-    fit the free ones (then nobody in it is preempted: a request behind it that does not fit preempts from the
-    tail back to itself), until it finishes. Their progress is kept as one step count (`tick`) less each
+    fit the free ones and those of the requests behind it, until it finishes. Then nobody in it is preempted:
+    its first request that does not fit preempts from the tail, as far as the run's need, only requests
+    behind it (they take no token before), and a request behind it that does not fit preempts from the tail
+    back to itself. Their progress is kept as one step count (`tick`) less each
     one's count when it joined (`t0`), so a step costs the run a few operations, not one per request: the
     blocks it needs by the residues of its requests' tokens, its summed context, its finishes from a heap.
     Anything else (a step it does not fit, a decode run) settles it first: each request's own numbers written
@@ -183,8 +190,13 @@ class Decoders:
         blocks taken."""
         if not self.size:
             return 0
+        if budget < self.size:
+            self.settle(planner)
+            return 0
         need = self.residues[-self.tick % BLOCK_SIZE]  # those whose next token opens a block
-        if budget < self.size or need > planner.free:
+        while need > planner.free and len(planner.running) > self.size:
+            planner.preempt_last()  # the run's first request that does not fit preempts from the tail
+        if need > planner.free:
             self.settle(planner)
             return 0
         planner.free -= need
