@@ -23,8 +23,10 @@ block is always free, so step 1 never preempts.
 
 The group timeline (`simulator.timeline`) cannot express this (a request's progress depends on
 blocks, not only on counts), so a KV-bound workload is planned here, one request at a time, into
-the same `Plan`. Only the token-budget policy is modelled (decode-first is the RFC's window policy,
-which has no admission rule) and one decode token per step (no MTP).
+the same `Plan`: each step's unbroken run of decoding requests at the head of the running list kept as
+one (`Decoders`), pure decode stretches fast-forwarded (`DecodeRun`); both switchable. Only the
+token-budget policy is modelled (decode-first is the RFC's window policy, which has no admission rule) and
+one decode token per step (no MTP).
 """
 
 from __future__ import annotations
