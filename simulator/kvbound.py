@@ -51,7 +51,7 @@ NULL_BLOCKS = 1
 
 
 class _Request:
-    __slots__ = ("blocks", "cached", "computed", "event", "first", "kind", "out", "output", "prompt", "t0")
+    __slots__ = ("blocks", "cached", "computed", "event", "first", "kind", "out", "output", "prompt", "seat", "t0")
 
     def __init__(self, kind: int, prompt: int, output: int, cached: int, event: int):
         self.kind, self.prompt, self.output, self.event = kind, prompt, output, event
@@ -169,15 +169,16 @@ class KVBoundPlanner:
 class Decoders:
     """Fast path for the unbroken run of decoding requests at the head of the running list (each holds its
     prompt and every sampled token but the last in KV, so it takes one token a step). Claim: such a request
-    takes one token in the next step too while the budget covers the whole run and the blocks the run needs
-    fit the free ones and those of the requests behind it, until it finishes. Then nobody in it is preempted:
-    its first request that does not fit preempts from the tail, as far as the run's need, only requests
-    behind it (they take no token before), and a request behind it that does not fit preempts from the tail
-    back to itself. Their progress is kept as one step count (`tick`) less each
-    one's count when it joined (`t0`), so a step costs the run a few operations, not one per request: the
-    blocks it needs by the residues of its requests' tokens, its summed context, its finishes from a heap.
-    Anything else (a step it does not fit, a decode run) settles it first: each request's own numbers written
-    back. `enabled = False` plays every request."""
+    takes one token in the next step too while the budget covers the whole run, until it finishes. Where the
+    run needs more blocks than are free, its first request that does not fit preempts from the tail: first
+    the requests behind the run (they take no token before), then the run's own from its end, until what is
+    left of the run fits; a request behind the run that does not fit preempts from the tail back to itself.
+    The run's progress is kept as one step count (`tick`) less each request's count when it joined (`t0`),
+    so a step costs it a few operations, not one per request: the blocks it needs by the residues of its
+    requests' tokens, its summed context, its finishes from a heap (a preempted request's entry left stale,
+    known by its `seat`). A step whose budget does not cover the run, and a decode run over part of the
+    running list, settle it first: each request's own numbers written back. `enabled = False` plays every
+    request."""
 
     enabled = True
 
@@ -198,9 +199,12 @@ class Decoders:
         need = self.residues[-self.tick % BLOCK_SIZE]  # those whose next token opens a block
         while need > planner.free and len(planner.running) > self.size:
             planner.preempt_last()  # the run's first request that does not fit preempts from the tail
-        if need > planner.free:
-            self.settle(planner)
-            return 0
+        while need > planner.free:  # then from the run's own end
+            last = planner.running[-1]
+            self._leave(last)
+            last.seat = -1
+            planner.preempt_last()
+            need = self.residues[-self.tick % BLOCK_SIZE]
         planner.free -= need
         return self.size
 
@@ -209,7 +213,7 @@ class Decoders:
         summed context, requests done)."""
         context = self.base + self.size * self.tick  # prompt and sampled tokens, as _run counts a decode's
         done = []
-        while self.ends and self.ends[0][0] == self.tick:
+        while self._next_end() == self.tick:
             done.append(heapq.heappop(self.ends))
         self.tick += 1
         for _, _, r in sorted(done, key=lambda e: e[1]):
@@ -227,10 +231,10 @@ class Decoders:
             r = running[self.size]
             if r.out == 0 or r.computed != r.prompt + r.out - 1:
                 return
-            r.t0 = self.tick
+            r.t0, r.seat = self.tick, self.joined
             self.residues[(r.computed - r.t0) % BLOCK_SIZE] += 1
             self.base += r.prompt + r.out - r.t0
-            heapq.heappush(self.ends, (r.t0 + r.output - r.out - 1, self.joined, r))
+            heapq.heappush(self.ends, (r.t0 + r.output - r.out - 1, r.seat, r))
             self.joined += 1
             self.size += 1
 
@@ -255,7 +259,7 @@ class Decoders:
         each q, the steps before the first finishes)."""
         by_residue = np.array([self.residues[(q - self.tick) % BLOCK_SIZE] for q in range(BLOCK_SIZE)])
         filled = planner.pool - planner.free + int(by_residue[0])  # a request whose next token opens a block
-        return self.base + self.size * self.tick, filled, by_residue, self.ends[0][0] - self.tick
+        return self.base + self.size * self.tick, filled, by_residue, self._next_end() - self.tick
 
     def advance(self, planner: KVBoundPlanner, k: int) -> None:
         """k decode steps of the whole head run (no one finishes in them), their new blocks taken."""
@@ -264,8 +268,14 @@ class Decoders:
         self.tick += k
         planner.free -= blocks
 
+    def _next_end(self) -> int | None:
+        """The tick of the run's next finish (entries of requests preempted from it dropped)."""
+        while self.ends and self.ends[0][2].seat != self.ends[0][1]:
+            heapq.heappop(self.ends)
+        return self.ends[0][0] if self.ends else None
+
     def _leave(self, r: _Request) -> None:
-        """`r` leaves the head (it finished): its own numbers written back, its shares taken out."""
+        """`r` leaves the head (it finished or is preempted): its own numbers written back, its shares out."""
         moved = self.tick - r.t0
         self.residues[(r.computed - r.t0) % BLOCK_SIZE] -= 1
         self.base -= r.prompt + r.out - r.t0
