@@ -200,9 +200,7 @@ class Decoders:
         while need > planner.free and len(planner.running) > self.size:
             planner.preempt_last()  # the run's first request that does not fit preempts from the tail
         while need > planner.free:  # then from the run's own end
-            last = planner.running[-1]
-            self._leave(last)
-            last.seat = -1
+            self._leave(planner.running[-1])
             planner.preempt_last()
             need = self.residues[-self.tick % BLOCK_SIZE]
         planner.free -= need
@@ -213,10 +211,10 @@ class Decoders:
         summed context, requests done)."""
         context = self.base + self.size * self.tick  # prompt and sampled tokens, as _run counts a decode's
         done = []
-        while self._next_end() == self.tick:
+        while self._next_end() == self.tick:  # ties leave in seat order: the running list's
             done.append(heapq.heappop(self.ends))
         self.tick += 1
-        for _, _, r in sorted(done, key=lambda e: e[1]):
+        for _, _, r in done:
             self._leave(r)
             planner.finish(r)
             finished.append((r.event, r.first, step, r.kind))
@@ -241,10 +239,7 @@ class Decoders:
     def settle(self, planner: KVBoundPlanner) -> None:
         """Write each head request's own numbers back (blocks: those its computed tokens fill) and empty the head."""
         for r in planner.running[:self.size]:
-            moved = self.tick - r.t0
-            r.computed += moved
-            r.out += moved
-            r.blocks = blocks_for(r.computed)
+            self._write_back(r)
         self.size = self.base = 0
         self.residues = [0] * BLOCK_SIZE
         self.ends = []
@@ -257,16 +252,19 @@ class Decoders:
         """What DecodeRun asks of the running requests when the head run covers them, from its counts:
         (their tokens summed, the blocks their tokens fill, how many hold c tokens computed with c % B = q for
         each q, the steps before the first finishes)."""
-        by_residue = np.array([self.residues[(q - self.tick) % BLOCK_SIZE] for q in range(BLOCK_SIZE)])
+        by_residue = self._by_residue()
         filled = planner.pool - planner.free + int(by_residue[0])  # a request whose next token opens a block
         return self.base + self.size * self.tick, filled, by_residue, self._next_end() - self.tick
 
     def advance(self, planner: KVBoundPlanner, k: int) -> None:
         """k decode steps of the whole head run (no one finishes in them), their new blocks taken."""
-        blocks = sum(int(n) * (-(-(q + k) // BLOCK_SIZE) - (q > 0))
-                     for q, n in enumerate(self.summary(planner)[2]) if n)
+        blocks = sum(n * (-(-(q + k) // BLOCK_SIZE) - (q > 0)) for q, n in enumerate(self._by_residue()) if n)
         self.tick += k
         planner.free -= blocks
+
+    def _by_residue(self) -> list[int]:
+        """How many head requests hold c tokens computed with c % BLOCK_SIZE = q, for each q."""
+        return [self.residues[(q - self.tick) % BLOCK_SIZE] for q in range(BLOCK_SIZE)]
 
     def _next_end(self) -> int | None:
         """The tick of the run's next finish (entries of requests preempted from it dropped)."""
@@ -275,14 +273,20 @@ class Decoders:
         return self.ends[0][0] if self.ends else None
 
     def _leave(self, r: _Request) -> None:
-        """`r` leaves the head (it finished or is preempted): its own numbers written back, its shares out."""
-        moved = self.tick - r.t0
+        """`r` leaves the head (it finished or is preempted): its shares out, its heap entry stale, its own
+        numbers written back."""
         self.residues[(r.computed - r.t0) % BLOCK_SIZE] -= 1
         self.base -= r.prompt + r.out - r.t0
+        r.seat = -1
+        self._write_back(r)
+        self.size -= 1
+
+    def _write_back(self, r: _Request) -> None:
+        """A head request's own numbers at this tick (blocks: those its computed tokens fill)."""
+        moved = self.tick - r.t0
         r.computed += moved
         r.out += moved
         r.blocks = blocks_for(r.computed)
-        self.size -= 1
 
 
 class DecodeRun:
@@ -305,8 +309,7 @@ class DecodeRun:
             total, filled, by_residue, finish = planner.decoders.summary(planner)
         else:
             tokens = np.fromiter((r.tokens for r in running), dtype=np.int64, count=R)
-            q, a = np.divmod(tokens + BLOCK_SIZE - 1, BLOCK_SIZE)
-            total, filled, by_residue = int(tokens.sum()), int(q.sum()), np.bincount(a, minlength=BLOCK_SIZE)
+            total, (filled, by_residue) = int(tokens.sum()), _filled(tokens)
             finish = min(r.output - r.out for r in running) - 1
         return max(0, min(finish, _fitting(R, filled, by_residue, planner.pool),
                           math.inf if fixed is not None else _same_context(total, R, ctx, round_to)))
@@ -314,14 +317,19 @@ class DecodeRun:
 
 def _fitting_steps(tokens: np.ndarray, pool: int) -> int:
     """The first j >= 0 at which requests of `tokens` tokens, each j further, need more than `pool` blocks."""
+    return _fitting(len(tokens), *_filled(tokens), pool)
+
+
+def _filled(tokens: np.ndarray) -> tuple[int, np.ndarray]:
+    """(the blocks requests of `tokens` tokens fill, how many of them have (t + B - 1) % B = a, for each a)."""
     q, a = np.divmod(tokens + BLOCK_SIZE - 1, BLOCK_SIZE)
-    return _fitting(len(tokens), int(q.sum()), np.bincount(a, minlength=BLOCK_SIZE), pool)
+    return int(q.sum()), np.bincount(a, minlength=BLOCK_SIZE)
 
 
 def _fitting(R: int, filled: int, by_residue: np.ndarray, pool: int) -> int:
     """`_fitting_steps` of R requests whose tokens fill `filled` blocks, by_residue[a] of them with
     (t + B - 1) % B = a: sum ceil((t + j) / B) = filled + R m + #{a >= B - s} for j = B m + s."""
-    over = np.concatenate(([0], np.cumsum(by_residue[::-1])[:-1]))  # #{a >= B - s}
+    over = np.concatenate(([0], np.cumsum(np.asarray(by_residue)[::-1])[:-1]))  # #{a >= B - s}
     m = np.maximum(0, (pool - filled - over) // R + 1)
     return int((BLOCK_SIZE * m + np.arange(BLOCK_SIZE)).min())
 
@@ -403,13 +411,11 @@ class _KVPlan:
         planner = self.planner
         if planner.decoders.covers(planner):
             planner.decoders.advance(planner, k)
-        else:
-            planner.decoders.settle(planner)
+        else:  # Decoders off: with it on, every request of an all-decode step joins its head run
             for r in planner.running:
                 r.computed += k
                 r.out += k
                 planner._take(r, r.computed)
-            planner.decoders.extend(planner)
         planner.peak_blocks = max(planner.peak_blocks, planner.pool - planner.free)
         self._record(shape_id, d, k, d)
 
