@@ -47,22 +47,19 @@ def time_runs(passes: int) -> dict:
             runs += read_runs([path], {})
     specs = [configure(dict(r.values)) for r in runs]
     out = {"kv": [], "other": [], "slowest": (0.0, "")}
-    for i in range(passes):
-        evaluate._measured.clear()
-        spent = {"kv": 0.0, "other": 0.0}
+    for _ in range(passes):
+        evaluate._measured.clear()  # each pass simulates every run again
+        spent, bound = {"kv": 0.0, "other": 0.0}, 0
         for run, spec in zip(runs, specs, strict=True):
             started = time.perf_counter()
             row = estimate(spec)
             seconds = time.perf_counter() - started
             spent["kv" if row["kv_bound"] else "other"] += seconds
-            if seconds > out["slowest"][0]:
-                out["slowest"] = (seconds, run.where)
-            if i == 0:
-                out.setdefault("kinds", []).append(bool(row["kv_bound"]))
+            bound += bool(row["kv_bound"])
+            out["slowest"] = max(out["slowest"], (seconds, run.where))
         for key, seconds in spent.items():
             out[key].append(seconds)
-    kinds = out.pop("kinds")
-    out["kv_runs"], out["other_runs"] = sum(kinds), len(kinds) - sum(kinds)
+    out["kv_runs"], out["other_runs"] = bound, len(runs) - bound
     return out
 
 
