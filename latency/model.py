@@ -143,6 +143,12 @@ UNMODELLED = {
     "ssm_cfg": "state-space (Mamba) layers",
     "mamba_expand": "state-space (Mamba) layers",
     "attn_layer_period": "hybrid attention/state-space layers",
+    "hybrid_override_pattern": "hybrid state-space (Mamba) and attention layers",
+    "layers_block_type": "hybrid state-space (Mamba) and attention layers",
+    "mamba_num_heads": "state-space (Mamba) layers",
+    "index_topk": "sparse attention (an indexer choosing index_topk tokens for each query)",
+    "attention_chunk_size": "chunked (local) attention layers",
+    "hybrid_layer_pattern": "hybrid attention layers with heads of their own",
 }
 
 
@@ -212,6 +218,17 @@ SAME_ARCHITECTURE = {
     "meta-llama/Llama-3.3-70B-Instruct": ("meta-llama/Llama-3.1-70B-Instruct", ()),
     "meta-llama/Llama-3.1-70B": ("meta-llama/Llama-3.1-70B-Instruct", ()),
     "meta-llama/Llama-3.1-8B": ("meta-llama/Llama-3.1-8B-Instruct", ()),
+    "meta-llama/Llama-3.1-405B": ("meta-llama/Llama-3.1-405B-Instruct", ()),
+    # the names AIConfigurator's support matrix and silicon runs give them
+    "meta-llama/Meta-Llama-3.1-8B": ("meta-llama/Llama-3.1-8B-Instruct", ()),
+    "meta-llama/Meta-Llama-3.1-70B": ("meta-llama/Llama-3.1-70B-Instruct", ()),
+    "meta-llama/Meta-Llama-3.1-405B": ("meta-llama/Llama-3.1-405B-Instruct", ()),
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": ("meta-llama/Llama-3.1-8B-Instruct", ()),
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": ("meta-llama/Llama-3.1-70B-Instruct", ()),
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": ("meta-llama/Llama-3.1-405B-Instruct", ()),
+    "deepseek-ai/DeepSeek-V3.1": ("deepseek-ai/DeepSeek-V3", ()),
+    "moonshotai/Kimi-K2.6": ("moonshotai/Kimi-K2.5", ()),
+    "MiniMaxAI/MiniMax-M2.7": ("MiniMaxAI/MiniMax-M2.5", (("max_position_embeddings", 204800),)),
     "Qwen/Qwen3-235B-A22B-Instruct-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),
     "Qwen/Qwen3-235B-A22B-Thinking-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),
 }

@@ -26,7 +26,9 @@ def test_shipped_moe_architectures_parse_as_published():
     assert qwen.num_sliding_layers == 0
 
 
-@pytest.mark.parametrize(("key", "what"), [("ssm_cfg", "state-space"), ("linear_attn_config", "linear")])
+@pytest.mark.parametrize(("key", "what"), [
+    ("ssm_cfg", "state-space"), ("linear_attn_config", "linear"), ("hybrid_override_pattern", "hybrid state-space"),
+    ("index_topk", "sparse attention"), ("attention_chunk_size", "chunked"), ("hybrid_layer_pattern", "hybrid")])
 def test_an_architecture_we_do_not_price_is_named(key, what):
     config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
               "vocab_size": 100, key: {}}

@@ -451,6 +451,27 @@ def test_a_checkpoint_name_is_read_as_the_model_it_is(path, ours):
     assert our_model(path) == ours
 
 
+def test_runs_of_the_checkpoints_aiconfigurator_names_are_answered_as_our_models(tmp_path):
+    """AIConfigurator's names for models we price (Meta-Llama-3.1-*, an FP8-Static-PerTensor or NVFP4 copy,
+    the 405B, gpt-oss-20b, Qwen3-Coder-480B, Kimi-K2.6, MiniMax-M2.7) are answered, each as the model it is."""
+    p, got = estimate_measured(tmp_path, [
+        "a,vllm,0.12.0,meta-llama/Meta-Llama-3.1-70B,h200_sxm,fp8,fp8,,1024,256,16,4,1,1,1,1,150,12",
+        "b,trtllm,1.2.0rc6.post1,openai/gpt-oss-20b,h100_sxm,fp4,nvfp4,nvfp4,1024,256,16,1,1,1,1,1,50,4",
+        "c,sglang,0.5.6.post2,Qwen/Qwen3-32B-FP8-Static-PerTensor,h200_sxm,fp8,fp8,,4096,512,32,2,1,1,1,1,300,15",
+        "d,trtllm,1.2.0rc6.post1,nvidia/DeepSeek-V3.1-NVFP4,b200_sxm,fp4,nvfp4,nvfp4,1024,1024,16,1,1,1,8,8,500,20",
+        "e,vllm,0.12.0,meta-llama/Meta-Llama-3.1-405B,b200_sxm,fp8,fp8,,1024,256,8,8,1,1,1,1,400,30",
+        "f,sglang,0.5.6.post2,Qwen/Qwen3-Coder-480B-A35B-Instruct,h200_sxm,fp8,fp8,fp8,1024,256,16,8,1,1,8,1,400,30",
+        "g,vllm,0.12.0,nvidia/Kimi-K2.6-NVFP4,b200_sxm,fp4,nvfp4,nvfp4,1024,256,16,8,1,1,8,1,400,30",
+        "h,vllm,0.12.0,nvidia/MiniMax-M2.7-NVFP4,b200_sxm,fp4,nvfp4,nvfp4,1024,256,16,4,1,1,4,1,400,30"])
+    assert p.returncode == 0, p.stderr
+    assert list(got["model"]) == [
+        "meta-llama/Meta-Llama-3.1-70B", "openai/gpt-oss-20b", "Qwen/Qwen3-32B", "deepseek-ai/DeepSeek-V3.1",
+        "meta-llama/Meta-Llama-3.1-405B", "Qwen/Qwen3-Coder-480B-A35B-Instruct", "moonshotai/Kimi-K2.6",
+        "MiniMaxAI/MiniMax-M2.7"]
+    assert got["fits_memory"].all() and (got["ttft_ms"] > 0).all() and (got["tpot_ms"] > 0).all()
+    assert list(got["quantization"])[:3] == ["fp8", "bf16+mxfp4", "fp8"]  # gpt-oss's nvfp4 label: its MXFP4
+
+
 def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
     p, got = estimate_measured(tmp_path, [
         "a,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,fp8,,,1024,128,8,2,1,1,1,1,165,11.9",

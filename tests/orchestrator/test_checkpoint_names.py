@@ -1,0 +1,61 @@
+"""The checkpoints AIConfigurator's support matrix names, read as what they are: each one we read has the
+architecture its own config.json publishes (AIConfigurator ships those configs), and each whose
+architecture we do not price is refused naming the part, never priced as another model."""
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from latency import load_model
+from latency.model import ModelSpec, known_models
+from orchestrator.measured_runs import our_model
+
+AIC = importlib.util.find_spec("aiconfigurator_core")
+pytestmark = pytest.mark.skipif(AIC is None, reason="servesweep[kernels] not installed")
+#: what a config says of the architecture (the checkpoint's own weight format is the run's label's to say)
+FORMAT_FIELDS = {"name", "checkpoint_quantization"}
+#: the matrix's checkpoints of the models the issue's unseen campaigns name, and their kin
+READ = {
+    "meta-llama/Meta-Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-405B",
+    "nvidia/Llama-3.1-70B-Instruct-FP8", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1",
+    "nvidia/DeepSeek-V3.1-NVFP4", "Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B-FP8", "nvidia/Qwen3-235B-A22B-NVFP4",
+    "Qwen/Qwen3-32B", "Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-32B-FP8-Static-PerTensor", "Qwen/Qwen3-30B-A3B",
+    "Qwen/Qwen3-30B-A3B-FP8", "Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct", "openai/gpt-oss-120b", "openai/gpt-oss-20b", "moonshotai/Kimi-K2.5",
+    "nvidia/Kimi-K2.5-NVFP4", "nvidia/Kimi-K2.6-NVFP4", "MiniMaxAI/MiniMax-M2.5", "nvidia/MiniMax-M2.5-NVFP4",
+    "MiniMaxAI/MiniMax-M2.7", "nvidia/MiniMax-M2.7-NVFP4"}
+#: the matrix's checkpoints with a part we do not price: (name, the part named)
+REFUSED = [("nvidia/Nemotron-H-56B-Base-8K", "state-space"),
+           ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "state-space"),
+           ("nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "state-space"),
+           ("deepseek-ai/DeepSeek-V3.2", "sparse attention"), ("nvidia/GLM-5-NVFP4", "sparse attention"),
+           ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "chunked"), ("XiaomiMiMo/MiMo-V2-Flash", "chunked"),
+           ("Qwen/Qwen3.5-27B", "full_attention and sliding_attention layers only")]
+
+
+def their_config(name: str) -> dict:
+    folder = Path(AIC.submodule_search_locations[0]) / "model_configs"
+    return json.loads((folder / f"{name.replace('/', '--')}_config.json").read_text())
+
+
+def architecture(spec: ModelSpec, context: bool = True) -> dict:
+    left_out = FORMAT_FIELDS | (set() if context else {"max_position_embeddings"})
+    return {k: v for k, v in dataclasses.asdict(spec).items() if k not in left_out}
+
+
+@pytest.mark.parametrize("name", sorted(READ))
+def test_a_checkpoint_of_the_matrix_loads_the_architecture_its_config_publishes(name):
+    """A name of ours has its config's every dimension and context; another publisher's quantised copy its
+    dimensions (nvidia's NVFP4 MiniMax-M2.7 declares 196,608 positions, MiniMax's own 204,800)."""
+    ours = load_model(our_model(name))
+    own = name in known_models()
+    assert architecture(ours, own) == architecture(ModelSpec.from_config(their_config(name), name), own)
+
+
+@pytest.mark.parametrize(("name", "part"), REFUSED)
+def test_a_checkpoint_whose_architecture_we_do_not_price_is_refused_naming_the_part(name, part):
+    with pytest.raises(ValueError, match=part):
+        ModelSpec.from_config(their_config(name), name)
