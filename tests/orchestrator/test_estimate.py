@@ -472,6 +472,20 @@ def test_runs_of_the_checkpoints_aiconfigurator_names_are_answered_as_our_models
     assert list(got["quantization"])[:3] == ["fp8", "bf16+mxfp4", "fp8"]  # gpt-oss's nvfp4 label: its MXFP4
 
 
+def test_runs_on_the_blackwell_systems_of_aiconfigurator_s_matrix_are_answered(tmp_path):
+    """gb200, b300_sxm and gb300 rows are read on their own devices: an NVL72 rack's 16 GPUs of wide EP on
+    one NVLink domain, B300's larger pool holding more KV than B200's."""
+    rows = [f"{s},vllm,0.19.0,Qwen/Qwen3-32B,{s},fp8,fp8,,4096,512,64,2,1,1,1,1,150,12"
+            for s in ("b200_sxm", "gb200", "b300_sxm", "gb300")]
+    p, got = estimate_measured(tmp_path, [
+        *rows, "w,trtllm,1.2.0rc6.post1,deepseek-ai/DeepSeek-V3,gb200,fp4,nvfp4,nvfp4,1024,1024,32,1,1,1,16,16,150,12"])
+    assert p.returncode == 0, p.stderr
+    assert list(got["device"]) == ["B200", "GB200", "B300_SXM", "GB300", "GB200"]
+    kv = dict(zip(got["device"][:4], got["kv_capacity_tokens"][:4], strict=True))
+    assert kv["B200"] < kv["GB200"] < kv["B300_SXM"] < kv["GB300"]
+    assert (got["ep"].iloc[4], got["attention_dp"].iloc[4]) == (16, 16)
+
+
 def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
     p, got = estimate_measured(tmp_path, [
         "a,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,fp8,,,1024,128,8,2,1,1,1,1,165,11.9",
