@@ -39,7 +39,7 @@ DISTRIBUTION = "power_law_1.01"
 #: our expert quantisation -> the tables' moe_dtype, in order of preference. Block FP8 first: the FP8
 #: MoE checkpoints people deploy (DeepSeek-V3, Qwen3-FP8, MiniMax-M2.5) are block-quantised.
 DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8_block", "fp8"), "mxfp4": ("w4a16_mxfp4",),
-          "nvfp4": ("nvfp4",), "int4_wo": ("int4_wo",)}
+          "nvfp4": ("nvfp4",), "int4_wo": ("int4_wo",), "w4afp8": ("w4afp8",)}
 MOE_TABLE = "moe_perf.parquet"
 COLUMNS = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
            "moe_ep_size", "distribution", "latency"]

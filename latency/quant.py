@@ -45,6 +45,8 @@ _LINEAR = {  # our names and the reference tool's (quantize-linear-action)
     # else weight-only: MXFP4 (an 8-bit scale per 32 weights: 4.25 bits), NVFP4 (an FP8 scale per 16:
     # 4.5 bits); INT4 weight-only with a bf16 scale per 32 (4.5 bits: Kimi-K2.5's experts)
     "mxfp4": (4.25 / 8, "fp4"), "nvfp4": (4.5 / 8, "fp4"), "int4_wo": (4.5 / 8, "bf16"),
+    # INT4 weights with FP8 activations (TensorRT-LLM's W4A8 experts): a bf16 scale per 128 weights
+    "w4afp8": (4.125 / 8, "fp8"),
 }
 _KV = {"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "disabled": 2.0, "int8": 1.0, "fp8": 1.0, "c8": 1.0}
 LINEAR_CHOICES = tuple(sorted(_LINEAR))

@@ -32,8 +32,19 @@ ENGINES = ("vllm", "sglang", "trtllm")
 #: (their configs exclude self_attn), and the INT4 ones are weight-only experts
 QUANT = {("fp8", "fp8"): "fp8", ("fp8_block", "fp8_block"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4",
          ("int4_wo", "int4_wo"): "bf16+int4_wo", ("bf16", "bf16"): "bf16", ("float16", "float16"): "bf16"}
+#: every other mode the format names (AIConfigurator's GEMMQuantMode and MoEQuantMode), each side read
+#: apart: the linear layers' format, and the routed experts' where it differs. Weight-only 4-bit floats
+#: (nvfp4_wo, w4a16_mxfp4) are their formats (computed in FP4 where the device has FP4 tensor cores)
+GEMM_MODES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_static": "fp8",
+              "fp8_ootb": "fp8", "fp8_block": "fp8", "sq": "w8a8", "int8_wo": "w8a16", "int4_wo": "int4_wo",
+              "nvfp4": "nvfp4", "nvfp4_wo": "nvfp4", "w4a16_nvfp4": "nvfp4"}
+MOE_MODES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8",
+             "int4_wo": "int4_wo", "w4afp8": "w4afp8", "nvfp4": "nvfp4", "nvfp4_wo": "nvfp4", "w4a16_mxfp4": "mxfp4",
+             "w4a16_mxfp4_cutlass": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4", "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
 #: `precision` alone (the dense file has no quant-mode columns)
-PRECISION = {"": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "bf16+nvfp4", "int4": "bf16+int4_wo"}
+PRECISION = {"": "bf16", "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "float16": "bf16", "fp8": "fp8",
+             "fp8_block": "fp8", "int8": "w8a8", "fp4": "bf16+nvfp4", "nvfp4": "bf16+nvfp4", "mxfp4": "bf16+mxfp4",
+             "int4": "bf16+int4_wo", "w4afp8": "fp8+w4afp8"}
 #: the KV cache a label brings: NVIDIA's NVFP4 checkpoints declare an FP8 one (hf_quant_config.json:
 #: kv_cache_quant_algo FP8), and an engine whose profile says so keeps FP8 runs' cache in FP8
 LABEL_KV = {"bf16+nvfp4": "fp8"}
@@ -103,21 +114,30 @@ def model_allowed(model: str, error: str) -> str:
 
 
 def labelled_quantization(cells: dict) -> str:
-    """The quantisation a run's columns name (QUANT, else PRECISION); raises KeyError if unknown."""
+    """The quantisation a run's columns name (QUANT, else each side by GEMM_MODES and MOE_MODES, else
+    PRECISION); raises KeyError if unknown."""
     gemm, moe = cells.get("gemm_quant_mode", ""), cells.get("moe_quant_mode", "")
-    if gemm or moe:
+    if not (gemm or moe):
+        return PRECISION[cells.get("precision", "")]
+    if (gemm, moe or gemm) in QUANT:
         return QUANT[(gemm, moe or gemm)]
-    return PRECISION[cells.get("precision", "")]
+    linear = GEMM_MODES[gemm] if gemm else "bf16"
+    experts = MOE_MODES[moe] if moe else linear
+    return linear if experts == linear else f"{linear}+{experts}"
 
 
 def quantization(label: str, model: str) -> str:
     """The label's quantisation with the routed experts as the checkpoint stores them where the label
-    misnames them (SAME_CHECKPOINT)."""
+    misnames them (SAME_CHECKPOINT); a dense model's linear layers in the label's 4-bit format (an NVFP4
+    or INT4 checkpoint of a dense model quantises them all: its experts' part is its own)."""
     linear, _, experts = label.partition("+")
     try:
-        own = load_model(model).checkpoint_quantization.partition("+")[2]
+        spec = load_model(model)
     except ValueError:  # a model we do not ship: its own check names it
         return label
+    if experts and not spec.is_moe:
+        return experts
+    own = spec.checkpoint_quantization.partition("+")[2]
     return f"{linear}+{own}" if (experts, own) in SAME_CHECKPOINT else label
 
 
@@ -224,10 +244,10 @@ def to_spec(cells: dict, where: str) -> dict:
     try:
         label = labelled_quantization(cells)
     except KeyError:
-        allowed = ", ".join(f"{g}/{m}" for g, m in QUANT)
         raise InputError(f"{where}, columns gemm_quant_mode/moe_quant_mode/precision",
                          "/".join(cells.get(c, "") for c in ("gemm_quant_mode", "moe_quant_mode", "precision")),
-                         f"one of {allowed}, or precision {', '.join(p for p in PRECISION if p)}") from None
+                         f"gemm_quant_mode one of {', '.join(GEMM_MODES)}; moe_quant_mode one of "
+                         f"{', '.join(MOE_MODES)}; or precision {', '.join(p for p in PRECISION if p)}") from None
     try:
         batch, dp, tp = _int(cells, "batch_size"), _int(cells, "attention_dp_size"), _int(cells, "tp_size")
         ep, moe_tp, pp = _int(cells, "moe_ep_size"), _int(cells, "moe_tp_size", 0), _int(cells, "pp_size")

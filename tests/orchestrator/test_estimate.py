@@ -426,7 +426,8 @@ def test_an_engine_version_is_read_as_its_release(text, release):
 
 @pytest.mark.parametrize("cells, message", [
     ("a,vllm,0.1,Qwen/Qwen3-32B,mi300x,,,,1024,128,8,1,1,1,1,1,100,10",
-     "line 2, column system: 'mi300x' is not allowed; expected one of a100_sxm, b200_sxm, h100_sxm, h200_sxm"),
+     "line 2, column system: 'mi300x' is not allowed; expected one of a100_sxm, b200_sxm, b300_sxm, gb200, gb300, "
+     "h100_sxm, h200_sxm"),
     ("a,tgi,0.1,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,8,1,1,1,1,1,100,10",
      "line 2, column backend: 'tgi' is not allowed; expected one of vllm, sglang, trtllm"),
     ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,fp8,w4a8,w4a8,1024,128,8,1,1,1,1,1,100,10",
@@ -484,6 +485,22 @@ def test_runs_on_the_blackwell_systems_of_aiconfigurator_s_matrix_are_answered(t
     kv = dict(zip(got["device"][:4], got["kv_capacity_tokens"][:4], strict=True))
     assert kv["B200"] < kv["GB200"] < kv["B300_SXM"] < kv["GB300"]
     assert (got["ep"].iloc[4], got["attention_dp"].iloc[4]) == (16, 16)
+
+
+def test_every_quant_mode_of_the_format_is_read_side_by_side(tmp_path):
+    """The linear layers' mode and the experts' apart (TensorRT-LLM's block-FP8 DeepSeek with W4A8 experts,
+    gpt-oss's native MXFP4 under bf16, FP8 under NVFP4 experts); a dense model's 4-bit label quantises its
+    linear layers (an NVFP4 Llama is not bf16); SmoothQuant is W8A8."""
+    p, got = estimate_measured(tmp_path, [
+        "a,trtllm,1.2.0rc6.post1,deepseek-ai/DeepSeek-V3,b200_sxm,fp8,fp8_block,w4afp8,1024,1024,16,8,1,1,8,1,150,12",
+        "b,trtllm,1.2.0rc6.post1,openai/gpt-oss-120b,h200_sxm,fp4,bfloat16,w4a16_mxfp4,1024,256,16,1,1,1,1,1,50,4",
+        "c,sglang,0.5.6.post2,Qwen/Qwen3-235B-A22B,b200_sxm,fp4,fp8,nvfp4,1024,256,16,4,1,1,4,1,150,12",
+        "d,vllm,0.19.0,meta-llama/Llama-3.1-70B-Instruct,b200_sxm,fp4,nvfp4,nvfp4,1024,256,16,2,1,1,1,1,150,12",
+        "e,vllm,0.19.0,meta-llama/Llama-3.1-70B-Instruct,h100_sxm,int4,,,1024,256,16,2,1,1,1,1,150,12",
+        "f,trtllm,1.2.0rc6.post1,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,int8,sq,,1024,256,16,1,1,1,1,1,50,4"])
+    assert p.returncode == 0, p.stderr
+    assert list(got["quantization"]) == ["fp8+w4afp8", "bf16+mxfp4", "fp8+nvfp4", "nvfp4", "int4_wo", "w8a8"]
+    assert got["weights_gib"].iloc[3] < 0.3 * 2 * 70  # 4.5 bits a weight of a 70B model, not 16
 
 
 def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
