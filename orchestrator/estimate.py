@@ -190,7 +190,7 @@ def read_configs(path: Path, defaults: dict):
     rows, read = table.to_dict("records"), None
     if measured_runs.is_measured(table.columns):
         rows = read = [measured_runs.to_spec(cells, f"{path} line {i + 2}")
-                       for i, cells in enumerate(measured_runs.read_releases(rows))]
+                       for i, cells in enumerate(measured_runs.read_releases(measured_runs.blank_missing(rows)))]
         if "engine" in defaults:  # an --engine given on the command line wins over the rows' backend
             read = [dict(spec, engine=defaults["engine"]) for spec in read]
             rows = read

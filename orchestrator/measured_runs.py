@@ -216,6 +216,15 @@ def campaign_of(cells: dict) -> tuple:
             cells.get("precision", ""), date.group(1) if date else "")
 
 
+#: what a cell holds where a table written by pandas or Python's csv module had no value
+MISSING_MARKS = frozenset({"none", "nan", "null", "n/a", "na"})
+
+
+def blank_missing(rows: list[dict]) -> list[dict]:
+    """`rows` with every cell that marks a missing value ("None", "nan", ...) empty, as the format leaves it."""
+    return [{k: "" if str(v).strip().lower() in MISSING_MARKS else v for k, v in cells.items()} for cells in rows]
+
+
 def read_releases(rows: list[dict]) -> list[dict]:
     """`rows` with an empty backend_version read as the release its campaign's other runs (`campaign_of`)
     ran most, and `release_read_as` naming it; a run whose campaign names none keeps it empty (read as

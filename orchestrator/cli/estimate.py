@@ -37,10 +37,15 @@ ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"),
 def print_errors(table) -> None:
     """Median |error| against measured runs, in all and per engine where several ran them."""
     def said(rows) -> str:
+        rows = rows[rows[["ttft_error", "tpot_error"]].notna().any(axis=1)]
         return (f"TTFT {rows['ttft_error'].abs().median():.1%}, TPOT {rows['tpot_error'].abs().median():.1%} over "
                 f"{len(rows)} runs ({int(rows['kv_bound'].sum())} bound by the KV cache)")
 
     print(f"against the measured runs: median |error| {said(table)}")
+    unmeasured = int(table[["ttft_error", "tpot_error"]].isna().all(axis=1).sum())
+    if unmeasured:
+        print(f"note: {unmeasured} runs have no measured TTFT or TPOT (empty silicon_ttft_ms and silicon_tpot_ms): "
+              "estimated, not compared")
     engines = table.groupby("engine", sort=True)
     if engines.ngroups > 1:
         for engine, rows in engines:

@@ -503,6 +503,20 @@ def test_every_quant_mode_of_the_format_is_read_side_by_side(tmp_path):
     assert got["weights_gib"].iloc[3] < 0.3 * 2 * 70  # 4.5 bits a weight of a 70B model, not 16
 
 
+def test_cells_a_dataframe_writes_for_no_value_are_read_as_empty(tmp_path):
+    """"None" and "nan" where pandas or Python wrote no value, 4.0 where a column of ints had gaps: read as the
+    format leaves them; a run with no measured metric is estimated and left out of the median."""
+    p, got = estimate_measured(tmp_path, [
+        "a,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,bf16,,,1024,256,16,2,1,1,1,1,150,12",
+        "b,trtllm,1.2.0rc6.post1,Qwen/Qwen3-235B-A22B-FP8,h200_sxm,fp8,fp8_block,fp8_block,1024,256,16,4.0,1.0,nan,"
+        "4.0,None,150,12",
+        "c,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,bf16,,,1024,256,16,2,1,1,1,1,None,nan"])
+    assert p.returncode == 0, p.stderr
+    assert list(got["tp"]) == [2, 4, 2] and list(got["ep"]) == [1, 4, 1]
+    assert got["ttft_error"].isna().tolist() == [False, False, True]
+    assert "over 2 runs" in p.stdout and "note: 1 runs have no measured TTFT or TPOT" in p.stdout
+
+
 def test_measured_runs_of_several_engines_are_summed_up_per_engine(tmp_path):
     p, got = estimate_measured(tmp_path, [
         "a,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,fp8,,,1024,128,8,2,1,1,1,1,165,11.9",
