@@ -39,9 +39,10 @@ EFFICIENCY_RANGE = (0.25, 2.0)
 #: how an engine may admit requests into a full KV cache: the one vocabulary of profiles, scenarios and the
 #: KV-bound planner (simulator.blocks): vLLM's (and TensorRT-LLM's MAX_UTILIZATION), then GUARANTEED_NO_EVICT
 CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT = ("max-utilization", "guaranteed-no-evict")
-#: a profile's [launch] table: how the engine was launched where the scenario does not say
-#: (max_batched_tokens 0: the engine's default budget on the device)
-LAUNCH_KEYS = ("max_batched_tokens",)
+#: a profile's [launch] table: how the engine was launched where the scenario does not say (0: the engine's
+#: default: its budget on the device; vLLM's max_num_seqs). A cap on requests in flight is the engine's or
+#: its clients' (an HTTP client's pool of connections): either way the others wait, and their wait is in TTFT
+LAUNCH_KEYS = ("max_batched_tokens", "max_num_seqs")
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
                "dp_step_ms": None, "moe_prefill_layer_us": None, "moe_layer_us": None, "gpu_memory_utilization": 1}
@@ -100,6 +101,7 @@ class EngineProfile:
     base: str = ""
     efficiency: tuple = ()  # ((op class, multiplier), ...) of the [efficiency] table (EFFICIENCY_KEYS)
     max_batched_tokens: int = 0  # [launch]: the budget the engine runs with; 0: its default on the device
+    max_num_seqs: int = 0  # [launch]: the requests it runs at once; 0: vLLM's default
     #: how it admits requests when its KV cache is full (CAPACITY_SCHEDULERS; "": vLLM's, max-utilization);
     #: TensorRT-LLM's default is guaranteed-no-evict
     capacity_scheduler: str = ""
@@ -241,7 +243,7 @@ def parse_profile(path: Path) -> EngineProfile:
     return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
                          scheduler=scheduler, capacity_scheduler=capacity, base=base,
                          efficiency=_efficiency(path, data.get("efficiency", {})),
-                         max_batched_tokens=_launch(path, data.get("launch", {})), **switches, **values)
+                         **_launch(path, data.get("launch", {})), **switches, **values)
 
 
 def _efficiency(path: Path, table: dict) -> tuple:
@@ -256,12 +258,12 @@ def _efficiency(path: Path, table: dict) -> tuple:
         raise ValueError(str(err)) from None
 
 
-def _launch(path: Path, table: dict) -> int:
+def _launch(path: Path, table: dict) -> dict:
     unknown = sorted(set(table) - set(LAUNCH_KEYS))
     if unknown:
         raise ValueError(f"{path.name}: [launch] has unknown keys {unknown}; known: {', '.join(LAUNCH_KEYS)}")
     try:
-        return check_number(f"{path.name}: [launch] max_batched_tokens", table.get("max_batched_tokens", 0), low=0,
-                            integer=True)
+        return {key: check_number(f"{path.name}: [launch] {key}", table.get(key, 0), low=0, integer=True)
+                for key in LAUNCH_KEYS}
     except RangeError as err:
         raise ValueError(str(err)) from None

@@ -53,9 +53,13 @@ ROBUST_SCALE = math.log(1.15)
 LAUNCH_GAIN = 0.05
 #: budgets tried where the runs do not give one (0: the engine's default on the device)
 BUDGETS = (0, 2048, 4096, 8192, 16384)
+#: caps on requests in flight tried where the runs do not give one and some run's clients exceed it (0: the
+#: engine's default): an HTTP client's default pool of 100 connections (aiohttp's TCPConnector: gpt-oss-120b's
+#: C=512 runs on H100 with vLLM 0.11.2 kept about 100 running, docs/fidelity.md), and vLLM's 256 on smaller GPUs
+MAX_NUM_SEQS = (0, 100, 256)
 #: where each launch choice a run may leave open (orchestrator.runs.LAUNCH_CHOICES) sits in a profile
-LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "async_scheduling": ("async_scheduling",),
-                 "prefix_caching": ("prefix_caching",)}
+LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "max_num_seqs": ("launch", "max_num_seqs"),
+                 "async_scheduling": ("async_scheduling",), "prefix_caching": ("prefix_caching",)}
 #: the front end's time per response chunk tried for closed loops (us; 0 is the base's): 20,000 and 10,000
 #: chunks a second, about where SGLang 0.5.6's and TensorRT-LLM 1.0's held-back campaigns streamed
 #: (bench/littles_law.py; docs/fidelity.md)
@@ -257,18 +261,21 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
 
 
 def launch_options(runs: list[Run], data: dict) -> list[dict]:
-    """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, async
-    scheduling flipped, the prefix cache flipped where the client reuses prompts (aiperf), and each other
-    streaming time of the front end where the runs are closed loops."""
+    """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, each cap
+    on requests in flight below the most clients a run had (MAX_NUM_SEQS), async scheduling flipped, the
+    prefix cache flipped where the client reuses prompts (aiperf), and each other streaming time of the front
+    end where the runs are closed loops."""
     open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
     if not any(r.values.get("benchmark") == "aiperf" for r in runs):
         open_.discard("prefix_caching")
+    clients = max(int(r.values.get("concurrency") or 0) for r in runs)
+    counts = {"max_batched_tokens": BUDGETS, "max_num_seqs": [n for n in MAX_NUM_SEQS if n < clients]}
     options = []
     for key, place in LAUNCH_PLACES.items():
         if key not in open_:
             continue
         own = _get(data, place, False if len(place) == 1 else 0)
-        values = [b for b in BUDGETS if b != own] if key == "max_batched_tokens" else [not own]
+        values = [n for n in counts[key] if n != own] if key in counts else [not own]
         options += [_with(data, place, value) for value in values]
     if any(r.values.get("arrival") == "closed" for r in runs):
         own = _get(data, STREAM_PLACE, 0.0)

@@ -11,6 +11,7 @@ from orchestrator.fields import (
     VLLM_BATCHED_TOKENS_LARGE,
     VLLM_LARGE_BUDGET_SINCE,
     VLLM_LARGE_HBM_BYTES,
+    VLLM_MAX_NUM_SEQS,
 )
 from simulator.scheduler import DEFAULT_SCHEDULER
 
@@ -32,6 +33,16 @@ def launch_budget(engine: str, device) -> int:
     except ValueError:
         own = 0
     return own or engine_default_budget(device)
+
+
+def launch_max_num_seqs(engine: str) -> int:
+    """The requests `engine` runs at once unless told: its profile's [launch] max_num_seqs (a calibrated
+    one's), else vLLM's default; vLLM's for an unknown engine (validate() names it)."""
+    try:
+        own = load_engine(engine).max_num_seqs
+    except ValueError:
+        own = 0
+    return own or VLLM_MAX_NUM_SEQS
 
 
 def default_reserved_gib(engine: str, device) -> float:

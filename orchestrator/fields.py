@@ -235,8 +235,9 @@ FIELDS: tuple[Field, ...] = (
        default_help="the --engine's own (trtllm: guaranteed-no-evict; vllm, sglang, none: max-utilization)"),
     Field("slack_ratio", float, DEFAULT_SLACK_RATIO, "decode-first: a mixed step may hold floor(B * ratio) tokens",
        low=1, group="scheduler", scheduler="decode-first"),
-    Field("max_num_seqs", int, VLLM_MAX_NUM_SEQS, "token-budget: requests running at once (vLLM's default)",
-       low=1, group="scheduler", scheduler="token-budget"),
+    Field("max_num_seqs", int, None, "token-budget: requests running at once", low=1, group="scheduler",
+       scheduler="token-budget", default_help=f"the --engine's own: its profile's [launch] max_num_seqs, else vLLM's "
+       f"{VLLM_MAX_NUM_SEQS}"),
     Field("long_prefill_token_threshold", int, 0, "token-budget: prefill tokens per request per step; 0 = no cap",
        "tokens", low=0, group="scheduler", scheduler="token-budget"),
     Field("decode_context", str, "mean", "decode key context: mean of the batch, or the reference tool's "

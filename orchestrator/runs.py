@@ -24,7 +24,7 @@ from orchestrator.fields import InputError
 #: a spec-key CSV's measured metrics
 MEASURED_COLUMNS = ("measured_ttft_ms", "measured_tpot_ms")
 #: the launch a run may state (a spec key it gives) or leave to the profile: what calibrate may choose
-LAUNCH_CHOICES = ("max_batched_tokens", "async_scheduling", "prefix_caching")
+LAUNCH_CHOICES = ("max_batched_tokens", "max_num_seqs", "async_scheduling", "prefix_caching")
 #: what a spec-key CSV's runs are unless its columns say otherwise: a closed loop measured as `vllm bench
 #: serve --max-concurrency` measures it (the common client), not the RFC's burst window
 MEASURED_DEFAULTS = {"arrival": "closed", "benchmark": "vllm-bench"}

@@ -20,6 +20,7 @@ from orchestrator.engine_defaults import (
     default_scheduler,
     engine_switch,
     launch_budget,
+    launch_max_num_seqs,
 )
 from orchestrator.fields import (
     AUTO_MAX_BATCHED_TOKENS,
@@ -76,6 +77,8 @@ class _ScenarioMethods:
         for switch in ("prefix_caching", "async_scheduling"):  # the engine's own default
             if getattr(self, switch) is None:
                 object.__setattr__(self, switch, engine_switch(self.engine, switch))
+        if self.max_num_seqs is None:  # the engine's own launch
+            object.__setattr__(self, "max_num_seqs", launch_max_num_seqs(self.engine))
         try:
             device = load_device(self.device)
         except ValueError:

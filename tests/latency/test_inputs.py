@@ -213,6 +213,14 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     (tmp_path / "odd4.toml").write_text('scheduler = 3\n')
     with pytest.raises(ValueError, match="odd4.toml: scheduler = 3 is not allowed"):
         engine.load_engine("odd4")
+    (tmp_path / "cap.toml").write_text('[launch]\nmax_num_seqs = 100\n')
+    assert (engine.load_engine("cap").max_num_seqs, engine.load_engine("cap").max_batched_tokens) == (100, 0)
+    (tmp_path / "odd8.toml").write_text('[launch]\nmax_num_seqs = 2.5\n')
+    with pytest.raises(ValueError, match=r"odd8.toml: \[launch\] max_num_seqs"):
+        engine.load_engine("odd8")
+    (tmp_path / "odd9.toml").write_text('[launch]\nmax_running = 8\n')
+    with pytest.raises(ValueError, match=r"known: max_batched_tokens, max_num_seqs"):
+        engine.load_engine("odd9")
     engine._load.cache_clear()
 
 

@@ -114,6 +114,35 @@ def test_a_front_end_that_streams_at_a_cost_is_recovered():
     assert ("[frontend] stream_us", "0", "100") in c.changes()
 
 
+def test_a_cap_of_100_requests_in_flight_is_recovered():
+    """Closed loops of up to 512 clients against an engine (or a client's connection pool) that runs 100 at
+    once: the others wait, TTFT grows to seconds while TPOT falls. calibrate tries the caps it knows and
+    keeps the true one; the profile it writes runs 100 at once wherever it is used."""
+    from orchestrator.calibrate import base_profile
+    from orchestrator.runs import Run
+
+    data = base_profile("vllm")
+    data.setdefault("launch", {})["max_num_seqs"] = 100
+    deployment = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
+                  "benchmark": "vllm-bench", "num_prompts": 600}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "truth.toml"
+        path.write_text(to_toml(data))
+        assert configure({**deployment, "engine": str(path), "input_length": 64, "output_length": 8}).max_num_seqs \
+            == 100
+        runs = []
+        for isl, osl, c in [(1024, 128, 64), (1024, 256, 512), (512, 256, 256), (1024, 128, 160), (512, 64, 32)]:
+            values = {**deployment, "input_length": isl, "output_length": osl, "concurrency": c}
+            row = estimate(configure({**values, "engine": str(path)}))
+            assert row["ttft_ms"] == estimate(configure({**values, "engine": "vllm", "max_num_seqs": 100}))["ttft_ms"]
+            runs.append(Run(values, row["ttft_ms"], row["tpot_ms"], f"run c{c} {isl}/{osl}"))
+    c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
+    assert c.data["launch"]["max_num_seqs"] == 100
+    assert (np.abs(c.base_errors[[1, 2, 3], 0]) > 0.4).all()  # without it the loops above the cap are far off
+    assert np.median(np.abs(c.fit_errors)) < 0.03
+    assert ("[launch] max_num_seqs", "default", "100") in c.changes()
+
+
 def test_vllm_bench_json_files_calibrate_end_to_end_and_the_profile_drives_every_command(truth, tmp_path):
     """The CLI from `vllm bench serve --save-result` files (the deployment from the flags) writes a
     profile that loads, names its base and runs, and is taken by estimate, optimize and estimate --from-csv."""

@@ -45,7 +45,7 @@ def test_every_field_has_a_flag_with_help_unit_and_default():
     for f in fields_for("optimize"):
         if f.flag != "MODEL":
             assert f.flag in text
-    assert "[ms]" in text and "(default: 1.15)" in text and "(default: 1024)" in text
+    assert "[ms]" in text and "(default: 1.15)" in text and "max_num_seqs, else vLLM's 1024)" in " ".join(text.split())
 
 
 def test_flags_spec_keys_and_columns_come_from_one_table():
