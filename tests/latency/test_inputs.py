@@ -213,14 +213,21 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     (tmp_path / "odd4.toml").write_text('scheduler = 3\n')
     with pytest.raises(ValueError, match="odd4.toml: scheduler = 3 is not allowed"):
         engine.load_engine("odd4")
-    (tmp_path / "cap.toml").write_text('[launch]\nmax_num_seqs = 100\n')
+    engine._load.cache_clear()
+
+
+@pytest.mark.parametrize(("launch", "message"), [("max_num_seqs = 2.5", r"odd.toml: \[launch\] max_num_seqs"),
+                                                 ("max_running = 8", "known: max_batched_tokens, max_num_seqs")])
+def test_an_engine_profile_s_launch_is_read_and_checked(tmp_path, monkeypatch, launch, message):
+    import latency.engine as engine
+
+    monkeypatch.setattr(engine, "DATA", tmp_path)
+    engine._load.cache_clear()
+    (tmp_path / "cap.toml").write_text("[launch]\nmax_num_seqs = 100\n")
     assert (engine.load_engine("cap").max_num_seqs, engine.load_engine("cap").max_batched_tokens) == (100, 0)
-    (tmp_path / "odd8.toml").write_text('[launch]\nmax_num_seqs = 2.5\n')
-    with pytest.raises(ValueError, match=r"odd8.toml: \[launch\] max_num_seqs"):
-        engine.load_engine("odd8")
-    (tmp_path / "odd9.toml").write_text('[launch]\nmax_running = 8\n')
-    with pytest.raises(ValueError, match=r"known: max_batched_tokens, max_num_seqs"):
-        engine.load_engine("odd9")
+    (tmp_path / "odd.toml").write_text(f"[launch]\n{launch}\n")
+    with pytest.raises(ValueError, match=message):
+        engine.load_engine("odd")
     engine._load.cache_clear()
 
 

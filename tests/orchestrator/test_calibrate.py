@@ -88,25 +88,34 @@ def test_a_campaign_s_true_constants_are_recovered_from_a_spec_key_csv(truth, tm
     assert c.data.get("frontend", {}).get("stream_us", 0.0) == 0.0  # its front end streams at no cost
 
 
-def test_a_front_end_that_streams_at_a_cost_is_recovered():
-    """Five closed loops of a small model at high concurrency on eight GPUs, made with a front end that
-    sends 10,000 response chunks a second (held back: TTFT grows with the output): calibrate tries the
-    streaming times it knows and keeps the true one; the runs come back within a few per cent."""
+def runs_made_with(change: dict, deployment: dict, loads: list) -> tuple[list, list]:
+    """Runs of `deployment` at `loads` (input, output, clients) as vLLM's profile with `change` (table -> key ->
+    value) estimates them, and each run's values as the same estimate under vLLM's profile as shipped."""
     from orchestrator.calibrate import base_profile
     from orchestrator.runs import Run
 
     data = base_profile("vllm")
-    data.setdefault("frontend", {})["stream_us"] = 100.0
-    deployment = {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "tp_sizes": (8,), "arrival": "closed",
-                  "benchmark": "vllm-bench", "num_prompts": 512}
+    for table, keys in change.items():
+        data.setdefault(table, {}).update(keys)
+    runs, values = [], []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "truth.toml"
         path.write_text(to_toml(data))
-        runs = []
-        for isl, osl, c in [(1024, 128, 64), (1024, 512, 128), (1024, 256, 256), (2048, 512, 192), (512, 128, 96)]:
-            values = {**deployment, "input_length": isl, "output_length": osl, "concurrency": c}
-            row = estimate(configure({**values, "engine": str(path)}))
-            runs.append(Run(values, row["ttft_ms"], row["tpot_ms"], f"run c{c} {isl}/{osl}"))
+        for isl, osl, c in loads:
+            values.append({**deployment, "input_length": isl, "output_length": osl, "concurrency": c})
+            row = estimate(configure({**values[-1], "engine": str(path)}))
+            runs.append(Run(values[-1], row["ttft_ms"], row["tpot_ms"], f"run c{c} {isl}/{osl}"))
+    return runs, values
+
+
+def test_a_front_end_that_streams_at_a_cost_is_recovered():
+    """Five closed loops of a small model at high concurrency on eight GPUs, made with a front end that
+    sends 10,000 response chunks a second (held back: TTFT grows with the output): calibrate tries the
+    streaming times it knows and keeps the true one; the runs come back within a few per cent."""
+    runs, _ = runs_made_with({"frontend": {"stream_us": 100.0}}, {
+        "model": "Qwen/Qwen3-8B", "device": "H200_SXM", "tp_sizes": (8,), "arrival": "closed",
+        "benchmark": "vllm-bench", "num_prompts": 512},
+        [(1024, 128, 64), (1024, 512, 128), (1024, 256, 256), (2048, 512, 192), (512, 128, 96)])
     c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
     assert c.data["frontend"]["stream_us"] == 100.0
     assert np.median(np.abs(c.base_errors[:, 0])) > 0.3  # without it the runs' TTFT is far off
@@ -117,25 +126,13 @@ def test_a_front_end_that_streams_at_a_cost_is_recovered():
 def test_a_cap_of_100_requests_in_flight_is_recovered():
     """Closed loops of up to 512 clients against an engine (or a client's connection pool) that runs 100 at
     once: the others wait, TTFT grows to seconds while TPOT falls. calibrate tries the caps it knows and
-    keeps the true one; the profile it writes runs 100 at once wherever it is used."""
-    from orchestrator.calibrate import base_profile
-    from orchestrator.runs import Run
-
-    data = base_profile("vllm")
-    data.setdefault("launch", {})["max_num_seqs"] = 100
-    deployment = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
-                  "benchmark": "vllm-bench", "num_prompts": 600}
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "truth.toml"
-        path.write_text(to_toml(data))
-        assert configure({**deployment, "engine": str(path), "input_length": 64, "output_length": 8}).max_num_seqs \
-            == 100
-        runs = []
-        for isl, osl, c in [(1024, 128, 64), (1024, 256, 512), (512, 256, 256), (1024, 128, 160), (512, 64, 32)]:
-            values = {**deployment, "input_length": isl, "output_length": osl, "concurrency": c}
-            row = estimate(configure({**values, "engine": str(path)}))
-            assert row["ttft_ms"] == estimate(configure({**values, "engine": "vllm", "max_num_seqs": 100}))["ttft_ms"]
-            runs.append(Run(values, row["ttft_ms"], row["tpot_ms"], f"run c{c} {isl}/{osl}"))
+    keeps the true one; a profile's cap runs as --max-num-seqs does."""
+    runs, values = runs_made_with({"launch": {"max_num_seqs": 100}}, {
+        "model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
+        "benchmark": "vllm-bench", "num_prompts": 600},
+        [(1024, 128, 64), (1024, 256, 512), (512, 256, 256), (1024, 128, 160), (512, 64, 32)])
+    for run, v in zip(runs, values, strict=True):
+        assert run.ttft_ms == estimate(configure({**v, "engine": "vllm", "max_num_seqs": 100}))["ttft_ms"]
     c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
     assert c.data["launch"]["max_num_seqs"] == 100
     assert (np.abs(c.base_errors[[1, 2, 3], 0]) > 0.4).all()  # without it the loops above the cap are far off
