@@ -140,10 +140,13 @@ def read_vllm_bench(path: Path, flags: dict) -> Run:
     elif finite_rate and not cap:
         values |= {"arrival": "poisson", "request_rate": _key(data, "request_rate", where),
                    "burstiness": float(data.get("burstiness") or 1.0)}
+    elif not cap:  # every prompt sent at once (vllm bench serve's default): a burst of all of them
+        values |= {"arrival": "burst", "concurrency": values["num_prompts"]}
     else:
         raise InputError(f"{where}, keys max_concurrency/request_rate", f"{cap}/{rate}",
-                         "one of them: max_concurrency with request_rate inf (a closed loop), or a finite "
-                         "request_rate without max_concurrency (a Poisson stream)")
+                         "max_concurrency with request_rate inf (a closed loop), a finite request_rate without "
+                         "max_concurrency (a Poisson stream), or neither (every prompt at once: a burst); a stream "
+                         "capped in flight is not modelled")
     return Run(values, _key(data, "mean_ttft_ms", where), _key(data, "mean_tpot_ms", where), where, "vllm",
                stated({}, flags))
 

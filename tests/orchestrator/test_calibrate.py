@@ -275,6 +275,7 @@ def test_bad_json_runs_and_too_few_runs_are_refused(tmp_path):
     flags = ["--model", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--output", "x.toml"]
     p = run("calibrate", str(both), *flags)
     assert p.returncode == 2 and "keys max_concurrency/request_rate: '8/4.0' is not allowed" in p.stderr
+    assert "a stream capped in flight is not modelled" in p.stderr
     p = run("calibrate", str(both), "--output", "x.toml")
     assert p.returncode == 2 and "--model: not given" in p.stderr
     lone = tmp_path / "lone.json"
@@ -371,6 +372,21 @@ def test_a_vllm_bench_json_of_a_poisson_stream_is_read_as_one(tmp_path):
     assert (run_.ttft_ms, run_.tpot_ms, run_.engine, run_.states) == (80.0, 12.0, "vllm", frozenset())
     row = estimate(configure(dict(run_.values, engine="vllm")))
     assert row["num_prompts"] == 200 and row["ttft_ms"] > 0
+
+
+def test_a_vllm_bench_json_that_sent_every_prompt_at_once_is_read_as_a_burst(tmp_path):
+    """vllm bench serve's default, --request-rate inf and no --max-concurrency: every prompt sent at t=0, a
+    burst of them all (the RFC's window), every request measured."""
+    path = tmp_path / "burst.json"
+    path.write_text(json.dumps({"request_rate": "inf", "max_concurrency": None, "num_prompts": 64, "completed": 64,
+                                "total_input_tokens": 64 * 1000, "total_output_tokens": 64 * 200,
+                                "mean_ttft_ms": 900.0, "mean_tpot_ms": 20.0}))
+    (run_,) = read_runs([path], {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,)})
+    assert (run_.values["arrival"], run_.values["concurrency"], run_.values["num_prompts"]) == ("burst", 64, 64)
+    row = estimate(configure(dict(run_.values, engine="vllm")))
+    same = estimate(configure({"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "engine": "vllm",
+                               "input_length": 1000, "output_length": 200, "concurrency": 64}))
+    assert row["ttft_ms"] == same["ttft_ms"] and row["measured_requests"] == 64
 
 
 def test_calibrate_says_how_it_read_silicon_rows_that_leave_something_out(tmp_path):
