@@ -427,7 +427,7 @@ def test_an_engine_version_is_read_as_its_release(text, release):
 @pytest.mark.parametrize("cells, message", [
     ("a,vllm,0.1,Qwen/Qwen3-32B,mi300x,,,,1024,128,8,1,1,1,1,1,100,10",
      "line 2, column system: 'mi300x' is not allowed; expected one of a100_sxm, b200_sxm, b300_sxm, gb200, gb300, "
-     "h100_sxm, h200_sxm"),
+     "h100_sxm, h200_sxm, l40s, rtx_pro_6000_server"),
     ("a,tgi,0.1,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,8,1,1,1,1,1,100,10",
      "line 2, column backend: 'tgi' is not allowed; expected one of vllm, sglang, trtllm"),
     ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,fp8,w4a8,w4a8,1024,128,8,1,1,1,1,1,100,10",
@@ -473,9 +473,10 @@ def test_runs_of_the_checkpoints_aiconfigurator_names_are_answered_as_our_models
     assert list(got["quantization"])[:3] == ["fp8", "bf16+mxfp4", "fp8"]  # gpt-oss's nvfp4 label: its MXFP4
 
 
-def test_runs_on_the_blackwell_systems_of_aiconfigurator_s_matrix_are_answered(tmp_path):
+def test_runs_on_the_newer_systems_of_aiconfigurator_s_matrix_are_answered(tmp_path):
     """gb200, b300_sxm and gb300 rows are read on their own devices: an NVL72 rack's 16 GPUs of wide EP on
-    one NVLink domain, B300's larger pool holding more KV than B200's."""
+    one NVLink domain, B300's larger pool holding more KV than B200's; the PCIe cards too, their all-reduce
+    over PCIe slower than NVLink's."""
     rows = [f"{s},vllm,0.19.0,Qwen/Qwen3-32B,{s},fp8,fp8,,4096,512,64,2,1,1,1,1,150,12"
             for s in ("b200_sxm", "gb200", "b300_sxm", "gb300")]
     p, got = estimate_measured(tmp_path, [
@@ -485,6 +486,11 @@ def test_runs_on_the_blackwell_systems_of_aiconfigurator_s_matrix_are_answered(t
     kv = dict(zip(got["device"][:4], got["kv_capacity_tokens"][:4], strict=True))
     assert kv["B200"] < kv["GB200"] < kv["B300_SXM"] < kv["GB300"]
     assert (got["ep"].iloc[4], got["attention_dp"].iloc[4]) == (16, 16)
+    p, got = estimate_measured(tmp_path, [f"{s},vllm,0.19.0,Qwen/Qwen3-8B,{s},bf16,,,1024,256,16,2,1,1,1,1,150,12"
+                                          for s in ("h100_sxm", "l40s", "rtx_pro_6000_server")])
+    assert p.returncode == 0, p.stderr
+    assert list(got["device"]) == ["H100_SXM", "L40S", "RTX_PRO_6000_SERVER"]
+    assert got["tpot_ms"].iloc[0] < got["tpot_ms"].iloc[2] < got["tpot_ms"].iloc[1]  # 3.35, 1.79, 0.86 TB/s
 
 
 def test_every_quant_mode_of_the_format_is_read_side_by_side(tmp_path):
