@@ -1,0 +1,266 @@
+"""How calibrate fits a profile to runs: the knobs (the profile's own quantities, each within physical bounds
+and pulled towards the base's value by a prior), the soft-L1 loss on the runs' log ratios of TTFT and TPOT
+(`robust`), bounded least squares over the knobs (`fit_knobs`), and the launch choices the runs leave open,
+each tried at the fitted knobs and kept where it lowers the loss by more than LAUNCH_GAIN (`fit`). Runs are
+estimated exactly as `estimate` does, each candidate profile written to a file and passed as `--engine` would be
+(`Evaluator`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from latency.engine import EFFICIENCY_RANGE
+from orchestrator.estimate import configure, estimate
+from orchestrator.fields import InputError
+from orchestrator.profile_files import to_toml
+from orchestrator.runs import Run
+
+#: how much moving a knob by one of its `scale`s costs in the loss (a mean squared log error): as much as a
+#: 3 % error on every run, so runs that identify a knob move it and runs that do not leave it at the base's
+PRIOR_WEIGHT = 0.001
+#: where the loss turns from squared to linear in a run's log ratio: errors beyond ~15 % count by their size,
+#: not its square (soft L1)
+ROBUST_SCALE = math.log(1.15)
+#: a launch choice is kept when it lowers the loss by more than this share (ties keep the base's launch)
+LAUNCH_GAIN = 0.05
+#: budgets tried where the runs do not give one (0: the engine's default on the device)
+BUDGETS = (0, 2048, 4096, 8192, 16384)
+#: caps on requests in flight tried where the runs do not give one and some run's clients exceed it (0: the
+#: engine's default): an HTTP client's default pool of 100 connections (aiohttp's TCPConnector: gpt-oss-120b's
+#: C=512 runs on H100 with vLLM 0.11.2 kept about 100 running, docs/fidelity.md), and vLLM's 256 on smaller GPUs
+MAX_NUM_SEQS = (0, 100, 256)
+#: where each launch choice a run may leave open (orchestrator.runs.LAUNCH_CHOICES) sits in a profile
+LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "max_num_seqs": ("launch", "max_num_seqs"),
+                 "async_scheduling": ("async_scheduling",), "prefix_caching": ("prefix_caching",)}
+#: the front end's time per response chunk tried for closed loops (us; 0 is the base's): 20,000 and 10,000
+#: chunks a second, about where SGLang 0.5.6's and TensorRT-LLM 1.0's held-back campaigns streamed
+#: (bench/littles_law.py; docs/fidelity.md)
+STREAM_PLACE = ("frontend", "stream_us")
+STREAMS = (50.0, 100.0)
+#: least-squares evaluations (Jacobians apart) per fit of the knobs (the leave-one-out fits start from the
+#: whole fit: fewer)
+FIT_ITERATIONS, REFIT_ITERATIONS = 15, 3
+#: the finite-difference step, in units of a knob's prior width: the simulation is piecewise (whole
+#: steps and chunks), so a step much smaller than this sees its jumps, not its slope
+DIFF_STEP = 0.1
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One fitted quantity: its place in the profile's TOML, bounds, and the prior's width."""
+
+    key: tuple[str, ...]
+    low: float
+    high: float
+    scale: float
+    log: bool = False  # a multiplier: searched and pulled towards the base in log space
+    default: float = 0.0  # its value where the base profile does not name it
+
+    @property
+    def label(self) -> str:
+        return self.key[0] if len(self.key) == 1 else f"[{self.key[0]}] {self.key[1]}"
+
+    def get(self, data: dict) -> float:
+        return float(value_at(data, self.key, self.default))
+
+    def set(self, data: dict, value: float) -> None:
+        set_at(data, self.key, round(float(value), 4))
+
+    def to_unit(self, value: float) -> float:
+        """The value in units of the prior's width (log space for a multiplier)."""
+        return (math.log(value) if self.log else value) / self.scale
+
+    def from_unit(self, u: float) -> float:
+        return math.exp(u * self.scale) if self.log else u * self.scale
+
+    def unit_bounds(self) -> tuple[float, float]:
+        return self.to_unit(self.low), self.to_unit(self.high)
+
+
+#: a multiplier's bounds (within the profile format's EFFICIENCY_RANGE) and prior width (25 %: a kernel
+#: family's spread between builds and GPUs)
+MULTIPLIER = {"low": 0.5, "high": 1.25, "scale": math.log(1.25), "log": True, "default": 1.0}
+KNOBS = (
+    Knob(("efficiency", "memory"), **MULTIPLIER),
+    Knob(("efficiency", "gemm"), **MULTIPLIER),
+    Knob(("step_ms",), 0.0, 10.0, scale=2.0),
+    Knob(("frontend", "client_ms"), 0.0, 100.0, scale=20.0),
+    Knob(("frontend", "request_ms"), 0.0, 20.0, scale=3.0),
+)
+assert all(EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1] for k in KNOBS if k.log)
+
+
+class Evaluator:
+    """Predicts runs under candidate profiles: each candidate written to a file of its own (a profile is a
+    file, as --engine takes it), every run estimated as `estimate` estimates it. A (profile, run) pair is
+    estimated once: the leave-one-out fits start from the same profile and share their first steps."""
+
+    def __init__(self, folder: str, progress=None):
+        self.folder, self.progress = Path(folder), progress
+        self.files: dict[str, Path] = {}
+        self.known: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def predict(self, data: dict, runs: list[Run]) -> np.ndarray:
+        """(n x 2) predicted TTFT and TPOT in ms."""
+        text = to_toml(data)
+        out = np.array([self.known.get((text, run.where)) or self._estimate(text, run) for run in runs])
+        if self.progress is not None:
+            self.progress.update(1)
+        return out
+
+    def _estimate(self, text: str, run: Run) -> tuple[float, float]:
+        path = self.files.get(text)
+        if path is None:
+            path = self.files[text] = self.folder / f"candidate-{len(self.files) + 1}.toml"
+            path.write_text(text)
+        try:
+            row = estimate(configure(run.under(str(path))))
+        except InputError as err:
+            raise InputError(f"{run.where}, {err.name}", err.value, err.allowed) from None
+        self.known[(text, run.where)] = row["ttft_ms"], row["tpot_ms"]
+        return self.known[(text, run.where)]
+
+
+def errors(pred: np.ndarray, runs: list[Run]) -> np.ndarray:
+    """Signed relative errors (ours / measured - 1), n x 2."""
+    return pred / np.array([[r.ttft_ms, r.tpot_ms] for r in runs]) - 1
+
+
+def robust(logs: np.ndarray) -> np.ndarray:
+    """Log ratios as residuals whose squares are the soft-L1 loss: squared below ROBUST_SCALE, linear beyond,
+    so a run the model cannot follow (a structural miss) does not drag the knobs every other run sets."""
+    c = ROBUST_SCALE
+    return np.sign(logs) * c * np.sqrt(2 * (np.sqrt(1 + (logs / c) ** 2) - 1))
+
+
+def residuals(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> np.ndarray:
+    """The runs' robust log ratios of TTFT and TPOT (scaled so their squares sum to the mean), then the
+    prior's pull towards the base's knobs: the sum of squares is `loss`."""
+    logs = robust(np.log(np.maximum(errors(pred, runs) + 1, 1e-9))).ravel() / math.sqrt(2 * len(runs))
+    pull = [math.sqrt(PRIOR_WEIGHT) * (k.to_unit(k.get(data)) - k.to_unit(k.get(base))) for k in KNOBS]
+    return np.concatenate([logs, pull])
+
+
+def loss(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> float:
+    """Mean squared log ratio of TTFT and TPOT, plus the prior's pull towards the base's knobs."""
+    return float(np.sum(residuals(pred, runs, data, base) ** 2))
+
+
+def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iterations: int) -> tuple[dict, float]:
+    """The knobs fitted from `start` (its launch kept) by bounded least squares (trust region, forward
+    differences: len(KNOBS) + 1 runs of the simulation an iteration): (profile data, loss)."""
+    from scipy.optimize import least_squares
+
+    def trial(u):
+        data = copy.deepcopy(start)
+        for knob, value in zip(KNOBS, u, strict=True):
+            knob.set(data, min(max(knob.from_unit(value), knob.low), knob.high))
+        return data
+
+    seen = {}
+
+    def fun(u):
+        key = tuple(np.round(u, 9))
+        if key not in seen:
+            data = trial(u)
+            seen[key] = residuals(ev.predict(data, runs), runs, data, base)
+        return seen[key]
+
+    low, high = (np.array(side) for side in zip(*(k.unit_bounds() for k in KNOBS), strict=True))
+
+    def jac(u):
+        """Forward differences of DIFF_STEP (backward at an upper bound)."""
+        here, columns = fun(u), []
+        for i in range(len(u)):
+            step = DIFF_STEP if u[i] + DIFF_STEP <= high[i] else -DIFF_STEP
+            moved = np.array(u, dtype=float)
+            moved[i] += step
+            columns.append((fun(moved) - here) / step)
+        return np.stack(columns, axis=1)
+
+    u0 = np.clip([k.to_unit(min(max(k.get(start), k.low), k.high)) for k in KNOBS], low, high)
+    least_squares(fun, u0, jac=jac, bounds=(low, high), max_nfev=iterations, x_scale=1.0)
+    best = min(seen, key=lambda key: float(np.sum(seen[key] ** 2)))
+    return trial(np.array(best)), float(np.sum(seen[best] ** 2))
+
+
+def launch_options(runs: list[Run], data: dict, kept: set = frozenset()) -> list[dict]:
+    """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, each cap
+    on requests in flight below the most clients a run had (MAX_NUM_SEQS), async scheduling flipped, the
+    prefix cache flipped where the client reuses prompts (aiperf), and each other streaming time of the front
+    end where the runs are closed loops; none of a place in `kept` (chosen already)."""
+    open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states and LAUNCH_PLACES[key] not in kept}
+    if not any(r.values.get("benchmark") == "aiperf" for r in runs):
+        open_.discard("prefix_caching")
+    clients = max(int(r.values.get("concurrency") or 0) for r in runs)
+    counts = {"max_batched_tokens": BUDGETS, "max_num_seqs": [n for n in MAX_NUM_SEQS if n < clients]}
+    options = []
+    for key, place in LAUNCH_PLACES.items():
+        if key not in open_:
+            continue
+        own = value_at(data, place, False if len(place) == 1 else 0)
+        values = [n for n in counts[key] if n != own] if key in counts else [not own]
+        options += [with_value(data, place, value) for value in values]
+    if any(r.values.get("arrival") == "closed" for r in runs) and STREAM_PLACE not in kept:
+        own = value_at(data, STREAM_PLACE, 0.0)
+        options += [with_value(data, STREAM_PLACE, value) for value in (0.0, *STREAMS) if value != own]
+    return options
+
+
+def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,
+        iterations: int = FIT_ITERATIONS) -> tuple[dict, float]:
+    """Knobs, then each launch choice (`options`: by default every one the runs leave open) at those knobs;
+    the best choice kept (and its knobs refitted) where it gains more than LAUNCH_GAIN. Without `options`,
+    the choices of the other launch keys are tried again at the refitted knobs, one key kept a round, until
+    none gains: two things a launch left unsaid (a budget and a cap on requests in flight) are found together."""
+    data, best = fit_knobs(ev, runs, copy.deepcopy(start or base), base, iterations)
+    given, kept = options is not None, set()
+    while True:
+        tried = [(loss(ev.predict(option, runs), runs, option, base), i, option) for i, option in
+                 enumerate([_launch_of(o, data) for o in options] if given else launch_options(runs, data, kept))]
+        if not tried:
+            return data, best
+        value, _, option = min(tried, key=lambda t: t[:2])
+        if value >= best * (1 - LAUNCH_GAIN):
+            return data, best
+        kept |= _launch_keys(option, data)
+        data, best = fit_knobs(ev, runs, option, base, iterations)
+        if given:
+            return data, best
+
+
+def _launch_keys(option: dict, data: dict) -> set[tuple[str, ...]]:
+    """The launch places in which `option` differs from `data`."""
+    return {place for place in (*LAUNCH_PLACES.values(), STREAM_PLACE)
+            if value_at(option, place, None) != value_at(data, place, None)}
+
+
+def _launch_of(source: dict, data: dict) -> dict:
+    """`data` with the launch choices of `source`."""
+    out = copy.deepcopy(data)
+    for place in LAUNCH_PLACES.values():
+        set_at(out, place, value_at(source, place, False if len(place) == 1 else 0))
+    if value_at(source, STREAM_PLACE, 0.0) != value_at(out, STREAM_PLACE, 0.0):
+        set_at(out, STREAM_PLACE, value_at(source, STREAM_PLACE, 0.0))
+    return out
+
+
+def value_at(data: dict, place: tuple[str, ...], default):
+    """The value at `place` of a profile's TOML data: a top-level key, or (table, key)."""
+    return (data.get(place[0], {}) if len(place) == 2 else data).get(place[-1], default)
+
+
+def set_at(data: dict, place: tuple[str, ...], value) -> None:
+    (data.setdefault(place[0], {}) if len(place) == 2 else data)[place[-1]] = value
+
+
+def with_value(data: dict, place: tuple[str, ...], value) -> dict:
+    out = copy.deepcopy(data)
+    set_at(out, place, value)
+    return out
