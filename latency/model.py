@@ -149,6 +149,9 @@ UNMODELLED = {
     "index_topk": "sparse attention (an indexer choosing index_topk tokens for each query)",
     "attention_chunk_size": "chunked (local) attention layers",
     "hybrid_layer_pattern": "hybrid attention layers with heads of their own",
+    "sparse_attention_config": "sparse attention",
+    "global_head_dim": "layers of two head sizes (global layers wider than the local ones)",
+    "num_kv_shared_layers": "layers that read another layer's KV cache",
 }
 
 

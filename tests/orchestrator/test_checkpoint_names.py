@@ -33,7 +33,8 @@ REFUSED = [("nvidia/Nemotron-H-56B-Base-8K", "state-space"),
            ("nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "state-space"),
            ("deepseek-ai/DeepSeek-V3.2", "sparse attention"), ("nvidia/GLM-5-NVFP4", "sparse attention"),
            ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "chunked"), ("XiaomiMiMo/MiMo-V2-Flash", "chunked"),
-           ("Qwen/Qwen3.5-27B", "full_attention and sliding_attention layers only")]
+           ("Qwen/Qwen3.5-27B", "full_attention and sliding_attention layers only"),
+           ("MiniMaxAI/MiniMax-M3", "sparse attention"), ("nvidia/Gemma-4-31B-IT-NVFP4", "two head sizes")]
 
 
 def their_config(name: str) -> dict:
