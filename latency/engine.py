@@ -45,6 +45,7 @@ CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT = ("max-utilization", "guarantee
 LAUNCH_KEYS = ("max_batched_tokens", "max_num_seqs")
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
+               "mla_decode_attention": None,
                "dp_step_ms": None, "moe_prefill_layer_us": None, "moe_layer_us": None, "gpu_memory_utilization": 1}
 
 
@@ -81,6 +82,9 @@ class EngineProfile:
     #: per MoE layer of every step: the expert path's kernels beyond the three the roofline launches
     #: (routing, alignment, activation quantisation, combine), whatever the experts it touches
     moe_layer_us: float = 0.0
+    #: an MLA model's decode attention over our roofline's price (0: as priced): the engine's absorbed-attention
+    #: kernels reach less of the roof than a dense model's (bench/mla_kernels.py, AIConfigurator's tables)
+    mla_decode_attention: float = 0.0
     #: it schedules step k+1 while step k runs (vLLM's async scheduling, its default since 0.14): the
     #: time per step (`step_ms`, host work) hides behind the GPU's, and only a step shorter than it waits
     async_scheduling: bool = False

@@ -289,8 +289,11 @@ class RooflineModel:
             flops = flops + _pick(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
         bytes_ = conc * (keys_read * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
         kernel = KERNELS["attention"] * d.kernel_overhead_us + _pick(dec, 0.0, d.prefill_attention_overhead_us)
-        return self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
-                          d.kv_memory_efficiency(self.quant.kv_bytes))
+        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
+                               d.kv_memory_efficiency(self.quant.kv_bytes))
+        if m.is_mla and self.engine.mla_decode_attention:
+            ms = ms * _pick(dec, self.engine.mla_decode_attention, 1.0)
+        return ms, bound
 
     def _moe(self, tokens, peak, detail: bool):
         """`tokens` are one attention rank's; every rank runs a step of the same size in lockstep, so

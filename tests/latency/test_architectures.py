@@ -138,6 +138,25 @@ def test_an_engine_s_grouped_gemm_efficiency_scales_the_expert_op_alone():
     assert (b.drop("moe") == a.drop("moe")).all()
 
 
+def test_an_engine_s_mla_decode_factor_scales_an_mla_model_s_decode_attention_alone():
+    """DeepSeek-V3's decode attention takes the profile's factor times its roofline price; its prefill attention,
+    every other op, and a model without MLA are as priced."""
+    from latency.engine import EngineProfile
+
+    def ops(model, factor, key):
+        lm = build_latency_model(model, device="H200_SXM", tp=8)
+        engine = EngineProfile("x", mla_decode_attention=factor)
+        lm = lm.__class__(lm.model, lm.device, lm.parallel, lm.quant, engine=engine)
+        return lm.breakdown([key]).set_index("op")["ms"]
+
+    decode, prefill = ForwardKey(True, 64, 1, 4096), ForwardKey(False, 1, 2048, 2048)
+    a, b = ops("deepseek-ai/DeepSeek-V3", 0.0, decode), ops("deepseek-ai/DeepSeek-V3", 1.85, decode)
+    assert b["attention"] == pytest.approx(1.85 * a["attention"], rel=1e-9)
+    assert (b.drop("attention") == a.drop("attention")).all()
+    for model, key in (("deepseek-ai/DeepSeek-V3", prefill), ("Qwen/Qwen3-32B", decode)):
+        assert (ops(model, 1.85, key) == ops(model, 0.0, key)).all()
+
+
 @pytest.mark.parametrize(("device", "quantization", "native"), [
     ("B200", "nvfp4", True), ("H200_SXM", "nvfp4", False), ("B200", "fp8", False)])
 def test_fp4_experts_on_fp4_tensor_cores_stream_at_their_own_efficiency(device, quantization, native):
