@@ -159,6 +159,7 @@ class Row:
     def __init__(self, r, benchmark: str = BENCHMARK, backend: str = "roofline", launch: str = "as-read"):
         self.r = r
         engine = load_engine(r.engine)
+        self.mla_decode = engine.mla_decode_attention  # measured from kernel tables, not fitted: a kernel price
         reserved = engine.reserved_gib(load_device(r.device).hbm_gib)  # what `servesweep --engine` keeps free
         self.lm = build_latency_model(r.model, r.device, tp=int(r.tp_size), pp=int(r.pp_size), ep=int(r.ep),
                                       attention_dp=int(r.attention_dp), quantization=r.quantization,
@@ -235,7 +236,7 @@ class Row:
     def kernel_prices(self, label: str, comm: float, moe: tuple = (1.0, 1.0, 0.0)) -> np.ndarray:
         key = (label, comm, moe)
         if key not in self.base:
-            lm = self._model(comm, _moe_engine(moe))
+            lm = self._model(comm, dataclasses.replace(_moe_engine(moe), mla_decode_attention=self.mla_decode))
             self.base[key] = price(lm, self.plans[label][0].price_keys, True)
         return self.base[key]
 
@@ -249,7 +250,8 @@ class Row:
                                      layer_us=layer_us, dp_step_ms=self.dp_step_ms if engine_time else 0.0,
                                      moe_prefill_layer_us=self.moe_prefill_layer_us if engine_time else 0.0,
                                      moe_layer_us=self.moe_layer_us if engine_time else 0.0,
-                                     async_scheduling=self.async_scheduling and engine_time)
+                                     async_scheduling=self.async_scheduling and engine_time,
+                                     mla_decode_attention=self.mla_decode)
         if frontend is not None and frontend.active and label == "bench":
             return self.timed(comm, engine, frontend)
         p, requests, prompts = self.plans[label]
