@@ -26,7 +26,9 @@ READ = {
     "Qwen/Qwen3-30B-A3B-FP8", "Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B",
     "Qwen/Qwen3-Coder-480B-A35B-Instruct", "openai/gpt-oss-120b", "openai/gpt-oss-20b", "moonshotai/Kimi-K2.5",
     "nvidia/Kimi-K2.5-NVFP4", "nvidia/Kimi-K2.6-NVFP4", "MiniMaxAI/MiniMax-M2.5", "nvidia/MiniMax-M2.5-NVFP4",
-    "MiniMaxAI/MiniMax-M2.7", "nvidia/MiniMax-M2.7-NVFP4"}
+    "MiniMaxAI/MiniMax-M2.7", "nvidia/MiniMax-M2.7-NVFP4", "nvidia/Kimi-K2.7-Code-NVFP4", "Qwen/Qwen3-VL-2B-Instruct",
+    "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-32B-Instruct", "Qwen/Qwen3-VL-32B-Thinking",
+    "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-235B-A22B-Instruct"}
 #: the matrix's checkpoints with a part we do not price: (name, the part named)
 REFUSED = [("nvidia/Nemotron-H-56B-Base-8K", "state-space"),
            ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "state-space"),
