@@ -9,8 +9,14 @@ KV, 128 / tp heads a rank (tp 1, 4, 8), 8-256 requests a step at 1,024-16,384 to
 measured over priced, where priced is our `qkv_proj + attention + o_proj` of the step (`RooflineModel.breakdown`)
 over the model's 61 layers, with the engine's profile; and by requests a step. `attention alone` takes the
 projections as priced and charges the rest of the measured time to attention: the factor attention's price
-would need: its median over the GPUs and tp is what an engine profile's `mla_decode_attention` says. Needs
-servesweep[kernels].
+would need: its median over the GPUs and tp is what vLLM's profile's `mla_decode_attention` says. `extra us` is
+the same gap read as a fixed time a layer instead.
+
+SGLang's and TensorRT-LLM's tables also time the attention kernel alone (`generation_mla_perf`): `kernel alone`
+is its median over our attention price, per tp. Where it is near 1 the module's gap lies in its other
+kernels, most of them launches the collector times outside the CUDA graphs an engine decodes in; so
+TensorRT-LLM's and SGLang's profiles keep attention as priced, and vLLM's factor stands only as far as
+Kimi-K2.5's runs bear it out (docs/fidelity.md). Needs servesweep[kernels].
 """
 
 from __future__ import annotations
@@ -55,6 +61,24 @@ def priced(gpu: str, engine: str, tp: int, t: pd.DataFrame) -> tuple[np.ndarray,
     return module - attention + attention / own, attention / own
 
 
+def kernel_alone(root: Path, gpu: str, folder: str, engine: str) -> dict:
+    """{tp: median measured / priced} of the attention kernel alone, where the engine's tables time it (heads a
+    rank as DeepSeek-V3's 128 / tp; the table's `step` is the context less one)."""
+    found = kernel_tables.tables(root, folder, "mla", engine, "generation_mla_perf.parquet")
+    if not found:
+        return {}
+    t = pd.read_parquet(found[0])
+    t = t[(t.mla_dtype == "bfloat16") & (t.kv_cache_dtype == "bfloat16") & t.batch_size.between(*BATCHES)
+          & (t.step + 1).between(*CONTEXT)]
+    t = t.groupby(["num_heads", "batch_size", "step"], as_index=False).latency.min()  # its fastest kernel
+    out = {}
+    for tp in TPS:
+        s = t[t.num_heads == HEADS // tp].assign(step=lambda f: f.step + 1)
+        _, attention = priced(gpu, "none", tp, s)
+        out[tp] = float(np.median(s.latency.to_numpy() / attention))
+    return out
+
+
 def main() -> None:
     root = kernel_tables.tables_root()
     rows = []
@@ -63,7 +87,7 @@ def main() -> None:
             found = kernel_tables.tables(root, folder, "mla", engine, "mla_generation_module_perf.parquet")
             if not found:
                 continue
-            table = measured(found[0])
+            table, alone_kernel = measured(found[0]), kernel_alone(root, gpu, folder, engine)
             for tp in TPS:
                 t = table[table.num_heads == HEADS // tp]
                 module, attention = priced(gpu, engine, tp, t)
@@ -71,16 +95,21 @@ def main() -> None:
                 alone = (t.latency.to_numpy() - (module - attention)) / attention
                 row = {"gpu": gpu, "engine": f"{engine} {found[0].parent.name}", "tp": tp, "steps": len(t),
                        "module": np.median(ratio), "attention alone": np.median(alone),
-                       "attention share": np.median(attention / module)}
+                       "extra us": np.median(t.latency.to_numpy() - module) * 1e3,
+                       "kernel alone": alone_kernel.get(tp, np.nan)}
                 row |= {f"b={b}": np.median(ratio[t.batch_size.to_numpy() == b]) for b in (8, 32, 128, 256)}
                 rows.append(row)
     pd.set_option("display.width", 200)
     table = pd.DataFrame(rows)
     print("measured / priced, DeepSeek-V3's MLA decode module a layer (medians):")
     print(table.round(2).to_string(index=False))
-    print("\nattention alone, median over GPUs and tp: the profiles' mla_decode_attention (now in brackets):")
+    print("\nattention alone, median over GPUs and tp (the profiles' mla_decode_attention in brackets):")
     for engine, rows_ in table.groupby(table.engine.str.split().str[0]):
         print(f"  {engine}: {rows_['attention alone'].median():.2f} [{load_engine(engine).mla_decode_attention:g}]")
+    for engine in ("sglang",):  # no module table: the kernel alone
+        alone = [r for gpu, folder in GPUS.items() for r in kernel_alone(root, gpu, folder, engine).values()]
+        print(f"  {engine}: the kernel alone {np.median(alone):.2f} (median over GPUs and tp) "
+              f"[{load_engine(engine).mla_decode_attention:g}]")
 
 
 if __name__ == "__main__":
