@@ -236,7 +236,7 @@ class Row:
     def kernel_prices(self, label: str, comm: float, moe: tuple = (1.0, 1.0, 0.0)) -> np.ndarray:
         key = (label, comm, moe)
         if key not in self.base:
-            lm = self._model(comm, dataclasses.replace(_moe_engine(moe), mla_decode_attention=self.mla_decode))
+            lm = self._model(comm, _moe_engine(moe, self.mla_decode))
             self.base[key] = price(lm, self.plans[label][0].price_keys, True)
         return self.base[key]
 
@@ -246,12 +246,12 @@ class Row:
                 engine_time: bool = True) -> tuple[float, float]:
         """(TTFT, TPOT) with these engine times; `engine_time` False: kernels only (no DP step time)."""
         moe = (moe_compute, moe_bandwidth, moe_fp4_bandwidth)
-        engine = dataclasses.replace(_moe_engine(moe), step_ms=step_ms, request_layer_us=request_layer_us,
-                                     layer_us=layer_us, dp_step_ms=self.dp_step_ms if engine_time else 0.0,
+        engine = dataclasses.replace(_moe_engine(moe, self.mla_decode), step_ms=step_ms,
+                                     request_layer_us=request_layer_us, layer_us=layer_us,
+                                     dp_step_ms=self.dp_step_ms if engine_time else 0.0,
                                      moe_prefill_layer_us=self.moe_prefill_layer_us if engine_time else 0.0,
                                      moe_layer_us=self.moe_layer_us if engine_time else 0.0,
-                                     async_scheduling=self.async_scheduling and engine_time,
-                                     mla_decode_attention=self.mla_decode)
+                                     async_scheduling=self.async_scheduling and engine_time)
         if frontend is not None and frontend.active and label == "bench":
             return self.timed(comm, engine, frontend)
         p, requests, prompts = self.plans[label]
@@ -295,9 +295,11 @@ DEPTH_SPAN = 1.5
 LAYER_STARTS = ((1.0, 0.3, 0.0), (0.2, 0.8, 10.0), (0.0, 0.5, 20.0))
 
 
-def _moe_engine(moe: tuple) -> EngineProfile:
-    """A profile of kernels only with these expert efficiencies (compute, bandwidth, FP4 bandwidth)."""
-    return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1], moe_fp4_bandwidth=moe[2])
+def _moe_engine(moe: tuple, mla_decode: float = 0.0) -> EngineProfile:
+    """A profile of kernels only with these expert efficiencies (compute, bandwidth, FP4 bandwidth) and MLA
+    decode attention factor (measured from kernel tables, not fitted: a kernel price, like the experts')."""
+    return EngineProfile("fit", moe_compute=moe[0], moe_bandwidth=moe[1], moe_fp4_bandwidth=moe[2],
+                         mla_decode_attention=mla_decode)
 
 
 def shipped_params(engine: str) -> tuple:

@@ -55,7 +55,9 @@ def priced(gpu: str, engine: str, tp: int, t: pd.DataFrame) -> tuple[np.ndarray,
     own = lm.engine.mla_decode_attention or 1.0
     keys = [ForwardKey(True, int(b), 1, int(s)) for b, s in zip(t.batch_size, t.step, strict=True)]
     ops = lm.breakdown(keys)
-    ops = ops[ops.op.isin(MODULE)].assign(entry=[keys.index(k) for k in ops[ops.op.isin(MODULE)].key])
+    entry = {k: i for i, k in enumerate(keys)}  # keys are unique: `measured` keeps one row a step
+    ops = ops[ops.op.isin(MODULE)]
+    ops = ops.assign(entry=ops.key.map(entry))
     module = ops.groupby("entry").ms.sum().reindex(range(len(keys))).to_numpy() / LAYERS
     attention = ops[ops.op == "attention"].groupby("entry").ms.sum().reindex(range(len(keys))).to_numpy() / LAYERS
     return module - attention + attention / own, attention / own

@@ -28,21 +28,21 @@ def engine_default_budget(device, release: tuple[int, ...] | None = None) -> int
 def launch_budget(engine: str, device) -> int:
     """The token budget `engine` runs with on `device` unless told: its profile's [launch] budget (a
     calibrated one's), else vLLM's default there; vLLM's default for an unknown engine (validate() names it)."""
-    try:
-        own = load_engine(engine).max_batched_tokens
-    except ValueError:
-        own = 0
-    return own or engine_default_budget(device)
+    return _launched(engine, "max_batched_tokens") or engine_default_budget(device)
 
 
 def launch_max_num_seqs(engine: str) -> int:
     """The requests `engine` runs at once unless told: its profile's [launch] max_num_seqs (a calibrated
     one's), else vLLM's default; vLLM's for an unknown engine (validate() names it)."""
+    return _launched(engine, "max_num_seqs") or VLLM_MAX_NUM_SEQS
+
+
+def _launched(engine: str, key: str) -> int:
+    """A [launch] value of the engine's profile; 0 where it names none or the engine is unknown."""
     try:
-        own = load_engine(engine).max_num_seqs
+        return getattr(load_engine(engine), key)
     except ValueError:
-        own = 0
-    return own or VLLM_MAX_NUM_SEQS
+        return 0
 
 
 def default_reserved_gib(engine: str, device) -> float:

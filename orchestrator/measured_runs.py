@@ -28,19 +28,18 @@ MEASURED = {"silicon_ttft_ms": ("ttft_ms", "ttft_error"), "silicon_tpot_ms": ("t
 DEVICES = {system: device for device, system in GPU_DIRS.items()}
 #: the format's backends, which are our engine profiles' names
 ENGINES = ("vllm", "sglang", "trtllm")
-#: (gemm_quant_mode, moe_quant_mode) -> our quantisation: NVFP4 checkpoints keep attention in bf16
-#: (their configs exclude self_attn), and the INT4 ones are weight-only experts
-QUANT = {("fp8", "fp8"): "fp8", ("fp8_block", "fp8_block"): "fp8", ("nvfp4", "nvfp4"): "bf16+nvfp4",
-         ("int4_wo", "int4_wo"): "bf16+int4_wo", ("bf16", "bf16"): "bf16", ("float16", "float16"): "bf16"}
-#: every other mode the format names (AIConfigurator's GEMMQuantMode and MoEQuantMode), each side read
-#: apart: the linear layers' format, and the routed experts' where it differs. Weight-only 4-bit floats
-#: (nvfp4_wo, w4a16_mxfp4) are their formats (computed in FP4 where the device has FP4 tensor cores)
+#: the modes the format names (AIConfigurator's GEMMQuantMode and MoEQuantMode), each side read apart: the
+#: linear layers' format, and the routed experts' where it differs. Weight-only 4-bit floats (nvfp4_wo,
+#: w4a16_mxfp4) are their formats (computed in FP4 where the device has FP4 tensor cores)
 GEMM_MODES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_static": "fp8",
               "fp8_ootb": "fp8", "fp8_block": "fp8", "sq": "w8a8", "int8_wo": "w8a16", "int4_wo": "int4_wo",
               "nvfp4": "nvfp4", "nvfp4_wo": "nvfp4", "w4a16_nvfp4": "nvfp4"}
 MOE_MODES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8",
              "int4_wo": "int4_wo", "w4afp8": "w4afp8", "nvfp4": "nvfp4", "nvfp4_wo": "nvfp4", "w4a16_mxfp4": "mxfp4",
              "w4a16_mxfp4_cutlass": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4", "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
+#: 4-bit checkpoints labelled so on both sides keep attention in bf16: NVIDIA's NVFP4 ones (their configs
+#: exclude self_attn) and the INT4 weight-only experts' (compressed-tensors)
+ATTENTION_KEPT = ("nvfp4", "int4_wo")
 #: `precision` alone (the dense file has no quant-mode columns)
 PRECISION = {"": "bf16", "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "float16": "bf16", "fp8": "fp8",
              "fp8_block": "fp8", "int8": "w8a8", "fp4": "bf16+nvfp4", "nvfp4": "bf16+nvfp4", "mxfp4": "bf16+mxfp4",
@@ -114,13 +113,13 @@ def model_allowed(model: str, error: str) -> str:
 
 
 def labelled_quantization(cells: dict) -> str:
-    """The quantisation a run's columns name (QUANT, else each side by GEMM_MODES and MOE_MODES, else
-    PRECISION); raises KeyError if unknown."""
+    """The quantisation a run's columns name (each side by GEMM_MODES and MOE_MODES, a 4-bit checkpoint's
+    attention kept in bf16; else PRECISION); raises KeyError if unknown."""
     gemm, moe = cells.get("gemm_quant_mode", ""), cells.get("moe_quant_mode", "")
     if not (gemm or moe):
         return PRECISION[cells.get("precision", "")]
-    if (gemm, moe or gemm) in QUANT:
-        return QUANT[(gemm, moe or gemm)]
+    if gemm in ATTENTION_KEPT and moe in ("", gemm):
+        return f"bf16+{MOE_MODES[gemm]}"
     linear = GEMM_MODES[gemm] if gemm else "bf16"
     experts = MOE_MODES[moe] if moe else linear
     return linear if experts == linear else f"{linear}+{experts}"
