@@ -507,7 +507,7 @@ def test_every_quant_mode_of_the_format_is_read_side_by_side(tmp_path):
         "g,vllm,0.19.0,meta-llama/Llama-3.1-70B-Instruct,b200_sxm,bf16,,,1024,256,16,2,1,1,1,1,150,12"])
     assert p.returncode == 0, p.stderr
     assert list(got["quantization"]) == ["fp8+w4afp8", "bf16+mxfp4", "fp8+nvfp4", "nvfp4", "int4_wo", "w8a8", "bf16"]
-    # d's linear layers at 4.5 bits against its bf16 twin's 16; the embeddings and output layer (4 % of the
+    # d's linear layers at 4.5 bits against its bf16 twin's 16; the embeddings and output layer (3 % of the
     # weights) stay at 16, so the ratio lies just above 4.5 / 16
     nvfp4, bf16 = got["weights_gib"].iloc[3], got["weights_gib"].iloc[6]
     assert 4.5 / 16 < nvfp4 / bf16 < 4.5 / 16 + 0.04
