@@ -190,12 +190,12 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
     return trial(np.array(best)), float(np.sum(seen[best] ** 2))
 
 
-def launch_options(runs: list[Run], data: dict, kept: set = frozenset()) -> list[dict]:
+def launch_options(runs: list[Run], data: dict) -> list[dict]:
     """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, each cap
     on requests in flight below the most clients a run had (MAX_NUM_SEQS), async scheduling flipped, the
     prefix cache flipped where the client reuses prompts (aiperf), and each other streaming time of the front
-    end where the runs are closed loops; none of a place in `kept` (chosen already)."""
-    open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states and LAUNCH_PLACES[key] not in kept}
+    end where the runs are closed loops."""
+    open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
     if not any(r.values.get("benchmark") == "aiperf" for r in runs):
         open_.discard("prefix_caching")
     clients = max(int(r.values.get("concurrency") or 0) for r in runs)
@@ -207,7 +207,7 @@ def launch_options(runs: list[Run], data: dict, kept: set = frozenset()) -> list
         own = value_at(data, place, False if len(place) == 1 else 0)
         values = [n for n in counts[key] if n != own] if key in counts else [not own]
         options += [with_value(data, place, value) for value in values]
-    if any(r.values.get("arrival") == "closed" for r in runs) and STREAM_PLACE not in kept:
+    if any(r.values.get("arrival") == "closed" for r in runs):
         own = value_at(data, STREAM_PLACE, 0.0)
         options += [with_value(data, STREAM_PLACE, value) for value in (0.0, *STREAMS) if value != own]
     return options
@@ -217,28 +217,22 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
         iterations: int = FIT_ITERATIONS) -> tuple[dict, float]:
     """Knobs, then each launch choice (`options`: by default every one the runs leave open) at those knobs;
     the best choice kept (and its knobs refitted) where it gains more than LAUNCH_GAIN. Without `options`,
-    the choices of the other launch keys are tried again at the refitted knobs, one key kept a round, until
-    none gains: two things a launch left unsaid (a budget and a cap on requests in flight) are found together."""
+    every choice is tried again at the refitted knobs, one kept a round, until none gains: two things a launch
+    left unsaid (a budget and a cap on requests in flight) are found together, and a choice first judged at
+    knobs fitted for another launch is judged again at its own (each round lowers the loss: it ends)."""
     data, best = fit_knobs(ev, runs, copy.deepcopy(start or base), base, iterations)
-    given, kept = options is not None, set()
+    given = options is not None
     while True:
         tried = [(loss(ev.predict(option, runs), runs, option, base), i, option) for i, option in
-                 enumerate([_launch_of(o, data) for o in options] if given else launch_options(runs, data, kept))]
+                 enumerate([_launch_of(o, data) for o in options] if given else launch_options(runs, data))]
         if not tried:
             return data, best
         value, _, option = min(tried, key=lambda t: t[:2])
         if value >= best * (1 - LAUNCH_GAIN):
             return data, best
-        kept |= _launch_keys(option, data)
         data, best = fit_knobs(ev, runs, option, base, iterations)
         if given:
             return data, best
-
-
-def _launch_keys(option: dict, data: dict) -> set[tuple[str, ...]]:
-    """The launch places in which `option` differs from `data`."""
-    return {place for place in (*LAUNCH_PLACES.values(), STREAM_PLACE)
-            if value_at(option, place, None) != value_at(data, place, None)}
 
 
 def _launch_of(source: dict, data: dict) -> dict:
