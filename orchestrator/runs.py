@@ -1,11 +1,13 @@
-"""Measured runs a team hands to `servesweep calibrate`, in three forms, read as configurations with
+"""Measured runs a team hands to `servesweep calibrate`, in four forms, read as configurations with
 their measured mean TTFT and TPOT:
 
 - a CSV in AIConfigurator's silicon format (`orchestrator.measured_runs`: the run's release and launch
   read from its columns), its metrics `silicon_ttft_ms` and `silicon_tpot_ms`;
 - a CSV of spec-key columns (as `estimate --from-csv` reads) plus `measured_ttft_ms` and `measured_tpot_ms`;
 - `vllm bench serve --save-result` JSON files, the deployment given by the usual flags (model, device,
-  layout); the file says the load (`max_concurrency` or `request_rate`), the prompts and the lengths.
+  layout); the file says the load (`max_concurrency` or `request_rate`), the prompts and the lengths;
+- aiperf's `profile_export_aiperf.json` files, the deployment given by the flags likewise; the file's
+  `input_config.loadgen` says the load, its metrics the lengths, the requests measured and the means.
 
 A bad file, row or cell is one InputError naming it, the value and what is allowed.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from orchestrator import measured_runs
 from orchestrator.estimate import read_configs
 from orchestrator.fields import InputError
+from simulator.benchmarks import AIPERF_DATASET_ENTRIES
 
 #: a spec-key CSV's measured metrics
 MEASURED_COLUMNS = ("measured_ttft_ms", "measured_tpot_ms")
@@ -28,6 +31,8 @@ LAUNCH_CHOICES = ("max_batched_tokens", "max_num_seqs", "async_scheduling", "pre
 #: what a spec-key CSV's runs are unless its columns say otherwise: a closed loop measured as `vllm bench
 #: serve --max-concurrency` measures it (the common client), not the RFC's burst window
 MEASURED_DEFAULTS = {"arrival": "closed", "benchmark": "vllm-bench"}
+#: what one of aiperf's time units is in ms (its JSON export gives each metric's unit)
+AIPERF_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1000.0, "sec": 1000.0}
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,14 @@ def read_runs(paths, flags: dict) -> list[Run]:
     runs = []
     for path in map(Path, paths):
         if path.suffix == ".json":
-            runs.append(read_vllm_bench(path, flags))
+            data = _json(path)
+            runs.append((read_aiperf if "input_config" in data else read_vllm_bench)(path, data, flags))
         elif path.suffix == ".csv":
             runs.extend(read_csv(path, flags))
         else:
             raise InputError("RUNS", str(path), "a .csv (silicon format or spec keys + measured_ttft_ms, "
-                             "measured_tpot_ms) or a vllm bench serve --save-result .json")
+                             "measured_tpot_ms), a vllm bench serve --save-result .json or an aiperf "
+                             "profile_export_aiperf.json")
     return runs
 
 
@@ -113,20 +120,30 @@ def reading(spec: dict) -> str:
     return "; ".join(notes)
 
 
-def read_vllm_bench(path: Path, flags: dict) -> Run:
-    """One `vllm bench serve --save-result` file: a closed loop at `max_concurrency`, or a Poisson stream at
-    `request_rate`; its mean lengths from the tokens it sent and received; every request measured."""
+def _json(path: Path) -> dict:
+    """A run's JSON file as a dict (vllm bench serve's --save-result or aiperf's export)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise InputError("RUNS", str(path), f"a readable vllm bench serve --save-result JSON ({err})") from None
+        raise InputError("RUNS", str(path), f"a readable JSON file ({err})") from None
     if not isinstance(data, dict):
-        raise InputError("RUNS", str(path), "a JSON object as vllm bench serve --save-result writes")
+        raise InputError("RUNS", str(path), "a JSON object as vllm bench serve --save-result or aiperf writes")
+    return data
+
+
+def _deployment(path: Path, flags: dict, client: str) -> None:
+    """A client's JSON does not say what it measured: the flags must."""
     for key in ("model", "device"):
         if key not in flags:
             raise InputError("--model" if key == "model" else key, None,
-                             f"the deployment {path.name} measured (a vllm bench serve JSON does not say it): "
+                             f"the deployment {path.name} measured (a {client} JSON does not say it): "
                              "give --model and --device, and its layout (--tp-sizes ...)")
+
+
+def read_vllm_bench(path: Path, data: dict, flags: dict) -> Run:
+    """One `vllm bench serve --save-result` file: a closed loop at `max_concurrency`, or a Poisson stream at
+    `request_rate`; its mean lengths from the tokens it sent and received; every request measured."""
+    _deployment(path, flags, "vllm bench serve")
     where = str(path)
     completed = _key(data, "completed", where, integer=True)
     values = dict(flags, benchmark="vllm-bench",
@@ -149,6 +166,54 @@ def read_vllm_bench(path: Path, flags: dict) -> Run:
                          "capped in flight is not modelled")
     return Run(values, _key(data, "mean_ttft_ms", where), _key(data, "mean_tpot_ms", where), where, "vllm",
                stated({}, flags))
+
+
+def read_aiperf(path: Path, data: dict, flags: dict) -> Run:
+    """One aiperf `profile_export_aiperf.json`: a closed loop at `loadgen.concurrency` (1 where it names no
+    load, as aiperf runs then), or a Poisson stream at `loadgen.request_rate`; the mean lengths and the
+    requests measured from its metrics (its warm-up drains before it measures: not played)."""
+    _deployment(path, flags, "aiperf")
+    where = str(path)
+    config = data.get("input_config")
+    loadgen = config.get("loadgen", {}) if isinstance(config, dict) else None
+    if not isinstance(loadgen, dict):
+        raise InputError(f"{where}, key input_config", config, "aiperf's input_config with its loadgen settings")
+    values = dict(flags, benchmark="aiperf",
+                  input_length=max(1, round(_metric(data, "input_sequence_length", where, None))),
+                  output_length=max(1, round(_metric(data, "output_sequence_length", where, None))),
+                  num_prompts=round(_metric(data, "request_count", where, None)))
+    rate, cap, mode = loadgen.get("request_rate"), loadgen.get("concurrency"), loadgen.get("request_rate_mode")
+    if rate is None:
+        name = "input_config.loadgen.concurrency"
+        values |= {"arrival": "closed", "concurrency": _key({name: cap or 1}, name, where, integer=True)}
+    elif cap is None and mode in (None, "poisson"):
+        values |= {"arrival": "poisson", "burstiness": 1.0,
+                   "request_rate": _key({"input_config.loadgen.request_rate": rate},
+                                        "input_config.loadgen.request_rate", where)}
+    else:
+        raise InputError(f"{where}, keys input_config.loadgen concurrency/request_rate/request_rate_mode",
+                         f"{cap}/{rate}/{mode}", "concurrency alone (a closed loop) or request_rate alone, poisson "
+                         "(a Poisson stream); a constant rate or a stream capped in flight is not modelled")
+    pool = (config.get("input", {}).get("conversation", {}) or {}).get("num")
+    if pool not in (None, AIPERF_DATASET_ENTRIES) and flags.get("prefix_caching") != "off":
+        raise InputError(f"{where}, key input_config.input.conversation.num", pool,
+                         f"aiperf's default pool of {AIPERF_DATASET_ENTRIES} prompts (what a prefix cache is "
+                         "priced with); for another pool give --prefix-caching off, as the pool then does not matter")
+    return Run(values, _metric(data, "time_to_first_token", where), _metric(data, "inter_token_latency", where),
+               where, "", stated({}, flags))
+
+
+def _metric(data: dict, key: str, where: str, unit: str | None = "time") -> float:
+    """The mean (`avg`) of one of aiperf's metrics; a time in ms."""
+    entry = data.get(key)
+    if not isinstance(entry, dict):
+        raise InputError(f"{where}, key {key}", entry, "aiperf's {unit, avg, ...} summary of the metric")
+    value = _key({f"{key}.avg": entry.get("avg")}, f"{key}.avg", where)
+    if unit is None:
+        return value
+    if entry.get("unit") not in AIPERF_MS:
+        raise InputError(f"{where}, key {key}.unit", entry.get("unit"), f"a time unit: {', '.join(AIPERF_MS)}")
+    return value * AIPERF_MS[entry["unit"]]
 
 
 def _key(data: dict, key: str, where: str, integer: bool = False):

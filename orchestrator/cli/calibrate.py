@@ -15,10 +15,12 @@ def add_parser(sub) -> None:
                        "efficiency multipliers, and the launch the runs leave open: token budget, async scheduling, "
                        "prefix cache) to measured runs, and write it for --engine. RUNS: a CSV in AIConfigurator's "
                        "silicon format; a CSV of spec keys (estimate --from-csv's columns) plus measured_ttft_ms "
-                       "and measured_tpot_ms; or vllm bench serve --save-result JSON files, the deployment given "
-                       "by MODEL, --device and the layout flags.")
+                       "and measured_tpot_ms; or JSON files of vllm bench serve --save-result or aiperf "
+                       "(profile_export_aiperf.json), the deployment given by --model, --device and the layout "
+                       "flags.")
     p.add_argument("runs", nargs="+", metavar="RUNS", help="measured runs: .csv files (silicon format, or spec keys "
-                   "+ measured_ttft_ms, measured_tpot_ms) or vllm bench serve --save-result .json files")
+                   "+ measured_ttft_ms, measured_tpot_ms) or .json files (vllm bench serve --save-result, or aiperf's "
+                   "profile_export_aiperf.json)")
     add_field_flags(p, "estimate", require=False, positional=False)
     o = p.add_argument_group("calibration")
     o.add_argument("--output", required=True, help="where the fitted profile goes (a .toml path); then --engine "

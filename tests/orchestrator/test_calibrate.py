@@ -439,3 +439,86 @@ def test_a_profile_calibrated_in_place_keeps_its_comments_and_other_keys(truth, 
     for key in ("request_layer_us", "moe_layer_us", "gpu_memory_utilization", "moe"):
         assert after[key] == before[key]
     assert load_engine(str(mine)).max_batched_tokens == 2048
+
+
+def aiperf_json(path, isl, osl, measured, loadgen, conversations=None, unit="ms"):
+    """An aiperf profile_export_aiperf.json as aiperf writes it (the keys calibrate reads, and others)."""
+    ttft, itl = measured
+    per_ms = {"ms": 1.0, "sec": 1000.0, "us": 1e-3}[unit]
+    config = {"endpoint": {"model_names": ["Qwen/Qwen3-8B"], "type": "chat", "streaming": True},
+              "loadgen": loadgen}
+    if conversations:
+        config["input"] = {"conversation": {"num": conversations}}
+    path.write_text(json.dumps({
+        "time_to_first_token": {"unit": unit, "avg": ttft / per_ms, "p50": ttft / per_ms * 0.9},
+        "inter_token_latency": {"unit": unit, "avg": itl / per_ms, "p99": itl / per_ms * 1.2},
+        "input_sequence_length": {"unit": "tokens", "avg": isl + 0.4, "min": isl - 3, "max": isl + 2},
+        "output_sequence_length": {"unit": "tokens", "avg": osl - 0.3},
+        "request_count": {"unit": "requests", "avg": 20.0 * loadgen.get("concurrency", 1)},
+        "request_throughput": {"unit": "requests/sec", "avg": 3.2},
+        "was_cancelled": False, "error_summary": [], "input_config": config}))
+    return str(path)
+
+
+def test_aiperf_exports_are_read_as_the_runs_aiperf_measured(tmp_path):
+    """An aiperf export: a closed loop at its concurrency (1 where it names no load, aiperf's own default) or
+    a Poisson stream at its rate; the mean lengths rounded, the requests it measured, its times in ms; priced
+    exactly as the same configuration given by flags (aiperf's protocol: its warm-up drained, not played)."""
+    flags = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,)}
+    files = [aiperf_json(tmp_path / "c8.json", 2000, 150, (120.0, 9.5), {"concurrency": 8, "request_count": 160}),
+             aiperf_json(tmp_path / "c1.json", 500, 80, (50.0, 8.0), {}, unit="sec"),
+             aiperf_json(tmp_path / "rate.json", 1000, 100, (70.0, 8.0), {"request_rate": 2.5,
+                                                                           "request_rate_mode": "poisson"})]
+    closed, lone, stream = read_runs(files, flags)
+    assert closed.values == flags | {"benchmark": "aiperf", "input_length": 2000, "output_length": 150,
+                                     "num_prompts": 160, "arrival": "closed", "concurrency": 8}
+    assert (closed.ttft_ms, closed.tpot_ms, closed.engine) == (120.0, 9.5, "")
+    assert (lone.values["arrival"], lone.values["concurrency"], lone.values["num_prompts"]) == ("closed", 1, 20)
+    assert (lone.ttft_ms, lone.tpot_ms) == pytest.approx((50.0, 8.0))  # written as 0.05 and 0.008 sec
+    assert (stream.values["arrival"], stream.values["request_rate"], stream.values["burstiness"]) == \
+        ("poisson", 2.5, 1.0)
+    row = estimate(configure(dict(closed.values, engine="vllm")))
+    same = estimate(configure({**flags, "engine": "vllm", "input_length": 2000, "output_length": 150,
+                               "concurrency": 8, "arrival": "closed", "benchmark": "aiperf", "num_prompts": 160}))
+    assert row["ttft_ms"] == same["ttft_ms"] and row["measured_requests"] == 160
+
+
+def test_aiperf_exports_calibrate_end_to_end(tmp_path):
+    """Five aiperf exports made with a known budget and efficiencies calibrate from the CLI (the deployment
+    from the flags) back to that budget, the runs within 2 %. The budget is first judged at knobs fitted for
+    the default one and wins as 4,096; only judged again at its own knobs does 2,048 win (TTFT 33 % off
+    otherwise)."""
+    from orchestrator.calibrate import base_profile
+
+    truth = tmp_path / "truth.toml"
+    truth.write_text(to_toml(base_profile("vllm") | TRUTH))
+    files = []
+    for i, (isl, osl, c) in enumerate(LOADS):
+        row = estimate(configure({**DEPLOYMENT, "engine": str(truth), "input_length": isl, "output_length": osl,
+                                  "concurrency": c, "arrival": "closed", "benchmark": "aiperf",
+                                  "num_prompts": 20 * c, "prefix_caching": "off"}))
+        files.append(aiperf_json(tmp_path / f"run-{i}.json", isl, osl, (row["ttft_ms"], row["tpot_ms"]),
+                                 {"concurrency": c, "request_count": 20 * c, "warmup_request_count": 2 * c},
+                                 conversations=20 * c))
+    out = tmp_path / "mine.toml"
+    p = run("calibrate", *files, "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1",
+            "--prefix-caching", "off", "--output", str(out), "--no-leave-one-out", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert "[launch] max_batched_tokens      default -> 2048" in p.stdout
+    written = tomllib.loads(out.read_text())
+    assert written["calibration"]["fit_tpot_error"] < 0.02 and written["calibration"]["fit_ttft_error"] < 0.02
+
+
+@pytest.mark.parametrize("loadgen, conversations, message", [
+    ({"concurrency": 8, "request_rate": 4.0}, None,
+     "concurrency/request_rate/request_rate_mode: '8/4.0/None' is not allowed"),
+    ({"request_rate": 4.0, "request_rate_mode": "constant"}, None, "a constant rate or a stream capped in flight"),
+    ({"concurrency": 2.5}, None, "input_config.loadgen.concurrency: 2.5 is not allowed; expected an integer > 0"),
+    ({"concurrency": 8}, 160, "input_config.input.conversation.num: 160 is not allowed; expected aiperf's "
+                              "default pool of 100 prompts"),
+])
+def test_a_bad_aiperf_export_is_one_line_naming_its_key(tmp_path, loadgen, conversations, message):
+    files = [aiperf_json(tmp_path / f"r{i}.json", 1000, 100, (50.0, 9.0), loadgen, conversations) for i in range(3)]
+    p = run("calibrate", *files, "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1",
+            "--output", str(tmp_path / "x.toml"))
+    assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1, p.stderr
