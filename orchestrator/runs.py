@@ -169,32 +169,19 @@ def read_vllm_bench(path: Path, data: dict, flags: dict) -> Run:
 
 
 def read_aiperf(path: Path, data: dict, flags: dict) -> Run:
-    """One aiperf `profile_export_aiperf.json`: a closed loop at `loadgen.concurrency` (1 where it names no
-    load, as aiperf runs then), or a Poisson stream at `loadgen.request_rate`; the mean lengths and the
-    requests measured from its metrics (its warm-up drains before it measures: not played)."""
+    """One aiperf `profile_export_aiperf.json`: the load from its `input_config.loadgen`, the mean lengths
+    and the requests measured from its metrics, measured as aiperf measures (its warm-up drains before it
+    measures: not played)."""
     _deployment(path, flags, "aiperf")
     where = str(path)
-    config = data.get("input_config")
-    loadgen = config.get("loadgen", {}) if isinstance(config, dict) else None
+    loadgen = _within(data, ("input_config", "loadgen"), where)
     if not isinstance(loadgen, dict):
-        raise InputError(f"{where}, key input_config", config, "aiperf's input_config with its loadgen settings")
-    values = dict(flags, benchmark="aiperf",
-                  input_length=max(1, round(_metric(data, "input_sequence_length", where, None))),
-                  output_length=max(1, round(_metric(data, "output_sequence_length", where, None))),
-                  num_prompts=round(_metric(data, "request_count", where, None)))
-    rate, cap, mode = loadgen.get("request_rate"), loadgen.get("concurrency"), loadgen.get("request_rate_mode")
-    if rate is None:
-        name = "input_config.loadgen.concurrency"
-        values |= {"arrival": "closed", "concurrency": _key({name: cap or 1}, name, where, integer=True)}
-    elif cap is None and mode in (None, "poisson"):
-        values |= {"arrival": "poisson", "burstiness": 1.0,
-                   "request_rate": _key({"input_config.loadgen.request_rate": rate},
-                                        "input_config.loadgen.request_rate", where)}
-    else:
-        raise InputError(f"{where}, keys input_config.loadgen concurrency/request_rate/request_rate_mode",
-                         f"{cap}/{rate}/{mode}", "concurrency alone (a closed loop) or request_rate alone, poisson "
-                         "(a Poisson stream); a constant rate or a stream capped in flight is not modelled")
-    pool = (config.get("input", {}).get("conversation", {}) or {}).get("num")
+        raise InputError(f"{where}, key input_config.loadgen", loadgen, "aiperf's load generator settings")
+    values = dict(flags, benchmark="aiperf", **_aiperf_load(loadgen, where),
+                  input_length=max(1, round(_metric(data, "input_sequence_length", where, time=False))),
+                  output_length=max(1, round(_metric(data, "output_sequence_length", where, time=False))),
+                  num_prompts=round(_metric(data, "request_count", where, time=False)))
+    pool = _within(data, ("input_config", "input", "conversation", "num"), where)
     if pool not in (None, AIPERF_DATASET_ENTRIES) and flags.get("prefix_caching") != "off":
         raise InputError(f"{where}, key input_config.input.conversation.num", pool,
                          f"aiperf's default pool of {AIPERF_DATASET_ENTRIES} prompts (what a prefix cache is "
@@ -203,13 +190,39 @@ def read_aiperf(path: Path, data: dict, flags: dict) -> Run:
                where, "", stated({}, flags))
 
 
-def _metric(data: dict, key: str, where: str, unit: str | None = "time") -> float:
+def _aiperf_load(loadgen: dict, where: str) -> dict:
+    """aiperf's load as our fields: a closed loop at `concurrency` (1 where neither it nor a rate is named,
+    as aiperf then runs), or a Poisson stream at `request_rate` (its default mode)."""
+    rate, cap, mode = loadgen.get("request_rate"), loadgen.get("concurrency"), loadgen.get("request_rate_mode")
+    if rate is None:
+        name = "input_config.loadgen.concurrency"
+        return {"arrival": "closed", "concurrency": _key({name: cap or 1}, name, where, integer=True)}
+    if cap is None and mode in (None, "poisson"):
+        name = "input_config.loadgen.request_rate"
+        return {"arrival": "poisson", "burstiness": 1.0, "request_rate": _key({name: rate}, name, where)}
+    raise InputError(f"{where}, keys input_config.loadgen concurrency/request_rate/request_rate_mode",
+                     f"{cap}/{rate}/{mode}", "concurrency alone (a closed loop) or request_rate alone, poisson "
+                     "(a Poisson stream); a constant rate or a stream capped in flight is not modelled")
+
+
+def _within(data: dict, keys: tuple[str, ...], where: str):
+    """The value at a path of nested keys (None where the file leaves it out)."""
+    for i, key in enumerate(keys):
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise InputError(f"{where}, key {'.'.join(keys[:i])}", data, "a JSON object as aiperf writes it")
+        data = data.get(key)
+    return data
+
+
+def _metric(data: dict, key: str, where: str, time: bool = True) -> float:
     """The mean (`avg`) of one of aiperf's metrics; a time in ms."""
     entry = data.get(key)
     if not isinstance(entry, dict):
         raise InputError(f"{where}, key {key}", entry, "aiperf's {unit, avg, ...} summary of the metric")
     value = _key({f"{key}.avg": entry.get("avg")}, f"{key}.avg", where)
-    if unit is None:
+    if not time:
         return value
     if entry.get("unit") not in AIPERF_MS:
         raise InputError(f"{where}, key {key}.unit", entry.get("unit"), f"a time unit: {', '.join(AIPERF_MS)}")

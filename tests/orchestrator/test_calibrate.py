@@ -448,7 +448,7 @@ def aiperf_json(path, isl, osl, measured, loadgen, conversations=None, unit="ms"
     config = {"endpoint": {"model_names": ["Qwen/Qwen3-8B"], "type": "chat", "streaming": True},
               "loadgen": loadgen}
     if conversations:
-        config["input"] = {"conversation": {"num": conversations}}
+        config["input"] = {"conversation": conversations if conversations == "x" else {"num": conversations}}
     path.write_text(json.dumps({
         "time_to_first_token": {"unit": unit, "avg": ttft / per_ms, "p50": ttft / per_ms * 0.9},
         "inter_token_latency": {"unit": unit, "avg": itl / per_ms, "p99": itl / per_ms * 1.2},
@@ -516,6 +516,7 @@ def test_aiperf_exports_calibrate_end_to_end(tmp_path):
     ({"concurrency": 2.5}, None, "input_config.loadgen.concurrency: 2.5 is not allowed; expected an integer > 0"),
     ({"concurrency": 8}, 160, "input_config.input.conversation.num: 160 is not allowed; expected aiperf's "
                               "default pool of 100 prompts"),
+    ({"concurrency": 8}, "x", "key input_config.input.conversation: 'x' is not allowed; expected a JSON object"),
 ])
 def test_a_bad_aiperf_export_is_one_line_naming_its_key(tmp_path, loadgen, conversations, message):
     files = [aiperf_json(tmp_path / f"r{i}.json", 1000, 100, (50.0, 9.0), loadgen, conversations) for i in range(3)]
