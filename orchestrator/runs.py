@@ -6,8 +6,9 @@ their measured mean TTFT and TPOT:
 - a CSV of spec-key columns (as `estimate --from-csv` reads) plus `measured_ttft_ms` and `measured_tpot_ms`;
 - `vllm bench serve --save-result` JSON files, the deployment given by the usual flags (model, device,
   layout); the file says the load (`max_concurrency` or `request_rate`), the prompts and the lengths;
-- aiperf's `profile_export_aiperf.json` files, the deployment given by the flags likewise; the file's
-  `input_config.loadgen` says the load, its metrics the lengths, the requests measured and the means.
+- aiperf's `profile_export_aiperf.json` files (or folders holding them), the deployment given by the flags
+  likewise; the file's `input_config.loadgen` says the load, its metrics the lengths, the requests measured
+  and the means.
 
 A bad file, row or cell is one InputError naming it, the value and what is allowed.
 """
@@ -31,6 +32,8 @@ LAUNCH_CHOICES = ("max_batched_tokens", "max_num_seqs", "async_scheduling", "pre
 #: what a spec-key CSV's runs are unless its columns say otherwise: a closed loop measured as `vllm bench
 #: serve --max-concurrency` measures it (the common client), not the RFC's burst window
 MEASURED_DEFAULTS = {"arrival": "closed", "benchmark": "vllm-bench"}
+#: the file aiperf writes its summary of a run to (in its --artifact-dir)
+AIPERF_EXPORT = "profile_export_aiperf.json"
 #: what one of aiperf's time units is in ms (its JSON export gives each metric's unit)
 AIPERF_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1000.0, "sec": 1000.0}
 
@@ -57,7 +60,7 @@ class Run:
 def read_runs(paths, flags: dict) -> list[Run]:
     """Every run in `paths` (CSV or JSON), `flags` the field values given on the command line."""
     runs = []
-    for path in map(Path, paths):
+    for path in [p for given in map(Path, paths) for p in _aiperf_exports(given)]:
         if path.suffix == ".json":
             data = _json(path)
             runs.append((read_aiperf if "input_config" in data else read_vllm_bench)(path, data, flags))
@@ -68,6 +71,17 @@ def read_runs(paths, flags: dict) -> list[Run]:
                              "measured_tpot_ms), a vllm bench serve --save-result .json or an aiperf "
                              "profile_export_aiperf.json")
     return runs
+
+
+def _aiperf_exports(path: Path) -> list[Path]:
+    """A file as it is; a folder (aiperf's artifact directory, or the one AIConfigurator's bench_run.sh
+    fills with a `concurrency_N` folder a run): every AIPERF_EXPORT under it, in name order."""
+    if not path.is_dir():
+        return [path]
+    found = sorted(path.rglob(AIPERF_EXPORT))
+    if not found:
+        raise InputError("RUNS", str(path), f"a folder holding aiperf's {AIPERF_EXPORT} files (none under it)")
+    return found
 
 
 def read_csv(path: Path, flags: dict) -> list[Run]:

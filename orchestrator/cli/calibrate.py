@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
                        "(profile_export_aiperf.json), the deployment given by --model, --device and the layout "
                        "flags.")
     p.add_argument("runs", nargs="+", metavar="RUNS", help="measured runs: .csv files (silicon format, or spec keys "
-                   "+ measured_ttft_ms, measured_tpot_ms) or .json files (vllm bench serve --save-result, or aiperf's "
-                   "profile_export_aiperf.json)")
+                   "+ measured_ttft_ms, measured_tpot_ms), .json files (vllm bench serve --save-result, or aiperf's "
+                   "profile_export_aiperf.json), or folders (every profile_export_aiperf.json under one)")
     add_field_flags(p, "estimate", require=False, positional=False)
     o = p.add_argument_group("calibration")
     o.add_argument("--output", required=True, help="where the fitted profile goes (a .toml path); then --engine "

@@ -492,21 +492,31 @@ def test_aiperf_exports_calibrate_end_to_end(tmp_path):
 
     truth = tmp_path / "truth.toml"
     truth.write_text(to_toml(base_profile("vllm") | TRUTH))
-    files = []
+    files = []  # as AIConfigurator's bench_run.sh leaves them: a concurrency_N folder a run
     for i, (isl, osl, c) in enumerate(LOADS):
         row = estimate(configure({**DEPLOYMENT, "engine": str(truth), "input_length": isl, "output_length": osl,
                                   "concurrency": c, "arrival": "closed", "benchmark": "aiperf",
                                   "num_prompts": 20 * c, "prefix_caching": "off"}))
-        files.append(aiperf_json(tmp_path / f"run-{i}.json", isl, osl, (row["ttft_ms"], row["tpot_ms"]),
+        (tmp_path / "artifacts" / f"concurrency_{c}-{i}").mkdir(parents=True)
+        files.append(aiperf_json(tmp_path / "artifacts" / f"concurrency_{c}-{i}" / "profile_export_aiperf.json",
+                                 isl, osl, (row["ttft_ms"], row["tpot_ms"]),
                                  {"concurrency": c, "request_count": 20 * c, "warmup_request_count": 2 * c},
                                  conversations=20 * c))
     out = tmp_path / "mine.toml"
-    p = run("calibrate", *files, "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1",
-            "--prefix-caching", "off", "--output", str(out), "--no-leave-one-out", "--no-progress")
+    p = run("calibrate", str(tmp_path / "artifacts"), "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM",
+            "--tp-sizes", "1", "--prefix-caching", "off", "--output", str(out), "--no-leave-one-out", "--no-progress")
     assert p.returncode == 0, p.stderr
+    assert p.stdout.count("profile_export_aiperf.json") == 5  # the folder's five runs, each in the table
     assert "[launch] max_batched_tokens      default -> 2048" in p.stdout
     written = tomllib.loads(out.read_text())
     assert written["calibration"]["fit_tpot_error"] < 0.02 and written["calibration"]["fit_ttft_error"] < 0.02
+
+
+def test_a_folder_without_aiperf_exports_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    p = run("calibrate", str(tmp_path / "empty"), "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM",
+            "--output", str(tmp_path / "x.toml"))
+    assert p.returncode == 2 and "holding aiperf's profile_export_aiperf.json files (none under it)" in p.stderr
 
 
 @pytest.mark.parametrize("loadgen, conversations, message", [
