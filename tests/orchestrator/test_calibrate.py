@@ -441,14 +441,15 @@ def test_a_profile_calibrated_in_place_keeps_its_comments_and_other_keys(truth, 
     assert load_engine(str(mine)).max_batched_tokens == 2048
 
 
-def aiperf_json(path, isl, osl, measured, loadgen, conversations=None, unit="ms"):
-    """An aiperf profile_export_aiperf.json as aiperf writes it (the keys calibrate reads, and others)."""
+def aiperf_json(path, isl, osl, measured, loadgen, conversation=None, unit="ms"):
+    """An aiperf profile_export_aiperf.json as aiperf writes it (the keys calibrate reads, and others);
+    `conversation`: its input_config.input.conversation, where given."""
     ttft, itl = measured
     per_ms = {"ms": 1.0, "sec": 1000.0, "us": 1e-3}[unit]
     config = {"endpoint": {"model_names": ["Qwen/Qwen3-8B"], "type": "chat", "streaming": True},
               "loadgen": loadgen}
-    if conversations:
-        config["input"] = {"conversation": conversations if conversations == "x" else {"num": conversations}}
+    if conversation is not None:
+        config["input"] = {"conversation": conversation}
     path.write_text(json.dumps({
         "time_to_first_token": {"unit": unit, "avg": ttft / per_ms, "p50": ttft / per_ms * 0.9},
         "inter_token_latency": {"unit": unit, "avg": itl / per_ms, "p99": itl / per_ms * 1.2},
@@ -492,16 +493,14 @@ def test_aiperf_exports_calibrate_end_to_end(tmp_path):
 
     truth = tmp_path / "truth.toml"
     truth.write_text(to_toml(base_profile("vllm") | TRUTH))
-    files = []  # as AIConfigurator's bench_run.sh leaves them: a concurrency_N folder a run
-    for i, (isl, osl, c) in enumerate(LOADS):
+    for i, (isl, osl, c) in enumerate(LOADS):  # as AIConfigurator's bench_run.sh leaves them: a folder a run
         row = estimate(configure({**DEPLOYMENT, "engine": str(truth), "input_length": isl, "output_length": osl,
                                   "concurrency": c, "arrival": "closed", "benchmark": "aiperf",
                                   "num_prompts": 20 * c, "prefix_caching": "off"}))
         (tmp_path / "artifacts" / f"concurrency_{c}-{i}").mkdir(parents=True)
-        files.append(aiperf_json(tmp_path / "artifacts" / f"concurrency_{c}-{i}" / "profile_export_aiperf.json",
-                                 isl, osl, (row["ttft_ms"], row["tpot_ms"]),
-                                 {"concurrency": c, "request_count": 20 * c, "warmup_request_count": 2 * c},
-                                 conversations=20 * c))
+        aiperf_json(tmp_path / "artifacts" / f"concurrency_{c}-{i}" / "profile_export_aiperf.json", isl, osl,
+                    (row["ttft_ms"], row["tpot_ms"]),
+                    {"concurrency": c, "request_count": 20 * c, "warmup_request_count": 2 * c}, {"num": 20 * c})
     out = tmp_path / "mine.toml"
     p = run("calibrate", str(tmp_path / "artifacts"), "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM",
             "--tp-sizes", "1", "--prefix-caching", "off", "--output", str(out), "--no-leave-one-out", "--no-progress")
@@ -519,17 +518,17 @@ def test_a_folder_without_aiperf_exports_is_one_line(tmp_path):
     assert p.returncode == 2 and "holding aiperf's profile_export_aiperf.json files (none under it)" in p.stderr
 
 
-@pytest.mark.parametrize("loadgen, conversations, message", [
+@pytest.mark.parametrize("loadgen, conversation, message", [
     ({"concurrency": 8, "request_rate": 4.0}, None,
      "concurrency/request_rate/request_rate_mode: '8/4.0/None' is not allowed"),
     ({"request_rate": 4.0, "request_rate_mode": "constant"}, None, "a constant rate or a stream capped in flight"),
     ({"concurrency": 2.5}, None, "input_config.loadgen.concurrency: 2.5 is not allowed; expected an integer > 0"),
-    ({"concurrency": 8}, 160, "input_config.input.conversation.num: 160 is not allowed; expected aiperf's "
-                              "default pool of 100 prompts"),
+    ({"concurrency": 8}, {"num": 160}, "input_config.input.conversation.num: 160 is not allowed; expected "
+                                       "aiperf's default pool of 100 prompts"),
     ({"concurrency": 8}, "x", "key input_config.input.conversation: 'x' is not allowed; expected a JSON object"),
 ])
-def test_a_bad_aiperf_export_is_one_line_naming_its_key(tmp_path, loadgen, conversations, message):
-    files = [aiperf_json(tmp_path / f"r{i}.json", 1000, 100, (50.0, 9.0), loadgen, conversations) for i in range(3)]
+def test_a_bad_aiperf_export_is_one_line_naming_its_key(tmp_path, loadgen, conversation, message):
+    files = [aiperf_json(tmp_path / f"r{i}.json", 1000, 100, (50.0, 9.0), loadgen, conversation) for i in range(3)]
     p = run("calibrate", *files, "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1",
             "--output", str(tmp_path / "x.toml"))
     assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1, p.stderr
