@@ -58,7 +58,8 @@ class Run:
 
 
 def read_runs(paths, flags: dict) -> list[Run]:
-    """Every run in `paths` (CSV or JSON), `flags` the field values given on the command line."""
+    """Every run in `paths` (CSV or JSON files, folders of aiperf exports), `flags` the field values given on
+    the command line."""
     runs = []
     for path in [p for given in map(Path, paths) for p in _aiperf_exports(given)]:
         if path.suffix == ".json":
@@ -68,8 +69,8 @@ def read_runs(paths, flags: dict) -> list[Run]:
             runs.extend(read_csv(path, flags))
         else:
             raise InputError("RUNS", str(path), "a .csv (silicon format or spec keys + measured_ttft_ms, "
-                             "measured_tpot_ms), a vllm bench serve --save-result .json or an aiperf "
-                             "profile_export_aiperf.json")
+                             "measured_tpot_ms), a vllm bench serve --save-result .json, an aiperf "
+                             "profile_export_aiperf.json or a folder of them")
     return runs
 
 
