@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from latency import known_models
 from orchestrator import measured_runs
 from orchestrator.estimate import read_configs
 from orchestrator.fields import InputError
@@ -146,19 +147,25 @@ def _json(path: Path) -> dict:
     return data
 
 
-def _deployment(path: Path, flags: dict, client: str) -> None:
-    """A client's JSON does not say what it measured: the flags must."""
+def _deployment(path: Path, flags: dict, client: str, named) -> dict:
+    """The flags, with the model the file names (`named`: vllm bench serve's model_id, aiperf's first model
+    name) where --model is not given and we ship that name (a checkpoint of another format, -FP8, is not
+    read: its format is the flags'); a client's JSON does not say the device or layout."""
+    if "model" not in flags and isinstance(named, str) and named in known_models():
+        flags = dict(flags, model=named)
     for key in ("model", "device"):
         if key not in flags:
             raise InputError("--model" if key == "model" else key, None,
-                             f"the deployment {path.name} measured (a {client} JSON does not say it): "
-                             "give --model and --device, and its layout (--tp-sizes ...)")
+                             f"the deployment {path.name} measured (a {client} JSON does not say its device or "
+                             "layout, nor a model unless it names one we ship): give --model and --device, and "
+                             "its layout (--tp-sizes ...)")
+    return flags
 
 
 def read_vllm_bench(path: Path, data: dict, flags: dict) -> Run:
     """One `vllm bench serve --save-result` file: a closed loop at `max_concurrency`, or a Poisson stream at
     `request_rate`; its mean lengths from the tokens it sent and received; every request measured."""
-    _deployment(path, flags, "vllm bench serve")
+    flags = _deployment(path, flags, "vllm bench serve", data.get("model_id"))
     where = str(path)
     completed = _key(data, "completed", where, integer=True)
     values = dict(flags, benchmark="vllm-bench",
@@ -187,7 +194,8 @@ def read_aiperf(path: Path, data: dict, flags: dict) -> Run:
     """One aiperf `profile_export_aiperf.json`: the load from its `input_config.loadgen`, the mean lengths
     and the requests measured from its metrics, measured as aiperf measures (its warm-up drains before it
     measures: not played)."""
-    _deployment(path, flags, "aiperf")
+    names = _within(data, ("input_config", "endpoint", "model_names"), str(path))
+    flags = _deployment(path, flags, "aiperf", names[0] if isinstance(names, list) and names else None)
     where = str(path)
     loadgen = _within(data, ("input_config", "loadgen"), where)
     if not isinstance(loadgen, dict):

@@ -511,6 +511,23 @@ def test_aiperf_exports_calibrate_end_to_end(tmp_path):
     assert written["calibration"]["fit_tpot_error"] < 0.02 and written["calibration"]["fit_ttft_error"] < 0.02
 
 
+def test_a_json_s_own_model_name_is_read_where_we_ship_it(tmp_path):
+    """Without --model, the model an aiperf or vllm bench serve file names is read where we ship that name; a
+    served name we do not know, or a checkpoint of another format (whose format the name alone would not set),
+    asks for --model."""
+    flags = {"device": "H100_SXM", "tp_sizes": (1,)}
+    aiperf_json(tmp_path / "a.json", 1000, 100, (50.0, 9.0), {"concurrency": 4})
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps({"model_id": "Qwen/Qwen3-8B", "max_concurrency": 4, "completed": 10,
+                                 "total_input_tokens": 10000, "total_output_tokens": 1000, "mean_ttft_ms": 50,
+                                 "mean_tpot_ms": 9}))
+    assert [r.values["model"] for r in read_runs([tmp_path / "a.json", bench], flags)] == ["Qwen/Qwen3-8B"] * 2
+    for served in ("my-served-llm", "Qwen/Qwen3-8B-FP8"):
+        bench.write_text(json.dumps(json.loads(bench.read_text()) | {"model_id": served}))
+        p = run("calibrate", str(bench), str(bench), str(bench), "--device", "H100_SXM", "--output", "x.toml")
+        assert p.returncode == 2 and "--model: not given" in p.stderr and "nor a model unless it names" in p.stderr
+
+
 def test_a_folder_without_aiperf_exports_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     p = run("calibrate", str(tmp_path / "empty"), "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM",
