@@ -39,7 +39,9 @@ from orchestrator.fitting import (
     Evaluator,
     errors,
     fit,
+    label_of,
     loss,
+    unset,
     value_at,
 )
 from orchestrator.profile_files import write_atomically
@@ -73,10 +75,9 @@ class Calibration:
         """(what, base value, fitted value) of every knob and launch choice."""
         out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in KNOBS]
         for place in LAUNCH_PLACES.values():
-            label = place[0] if len(place) == 1 else f"[{place[0]}] {place[1]}"
-            out.append((label, _launch_text(self.base_data, place), _launch_text(self.data, place)))
+            out.append((label_of(place), _launch_text(self.base_data, place), _launch_text(self.data, place)))
         streams = (f"{value_at(d, STREAM_PLACE, 0.0):g}" for d in (self.base_data, self.data))
-        out.append(("[frontend] stream_us", *streams))
+        out.append((label_of(STREAM_PLACE), *streams))
         return out
 
 
@@ -174,9 +175,10 @@ def update_profile(path: str, c: Calibration, files: list[str]) -> None:
 
 def _launch_text(data: dict, place: tuple[str, ...]) -> str:
     """A launch choice as printed: on/off, or a budget (0: the engine's default)."""
+    value = value_at(data, place, unset(place))
     if len(place) == 1:
-        return "on" if value_at(data, place, False) else "off"
-    return str(value_at(data, place, 0) or "default")
+        return "on" if value else "off"
+    return str(value or "default")
 
 
 def _median_abs(values: np.ndarray) -> float:

@@ -66,7 +66,7 @@ class Knob:
 
     @property
     def label(self) -> str:
-        return self.key[0] if len(self.key) == 1 else f"[{self.key[0]}] {self.key[1]}"
+        return label_of(self.key)
 
     def get(self, data: dict) -> float:
         return float(value_at(data, self.key, self.default))
@@ -206,7 +206,7 @@ def launch_options(runs: list[Run], data: dict) -> list[dict]:
     for key, place in LAUNCH_PLACES.items():
         if key not in open_:
             continue
-        own = value_at(data, place, False if len(place) == 1 else 0)
+        own = value_at(data, place, unset(place))
         values = [n for n in counts[key] if n != own] if key in counts else [not own]
         options += [with_value(data, place, value) for value in values]
     if any(r.values.get("arrival") == "closed" for r in runs):
@@ -241,10 +241,20 @@ def _launch_of(source: dict, data: dict) -> dict:
     """`data` with the launch choices of `source`."""
     out = copy.deepcopy(data)
     for place in LAUNCH_PLACES.values():
-        set_at(out, place, value_at(source, place, False if len(place) == 1 else 0))
+        set_at(out, place, value_at(source, place, unset(place)))
     if value_at(source, STREAM_PLACE, 0.0) != value_at(out, STREAM_PLACE, 0.0):
         set_at(out, STREAM_PLACE, value_at(source, STREAM_PLACE, 0.0))
     return out
+
+
+def label_of(place: tuple[str, ...]) -> str:
+    """A profile place as printed: `key`, or `[table] key`."""
+    return place[0] if len(place) == 1 else f"[{place[0]}] {place[1]}"
+
+
+def unset(place: tuple[str, ...]):
+    """A launch place's value where a profile names none: off for a switch, 0 (the engine's default) for a count."""
+    return False if len(place) == 1 else 0
 
 
 def value_at(data: dict, place: tuple[str, ...], default):
