@@ -218,11 +218,11 @@ def _aiperf_load(loadgen: dict, where: str) -> dict:
     as aiperf then runs), or a Poisson stream at `request_rate` (its default mode)."""
     rate, cap, mode = loadgen.get("request_rate"), loadgen.get("concurrency"), loadgen.get("request_rate_mode")
     if rate is None:
-        name = "input_config.loadgen.concurrency"
-        return {"arrival": "closed", "concurrency": _key({name: cap or 1}, name, where, integer=True)}
+        clients = _positive(cap or 1, f"{where}, key input_config.loadgen.concurrency", integer=True)
+        return {"arrival": "closed", "concurrency": clients}
     if cap is None and mode in (None, "poisson"):
-        name = "input_config.loadgen.request_rate"
-        return {"arrival": "poisson", "burstiness": 1.0, "request_rate": _key({name: rate}, name, where)}
+        return {"arrival": "poisson", "burstiness": 1.0,
+                "request_rate": _positive(rate, f"{where}, key input_config.loadgen.request_rate")}
     raise InputError(f"{where}, keys input_config.loadgen concurrency/request_rate/request_rate_mode",
                      f"{cap}/{rate}/{mode}", "concurrency alone (a closed loop) or request_rate alone, poisson "
                      "(a Poisson stream); a constant rate or a stream capped in flight is not modelled")
@@ -244,7 +244,7 @@ def _metric(data: dict, key: str, where: str, time: bool = True) -> float:
     entry = data.get(key)
     if not isinstance(entry, dict):
         raise InputError(f"{where}, key {key}", entry, "aiperf's {unit, avg, ...} summary of the metric")
-    value = _key({f"{key}.avg": entry.get("avg")}, f"{key}.avg", where)
+    value = _positive(entry.get("avg"), f"{where}, key {key}.avg")
     if not time:
         return value
     if entry.get("unit") not in AIPERF_MS:
@@ -253,10 +253,15 @@ def _metric(data: dict, key: str, where: str, time: bool = True) -> float:
 
 
 def _key(data: dict, key: str, where: str, integer: bool = False):
-    value = data.get(key)
+    """The number > 0 at `key` of a JSON object (an int where `integer`)."""
+    return _positive(data.get(key), f"{where}, key {key}", integer)
+
+
+def _positive(value, name: str, integer: bool = False):
+    """`value` as a number > 0 (an int where `integer`), else one InputError naming it."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     if not ok or (integer and value != int(value)):
-        raise InputError(f"{where}, key {key}", value, "an integer > 0" if integer else "a number > 0")
+        raise InputError(name, value, "an integer > 0" if integer else "a number > 0")
     return int(value) if integer else float(value)
 
 
