@@ -108,10 +108,10 @@ def main() -> None:
     print("\nattention alone, median over GPUs and tp (the profiles' mla_decode_attention in brackets):")
     for engine, rows_ in table.groupby(table.engine.str.split().str[0]):
         print(f"  {engine}: {rows_['attention alone'].median():.2f} [{load_engine(engine).mla_decode_attention:g}]")
-    for engine in ("sglang",):  # no module table: the kernel alone
-        alone = [r for gpu, folder in GPUS.items() for r in kernel_alone(root, gpu, folder, engine).values()]
-        print(f"  {engine}: the kernel alone {np.median(alone):.2f} (median over GPUs and tp) "
-              f"[{load_engine(engine).mla_decode_attention:g}]")
+    # SGLang has no module table: its attention kernel alone
+    alone = [r for gpu, folder in GPUS.items() for r in kernel_alone(root, gpu, folder, "sglang").values()]
+    print(f"  sglang: the kernel alone {np.median(alone):.2f} (median over GPUs and tp) "
+          f"[{load_engine('sglang').mla_decode_attention:g}]")
 
 
 if __name__ == "__main__":
