@@ -71,9 +71,9 @@ def record(spec_path: Path, limit: int, data: Path = DATA) -> Path:
     planning, used, plan_cost = {"s": 0.0}, set(), {}
     plain = evaluate._planned
 
-    def timed(w, scheduler, role, decode_context, lm):
+    def timed(w, scheduler, role, decode_context, lm, peak_limit=None):
         made, t0 = len(evaluate.PLANS_MADE), time.perf_counter()
-        out = plain(w, scheduler, role, decode_context, lm)
+        out = plain(w, scheduler, role, decode_context, lm, peak_limit)
         signature = evaluate._plan_signature(w, scheduler, role, decode_context, lm.fingerprint if w.timed else "")
         used.add(signature)
         if len(evaluate.PLANS_MADE) > made:

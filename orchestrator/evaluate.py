@@ -17,7 +17,7 @@ from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
 from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, step_times
 from simulator.benchmarks import protocol
-from simulator.blocks import BLOCK_SIZE, held_kv_tokens
+from simulator.blocks import KVPool, kv_pool
 from simulator.metrics import goodput, measure
 from simulator.prompts import PromptPool
 
@@ -170,24 +170,31 @@ def _step_pricer(lm, scheduler) -> StepPricer:
 
 def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     """Phase one of a point: the latency model and the planned schedule. A Poisson schedule depends
-    on time, so its steps are priced while planned (a per-process step pricer remembers them)."""
+    on time, so its steps are priced while planned (a per-process step pricer remembers them). A load
+    that outgrows the engine's KV pool is planned as admitted into it, and only that plan is used: a timed
+    plan without the pool stops as soon as it outgrows it (`plan`'s peak_limit), and a load that
+    outgrows it whatever its plan holds is not planned without it."""
     lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
     w = with_prompt_cache(workload(s, job.max_batched_tokens, n, rate), lm)
-    planned = _planned(w, scheduler, job.role, s.decode_context, lm)
-    blocks = _kv_blocks(w, scheduler, job, lm, planned)
-    if blocks:
+    pool = _kv_pool(w, scheduler, job, lm)
+    fits = None if pool is None else pool.fits
+    binds = fits is not None and fits < 0  # whatever its plan holds: not planned without the pool
+    planned = None if binds else _planned(w, scheduler, job.role, s.decode_context, lm, fits)
+    if pool is not None and (planned is None or planned.peak_kv_tokens > fits):
         try:
-            return lm, _planned(replace(w, kv_blocks=blocks), scheduler, job.role, s.decode_context, lm)
+            return lm, _planned(replace(w, kv_blocks=pool.blocks), scheduler, job.role, s.decode_context, lm)
         except RuntimeError:  # the pool cannot hold one request: the point does not fit
             pass
-    return lm, planned
+    return lm, planned if planned is not None else _planned(w, scheduler, job.role, s.decode_context, lm)
 
 
-def _planned(w: Workload, scheduler, role: str, decode_context: str, lm):
-    """The plan of a workload: memoised when it depends on counts only, priced while planned when timed."""
+def _planned(w: Workload, scheduler, role: str, decode_context: str, lm, peak_limit: float | None = None):
+    """The plan of a workload: memoised when it depends on counts only, priced while planned when timed
+    (and then None once it holds more KV tokens than `peak_limit`, where one is given)."""
     if w.timed:
         PLANS_MADE.append(_plan_signature(w, scheduler, role, decode_context, lm.fingerprint))
-        return plan(w, scheduler, phase=PHASE[role], decode_context=decode_context, step_ms=_step_pricer(lm, scheduler))
+        return plan(w, scheduler, phase=PHASE[role], decode_context=decode_context,
+                    step_ms=_step_pricer(lm, scheduler), peak_limit=peak_limit)
     made = _plan.made
     planned = _plan(w, scheduler, PHASE[role], decode_context)
     if _plan.made > made:
@@ -214,17 +221,13 @@ def take_plans_made() -> list[str]:
     return made
 
 
-def _kv_blocks(w: Workload, scheduler, job: Job, lm, planned) -> int:
-    """The KV pool (blocks) to admit the workload into when the engine's cache may bind: the plan
-    without one holds more than the cache, its blocks rounded up a block a request. 0: it never
-    binds, or admission is not modelled here (decode-first, MTP, a prefill or decode instance)."""
+def _kv_pool(w: Workload, scheduler, job: Job, lm) -> KVPool | None:
+    """The engine's KV pool a load is admitted into where its cache may bind (`kv_pool`). None: admission is
+    not modelled here (decode-first, MTP, a prefill or decode instance)."""
     if not isinstance(scheduler, TokenBudget) or job.role != "agg" or w.mtp_tokens:
-        return 0
-    capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
+        return None
     in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
-    if held_kv_tokens(w, planned.peak_kv_tokens, in_flight) + BLOCK_SIZE * in_flight <= capacity:
-        return 0
-    return int(capacity // BLOCK_SIZE)
+    return kv_pool(w, lm.memory_for(w.max_batched_tokens).kv_capacity_tokens, in_flight)
 
 
 def point_key(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple:

@@ -9,10 +9,13 @@ prompt's blocks fit, preempt the newest running request when a decode needs a bl
 when its KV to the last token it may generate fits beside what every running request may reach; nothing
 is ever preempted)."""
 
+import math
+from typing import NamedTuple
+
 from latency.engine import CAPACITY_SCHEDULERS as KV_ADMISSIONS
 from latency.engine import NO_EVICT
 
-__all__ = ["BLOCK_SIZE", "KV_ADMISSIONS", "NO_EVICT", "held_kv_tokens"]
+__all__ = ["BLOCK_SIZE", "KV_ADMISSIONS", "NO_EVICT", "KVPool", "held_kv_tokens", "kv_pool"]
 
 BLOCK_SIZE = 16
 
@@ -23,3 +26,21 @@ def held_kv_tokens(w, peak_kv_tokens: float, in_flight: int) -> float:
     if w.kv_admission == NO_EVICT:
         return max(peak_kv_tokens, in_flight * (w.input_length + w.output_length))
     return peak_kv_tokens
+
+
+class KVPool(NamedTuple):
+    """The engine's KV pool a load may outgrow: its blocks, and the most KV tokens the load's plan without a
+    pool may hold at its peak and still fit in it (negative: no plan fits, whatever it holds)."""
+
+    blocks: int
+    fits: float
+
+
+def kv_pool(w, capacity_tokens: float, in_flight: int) -> KVPool:
+    """The pool of `capacity_tokens` a load of `in_flight` requests is admitted into where its plan without
+    one outgrows it: what that plan holds (`held_kv_tokens`) and a block a request in flight (the rounding)
+    pass the capacity."""
+    fits = capacity_tokens - BLOCK_SIZE * in_flight
+    if held_kv_tokens(w, 0.0, in_flight) > fits:
+        fits = -math.inf
+    return KVPool(int(capacity_tokens // BLOCK_SIZE), fits)

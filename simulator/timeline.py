@@ -12,6 +12,7 @@ simulator/DESIGN.md for the loop and the fast-forwards on one page.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -43,7 +44,8 @@ def plan(
     context_round: int = DECODE_CONTEXT_ROUND,
     step_ms=None,
     jumps: tuple[str, ...] | None = None,
-) -> Plan:
+    peak_limit: float | None = None,
+) -> Plan | None:
     """Play the scheduler over `workload` until every request has its `output_length` tokens.
 
     phase "prefill" models a prefill-only instance (requests leave at their first token),
@@ -51,15 +53,17 @@ def plan(
     A timed workload (Poisson, or a closed loop behind a front end) depends on time: `step_ms(shape)
     -> ms` prices each new step shape while planning (see `simulator.pricing.StepPricer`). `jumps`
     names the fast-forwards to use (`simulator.jumps`, and "stand-in": `simulator.standin`; None: all,
-    (): play every step): the plan is the same whichever are used.
+    (): play every step): the plan is the same whichever are used. Given a `peak_limit`, planning stops
+    (None) once the plan holds more KV tokens than that: the KV it holds only grows, so its whole plan
+    would too (a caller that admits such a load into a KV pool instead need not play the rest).
     """
     scheduler = scheduler or DecodeFirstWithSlack()
     _check(workload, phase, decode_context, context_round, step_ms, jumps)
     stand_in = StandIn.make(workload, scheduler) if jumps is None or STAND_IN in jumps else None
     if stand_in is not None:
         planned = plan(stand_in.workload(workload), scheduler, phase=phase, decode_context=decode_context,
-                       context_round=context_round, step_ms=step_ms, jumps=jumps)
-        return replace(planned, stand_in=stand_in)
+                       context_round=context_round, step_ms=step_ms, jumps=jumps, peak_limit=peak_limit)
+        return None if planned is None else replace(planned, stand_in=stand_in)
     w = workload
     if w.kv_blocks:
         run, decoders = DecodeRun(), Decoders()  # the KV-bound planner's fast paths
@@ -68,10 +72,19 @@ def plan(
                              context_round=context_round, step_ms=step_ms, run=run, decoders=decoders)
     fixed = w.input_length + w.output_length // 2 + 1 if decode_context == "mid" else None
     st = PlanState.start(w, scheduler, phase, fixed, context_round, step_ms if w.timed else None)
-    stages = fast_forwards.for_plan(st, jumps)
+    if not _play(st, fast_forwards.for_plan(st, jumps), math.inf if peak_limit is None else peak_limit):
+        return None
+    return _result(st)
+
+
+def _play(st: PlanState, stages: dict, limit: float) -> bool:
+    """Play the steps until every request is done, a fast-forward taking many at once where one can: True,
+    or False as soon as the plan holds more than `limit` KV tokens."""
     before, answer_one, after = ([jump.try_jump for jump in stages[s]] for s in fast_forwards.STAGES)
     answer_any = [jump.try_jump for jump in stages["answer"] if not jump.one_take]
     while st.left:
+        if st.peak > limit:
+            return False
         for try_jump in before:
             try_jump(st, None)
         if st.timed:
@@ -88,7 +101,7 @@ def plan(
                         try_jump(st, step)
         else:
             st.play(sp)
-    return _result(st)
+    return True
 
 
 def _check(w: Workload, phase: str, decode_context: str, context_round: int, step_ms, jumps) -> None:

@@ -692,3 +692,39 @@ def test_a_profile_s_streaming_front_end_holds_a_fast_loop_back(tmp_path):
     p = run("estimate", "Qwen/Qwen3-8B", "--device", "H200_SXM", "--tp-sizes", "1", "--input-length", "64",
             "--output-length", "8", "--concurrency", "4", "--arrival", "closed", "--engine", str(bad))
     assert p.returncode == 2 and "bad.toml: [frontend] stream_us" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+@pytest.mark.parametrize("clients", [8, 64, 512])
+def test_a_load_is_admitted_into_the_pool_exactly_when_its_plan_outgrows_it(engine, clients):
+    """Where a plan without a pool may stop (its KV peak past the pool's `fits`) is where the pool binds:
+    its held KV (every request to its last token under TensorRT-LLM's NO_EVICT) and a block a request in
+    flight past the cache, at peaks below, at and above the line; and a KV-bound timed loop (planned
+    without playing its unbounded plan to the end) gives the row of the pool it binds."""
+    from orchestrator.estimate import busiest_point
+    from orchestrator.evaluate import _kv_pool, plan_point, with_prompt_cache, workload
+    from simulator import StepPricer, plan
+    from simulator.blocks import BLOCK_SIZE, held_kv_tokens
+
+    s = configure({"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "tp_sizes": (2,), "engine": engine,
+                   "input_length": 4096, "output_length": 1024, "concurrency": clients, "arrival": "closed",
+                   "num_prompts": 2 * clients})
+    job, n, _ = busiest_point(s)
+    lm = s.latency_model(job.layout)
+    w = with_prompt_cache(workload(s, job.max_batched_tokens, n), lm)
+    pool = _kv_pool(w, s.make_scheduler(), job, lm)
+    capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
+    assert pool.blocks == int(capacity // BLOCK_SIZE)
+    for peak in (0.0, max(pool.fits, 0.0), max(pool.fits + 1, 0.0), capacity / 2, capacity, 2 * capacity):
+        binds = held_kv_tokens(w, peak, n) + BLOCK_SIZE * n > capacity
+        assert (peak > pool.fits) == binds, peak
+    assert w.timed
+    _, planned = plan_point(s, job, n)
+    whole = plan(w, s.make_scheduler(), step_ms=StepPricer(lm, s.make_scheduler()))
+    assert bool(planned.kv_blocks) == (whole.peak_kv_tokens > pool.fits)
+    if planned.kv_blocks:
+        from dataclasses import replace
+
+        bound = plan(replace(w, kv_blocks=pool.blocks), s.make_scheduler(),
+                     step_ms=StepPricer(lm, s.make_scheduler()))
+        assert list(planned.step_shape) == list(bound.step_shape) and planned.preemptions == bound.preemptions

@@ -3,6 +3,7 @@ reproduced step for step, the planner against a plain reference on random worklo
 hand-computed cases. Set SERVESWEEP_VLLM_KV_TRACES to check other traces of the kind."""
 
 import json
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator import TokenBudget, Workload, plan, simulate
-from simulator.blocks import BLOCK_SIZE
+from simulator.blocks import BLOCK_SIZE, NO_EVICT
 from tests.conftest import examples
 from tests.simulator.kv_reference import kv_reference
 from tests.simulator.test_timeline import one_ms
@@ -284,3 +285,14 @@ def test_a_request_whose_whole_kv_cannot_fit_is_refused_under_no_evict():
         plan(w, TokenBudget())
     with pytest.raises(ValueError, match="kv_admission must be one of"):
         Workload(100, 300, 512, 2, kv_admission="fifo")
+
+
+def test_the_pool_a_load_outgrows_hand_computed():
+    """1,000 tokens of cache for 10 requests in flight: 62 blocks, and a plan without the pool fits while it
+    holds at most 1,000 - 16 x 10 = 840 tokens; admitted by NO_EVICT, 10 requests of 60 + 40 tokens reserve
+    1,000 to their last token, so no plan fits (-inf), and 10 of 50 + 30 reserve 800 (840 again)."""
+    from simulator.blocks import kv_pool
+
+    assert kv_pool(Workload(60, 40, 64, 10), 1000, 10) == (62, 840)
+    assert kv_pool(Workload(60, 40, 64, 10, kv_admission=NO_EVICT), 1000, 10) == (62, -math.inf)
+    assert kv_pool(Workload(50, 30, 64, 10, kv_admission=NO_EVICT), 1000, 10) == (62, 840)

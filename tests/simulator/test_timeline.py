@@ -926,3 +926,38 @@ def test_a_stream_answer_other_than_the_policy_s_step_is_not_played():
     assert [p.shapes[i] for i in p.step_shape] == reference(w, TokenBudget(), affine)[3]
     with pytest.raises(RuntimeError, match="streamed .* decodes of .* ready"):
         plan(w, Undercounting())
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(w=workloads(ARRIVALS), policy=policies, fronted=st.booleans(),
+       share=st.sampled_from([0.0, 0.3, 0.9, 0.999, 1.0, 2.0]))
+def test_a_peak_limit_stops_only_a_plan_that_outgrows_it(w, policy, fronted, share):
+    """A plan given a `peak_limit` is the whole plan while the whole plan's KV peak stays within it, and
+    None only where that peak passes it (the KV a plan holds only grows); timed plans included."""
+    from dataclasses import replace
+
+    from simulator import Frontend, StepPricer
+
+    if fronted and w.arrival == "closed":
+        w = replace(w, frontend=Frontend(request_ms=0.3, client_ms=1.0, stream_us=200.0))
+    pricer = StepPricer(affine, policy) if w.timed else None
+    whole = plan(w, policy, step_ms=pricer)
+    limit = share * whole.peak_kv_tokens
+    got = plan(w, policy, step_ms=StepPricer(affine, policy) if w.timed else None, peak_limit=limit)
+    if got is None:
+        assert whole.peak_kv_tokens > limit
+    else:
+        assert list(got.step_shape) == list(whole.step_shape) and got.peak_kv_tokens == whole.peak_kv_tokens
+        assert np.array_equal(got.finish_step, whole.finish_step) and np.array_equal(got.counts, whole.counts)
+    if whole.peak_kv_tokens <= limit:
+        assert got is not None
+
+
+def test_a_closed_loop_that_outgrows_a_limit_early_is_not_played_to_its_end():
+    """16 prompts of 100 tokens at once hold 1,600 KV tokens after their prefills, long before any of
+    their 50 output tokens is done: a limit of 1,000 stops the plan there (None), 10,000 lets it finish."""
+    w = Workload(100, 50, 400, 16, arrival="closed", num_prompts=64)
+    assert plan(w, TokenBudget(), peak_limit=1000) is None
+    whole = plan(w, TokenBudget())
+    assert whole.peak_kv_tokens >= 1600
+    assert plan(w, TokenBudget(), peak_limit=10_000).peak_kv_tokens == whole.peak_kv_tokens
