@@ -35,8 +35,9 @@ GEMM_MODES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf
               "fp8_ootb": "fp8", "fp8_block": "fp8", "sq": "w8a8", "int8_wo": "w8a16", "int4_wo": "int4_wo",
               "nvfp4": "nvfp4", "nvfp4_wo": "nvfp4", "w4a16_nvfp4": "nvfp4"}
 MOE_MODES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8",
-             "int4_wo": "int4_wo", "w4afp8": "w4afp8", "nvfp4": "nvfp4", "nvfp4_wo": "nvfp4", "w4a16_mxfp4": "mxfp4",
-             "w4a16_mxfp4_cutlass": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4", "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
+             "int4_wo": "int4_wo", "w4afp8": "w4afp8", "nvfp4": "nvfp4", "nvfp4_wo": "nvfp4", "w4a16_nvfp4": "nvfp4",
+             "w4a16_mxfp4": "mxfp4", "w4a16_mxfp4_cutlass": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4",
+             "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
 #: 4-bit checkpoints labelled so on both sides keep attention in bf16: NVIDIA's NVFP4 ones (their configs
 #: exclude self_attn) and the INT4 weight-only experts' (compressed-tensors)
 ATTENTION_KEPT = ("nvfp4", "int4_wo")

@@ -728,3 +728,19 @@ def test_a_load_is_admitted_into_the_pool_exactly_when_its_plan_outgrows_it(engi
         bound = plan(replace(w, kv_blocks=pool.blocks), s.make_scheduler(),
                      step_ms=StepPricer(lm, s.make_scheduler()))
         assert list(planned.step_shape) == list(bound.step_shape) and planned.preemptions == bound.preemptions
+
+
+def test_every_quantisation_the_silicon_format_names_is_read():
+    """A silicon row's gemm_quant_mode and moe_quant_mode are names of AIConfigurator's GEMMQuantMode and
+    MoEQuantMode: every one is read, none refused (NVFP4 weights beside 16-bit activations, w4a16_nvfp4, are
+    NVFP4 experts, as its GEMM mode of that name is)."""
+    common = pytest.importorskip("aiconfigurator_core.sdk.common")
+    from orchestrator.measured_runs import labelled_quantization
+
+    for mode in common.GEMMQuantMode:
+        labelled_quantization({"gemm_quant_mode": mode.name})
+    for mode in common.MoEQuantMode:
+        labelled_quantization({"gemm_quant_mode": "fp8_block", "moe_quant_mode": mode.name})
+        labelled_quantization({"moe_quant_mode": mode.name})
+    assert labelled_quantization({"moe_quant_mode": "w4a16_nvfp4"}) == "bf16+nvfp4"
+    assert labelled_quantization({"gemm_quant_mode": "fp8", "moe_quant_mode": "w4a16_nvfp4"}) == "fp8+nvfp4"
