@@ -149,9 +149,10 @@ def kv_cache(label: str, engine: str) -> str:
 
 
 def version(text: str) -> tuple[int, ...] | None:
-    """A release's (major, minor, patch), or None for a build without one (nightly-5b8c30d)."""
-    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", text.strip())
-    return tuple(int(part) for part in match.groups()) if match else None
+    """A release's (major, minor, patch), or None for a build without one (nightly-5b8c30d); a release named
+    without its patch (1.0, v0.11rc1) is its .0."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    return tuple(int(part or 0) for part in match.groups()) if match else None
 
 
 def launch(engine: str, engine_version: str, isl: int, batch: int, device: str) -> dict:

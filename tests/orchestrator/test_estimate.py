@@ -417,7 +417,7 @@ def test_vllm_runs_before_0_28_on_b200_are_read_with_the_8192_token_budget_their
 
 @pytest.mark.parametrize("text, release", [("0.5.6.post2", (0, 5, 6)), ("v1.2.0rc6.post1", (1, 2, 0)),
                                            ("0.5.10", (0, 5, 10)), ("nightly-5b8c30d62b754b57", None),
-                                           ("", None)])
+                                           ("", None), ("1.0", (1, 0, 0)), ("v0.11rc1", (0, 11, 0))])
 def test_an_engine_version_is_read_as_its_release(text, release):
     from orchestrator.measured_runs import version
 
