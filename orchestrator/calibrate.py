@@ -107,8 +107,10 @@ def pick_base(runs: list[Run], flags: dict) -> str:
     return named[0] if named else "vllm"
 
 
-def calibrate(runs: list[Run], engine: str, leave_one_out: bool = True, progress: bool = True) -> Calibration:
-    """Fit a profile to `runs` from the base `engine` (a shipped name or a profile path)."""
+def calibrate(runs: list[Run], engine: str, leave_one_out: bool = True, progress: bool = True,
+              processes: int = 1) -> Calibration:
+    """Fit a profile to `runs` from the base `engine` (a shipped name or a profile path), the simulations a
+    step of the fit needs at once spread over `processes` forked processes (the same fit)."""
     from tqdm import tqdm
 
     if len(runs) < MIN_RUNS:
@@ -121,20 +123,27 @@ def calibrate(runs: list[Run], engine: str, leave_one_out: bool = True, progress
     total = 2 * per_fit + 8 + (len(runs) * (2 * (len(KNOBS) + 1) * REFIT_ITERATIONS + 2) if leave_one_out else 0)
     with tempfile.TemporaryDirectory(prefix="servesweep-calibrate-") as folder, \
             tqdm(total=total, desc="calibrate", unit="fit", file=sys.stderr, disable=not progress) as bar:
-        ev = Evaluator(folder, bar)
-        base_errors = errors(ev.predict(base, runs), runs)
-        data, _ = fit(ev, runs, base)
-        fit_errors = errors(ev.predict(data, runs), runs)
-        loo = None
-        if leave_one_out:
-            loo = np.empty_like(fit_errors)
-            choices = [base, data]  # the base's launch and the whole fit's: the others lost on every run
-            for i in range(len(runs)):
-                rest = runs[:i] + runs[i + 1:]
-                alone, _ = fit(ev, rest, base, start=data, options=choices, iterations=REFIT_ITERATIONS)
-                loo[i] = errors(ev.predict(alone, [runs[i]]), [runs[i]])[0]
+        ev = Evaluator(folder, bar, processes)
+        try:
+            base_errors = errors(ev.predict(base, runs), runs)
+            data, _ = fit(ev, runs, base)
+            fit_errors = errors(ev.predict(data, runs), runs)
+            loo = _leave_one_out(ev, runs, base, data) if leave_one_out else None
+        finally:
+            ev.close()
         bar.update(total - bar.n)
     return Calibration(data, base, runs, base_errors, fit_errors, loo)
+
+
+def _leave_one_out(ev: Evaluator, runs: list[Run], base: dict, data: dict) -> np.ndarray:
+    """Each run's signed errors under a profile refitted without it, from the whole fit (the launch chosen
+    between the base's and the whole fit's: the others lost on every run)."""
+    loo = np.empty((len(runs), 2))
+    for i in range(len(runs)):
+        rest = runs[:i] + runs[i + 1:]
+        alone, _ = fit(ev, rest, base, start=data, options=[base, data], iterations=REFIT_ITERATIONS)
+        loo[i] = errors(ev.predict(alone, [runs[i]]), [runs[i]])[0]
+    return loo
 
 
 def profile_data(c: Calibration, name: str, files: list[str]) -> dict:

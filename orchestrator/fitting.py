@@ -12,12 +12,14 @@ import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from latency.engine import EFFICIENCY_RANGE
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
+from orchestrator.optimize import can_fork
 from orchestrator.profile_files import to_toml
 from orchestrator.runs import Run
 
@@ -101,32 +103,72 @@ assert all(EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1] for k 
 class Evaluator:
     """Predicts runs under candidate profiles: each candidate written to a file of its own (a profile is a
     file, as --engine takes it), every run estimated as `estimate` estimates it. A (profile, run) pair is
-    estimated once: the leave-one-out fits start from the same profile and share their first steps."""
+    estimated once: the leave-one-out fits start from the same profile and share their first steps. Given
+    `processes` > 1, the pairs several candidates need at once (a Jacobian's, a round of launch choices) are
+    estimated over that many forked processes: each pair is what it is alone, so the fit is the same."""
 
-    def __init__(self, folder: str, progress=None):
+    def __init__(self, folder: str, progress=None, processes: int = 1):
         self.folder, self.progress = Path(folder), progress
         self.files: dict[str, Path] = {}
         self.known: dict[tuple[str, str], tuple[float, float]] = {}
+        self.processes, self.pool = processes, None
 
     def predict(self, data: dict, runs: list[Run]) -> np.ndarray:
         """(n x 2) predicted TTFT and TPOT in ms."""
-        text = to_toml(data)
-        out = np.array([self.known.get((text, run.where)) or self._estimate(text, run) for run in runs])
-        if self.progress is not None:
-            self.progress.update(1)
-        return out
+        return self.predict_many([data], runs)[0]
 
-    def _estimate(self, text: str, run: Run) -> tuple[float, float]:
+    def predict_many(self, datas: list[dict], runs: list[Run]) -> list[np.ndarray]:
+        """`predict` of each candidate, the pairs not estimated yet estimated together."""
+        texts = [to_toml(data) for data in datas]
+        todo = {(text, run.where): run for text in texts for run in runs if (text, run.where) not in self.known}
+        paths = [str(self._file(text)) for text, _ in todo]
+        for (text, _), run, got in zip(todo, todo.values(), self._estimates(paths, list(todo.values())), strict=True):
+            if isinstance(got, Refusal):
+                raise InputError(f"{run.where}, {got.name}", got.value, got.allowed)
+            self.known[(text, run.where)] = got
+        if self.progress is not None:
+            self.progress.update(len(datas))
+        return [np.array([self.known[(text, run.where)] for run in runs]) for text in texts]
+
+    def _file(self, text: str) -> Path:
         path = self.files.get(text)
         if path is None:
             path = self.files[text] = self.folder / f"candidate-{len(self.files) + 1}.toml"
             path.write_text(text)
-        try:
-            row = estimate(configure(run.under(str(path))))
-        except InputError as err:
-            raise InputError(f"{run.where}, {err.name}", err.value, err.allowed) from None
-        self.known[(text, run.where)] = row["ttft_ms"], row["tpot_ms"]
-        return self.known[(text, run.where)]
+        return path
+
+    def _estimates(self, paths: list[str], runs: list[Run]) -> list:
+        """(TTFT, TPOT) of each run under the profile at its path, or the Refusal of its InputError."""
+        if self.processes < 2 or len(runs) < 2 or not can_fork():
+            return [estimate_under(path, run) for path, run in zip(paths, runs, strict=True)]
+        if self.pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("fork"))
+        return list(self.pool.map(estimate_under, paths, runs))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+
+
+class Refusal(NamedTuple):
+    """An InputError as a value: a forked process hands it back so (the error itself does not unpickle)."""
+
+    name: str
+    value: object
+    allowed: str
+
+
+def estimate_under(path: str, run: Run) -> tuple[float, float] | Refusal:
+    """A run's (TTFT, TPOT) under the profile at `path`, as `estimate` gives them, or why it was refused."""
+    try:
+        row = estimate(configure(run.under(path)))
+    except InputError as err:
+        return Refusal(err.name, err.value, err.allowed)
+    return row["ttft_ms"], row["tpot_ms"]
 
 
 def errors(pred: np.ndarray, runs: list[Run]) -> np.ndarray:
@@ -177,14 +219,16 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
     low, high = (np.array(side) for side in zip(*(k.unit_bounds() for k in KNOBS), strict=True))
 
     def jac(u):
-        """Forward differences of DIFF_STEP (backward at an upper bound)."""
-        here, columns = fun(u), []
+        """Forward differences of DIFF_STEP (backward at an upper bound), the moved points predicted at once."""
+        here, steps, moved = fun(u), [], []
         for i in range(len(u)):
-            step = DIFF_STEP if u[i] + DIFF_STEP <= high[i] else -DIFF_STEP
-            moved = np.array(u, dtype=float)
-            moved[i] += step
-            columns.append((fun(moved) - here) / step)
-        return np.stack(columns, axis=1)
+            steps.append(DIFF_STEP if u[i] + DIFF_STEP <= high[i] else -DIFF_STEP)
+            moved.append(np.array(u, dtype=float))
+            moved[-1][i] += steps[-1]
+        todo = [m for m in moved if tuple(np.round(m, 9)) not in seen]
+        for m, pred in zip(todo, ev.predict_many([trial(m) for m in todo], runs), strict=True):
+            seen[tuple(np.round(m, 9))] = residuals(pred, runs, trial(m), base)
+        return np.stack([(fun(m) - here) / step for m, step in zip(moved, steps, strict=True)], axis=1)
 
     u0 = np.clip([k.to_unit(min(max(k.get(start), k.low), k.high)) for k in KNOBS], low, high)
     least_squares(fun, u0, jac=jac, bounds=(low, high), max_nfev=iterations, x_scale=1.0)
@@ -225,8 +269,9 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
     data, best = fit_knobs(ev, runs, copy.deepcopy(start or base), base, iterations)
     given = options is not None
     while True:
-        tried = [(loss(ev.predict(option, runs), runs, option, base), i, option) for i, option in
-                 enumerate([_launch_of(o, data) for o in options] if given else launch_options(runs, data))]
+        candidates = [_launch_of(o, data) for o in options] if given else launch_options(runs, data)
+        tried = [(loss(pred, runs, option, base), i, option) for i, (option, pred) in
+                 enumerate(zip(candidates, ev.predict_many(candidates, runs), strict=True))]
         if not tried:
             return data, best
         value, _, option = min(tried, key=lambda t: t[:2])

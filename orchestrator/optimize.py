@@ -70,7 +70,7 @@ def optimize(s: Scenario, mode: Mode | None = None, evaluator: BatchEvaluator = 
     jobs = list(mode.jobs(s))
     groups = _groups(s, jobs)
     steady = s.arrival != "burst"
-    if processes > 1 and steady and evaluator is inline_evaluator and len(groups) > 1 and _can_fork():
+    if processes > 1 and steady and evaluator is inline_evaluator and len(groups) > 1 and can_fork():
         results = _search_in_processes(s, jobs, groups, width, processes)
     else:
         results = [_search(s, job, evaluator, width) for job in jobs]
@@ -121,7 +121,7 @@ def _reach(s: Scenario, job: Job) -> int:
     return s.latency_model(job.layout).memory_for(job.max_batched_tokens).kv_capacity_tokens
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
     """Forking is safe here unless this process runs Ray (its threads and sockets must not be copied)."""
     import sys
 

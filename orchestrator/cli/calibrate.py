@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,9 @@ def add_parser(sub) -> None:
     o.add_argument("--no-leave-one-out", action="store_true", help="skip the leave-one-out error (each run "
                    "predicted by a profile fitted without it): one fit instead of 1 + runs")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    o.add_argument("--processes", type=int, default=None, help="simulate the runs a step of the fit needs at once "
+                   "(a Jacobian's, a round of launch choices) in this many processes: the same profile, sooner "
+                   "(default: the CPUs this process may use); 1 = this process only")
     p.set_defaults(func=cmd_calibrate)
 
 
@@ -39,10 +43,14 @@ def cmd_calibrate(a) -> int:
 
     if not a.output.endswith(".toml"):
         raise InputError("--output", a.output, "a path ending in .toml")
+    processes = a.processes if a.processes is not None else len(os.sched_getaffinity(0))
+    if processes < 1:
+        raise InputError("--processes", processes, "an integer >= 1")
     flags = field_values(a, "estimate")
     runs = read_runs(a.runs, flags)
     engine = pick_base(runs, flags)
-    c = calibrate(runs, engine, leave_one_out=not a.no_leave_one_out, progress=not a.no_progress)
+    c = calibrate(runs, engine, leave_one_out=not a.no_leave_one_out, progress=not a.no_progress,
+                  processes=processes)
     if Path(a.output).resolve() == profile_file(engine).resolve():
         update_profile(a.output, c, a.runs)
     else:

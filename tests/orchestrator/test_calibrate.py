@@ -549,3 +549,37 @@ def test_a_bad_aiperf_export_is_one_line_naming_its_key(tmp_path, loadgen, conve
     p = run("calibrate", *files, "--model", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1",
             "--output", str(tmp_path / "x.toml"))
     assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_calibrate_over_two_processes_fits_the_same_profile(truth, tmp_path):
+    """The simulations a step of the fit needs at once (a Jacobian's, a round of launch choices) spread over
+    forked processes give the same profile, fitted errors and leave-one-out errors as one process; the CLI's
+    --processes is checked."""
+    from orchestrator.optimize import can_fork
+
+    assert can_fork()  # else calibrate stays in one process and this compares a fit with itself
+    runs = read_runs([spec_csv(tmp_path / "runs.csv", truth[1])], {})
+    one, two = (calibrate(runs, "vllm", progress=False, processes=n) for n in (1, 2))
+    assert to_toml(one.data) == to_toml(two.data)
+    assert np.array_equal(one.fit_errors, two.fit_errors) and np.array_equal(one.loo_errors, two.loo_errors)
+    p = run("calibrate", str(tmp_path / "runs.csv"), "--output", str(tmp_path / "x.toml"), "--processes", "0")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--processes: 0" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_run_refused_in_a_forked_process_is_named_as_in_one(processes, tmp_path):
+    """A run `estimate` refuses under a candidate profile raises the same one-line error, naming the run,
+    whether it was simulated here or in a forked process (which hands the refusal back as a value)."""
+    from orchestrator.calibrate import base_profile
+    from orchestrator.fields import InputError
+    from orchestrator.fitting import Evaluator
+    from orchestrator.runs import Run
+
+    good = {**DEPLOYMENT, "input_length": 1000, "output_length": 100, "concurrency": 4, "arrival": "closed",
+            "benchmark": "vllm-bench", "num_prompts": 8}
+    runs = [Run(good, 100.0, 10.0, "runs.csv line 2"), Run({**good, "concurrency": 0}, 100.0, 10.0, "runs.csv line 3")]
+    ev = Evaluator(str(tmp_path), processes=processes)
+    with pytest.raises(InputError) as refused:
+        ev.predict(base_profile("vllm"), runs)
+    ev.close()
+    assert refused.value.name.startswith("runs.csv line 3, ") and "concurrency" in str(refused.value)

@@ -176,9 +176,9 @@ def test_a_search_in_two_processes_answers_exactly_as_in_one():
                  arrival="closed", num_prompts=64)
     import pandas as pd
 
-    from orchestrator.optimize import _can_fork
+    from orchestrator.optimize import can_fork
 
-    assert _can_fork()  # else optimize falls back to one process and this test would compare a run with itself
+    assert can_fork()  # else optimize falls back to one process and this test would compare a run with itself
     one, two = optimize(s), optimize(s, processes=2)
     for a, b in ((one.points, two.points), (one.best, two.best)):
         assert pd.DataFrame(a).equals(pd.DataFrame(b)) and len(a) > 0  # NaN (goodput, cost) equal to NaN
@@ -190,9 +190,9 @@ def test_timed_jobs_of_one_budget_spread_over_processes_and_answer_as_in_one():
     of one budget share nothing and go one to a process group; the answer is the same job for job."""
     import pandas as pd
 
-    from orchestrator.optimize import _can_fork, _groups
+    from orchestrator.optimize import _groups, can_fork
 
-    assert _can_fork()  # else optimize falls back to one process and this test would compare a run with itself
+    assert can_fork()  # else optimize falls back to one process and this test would compare a run with itself
     s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (2048,), tpot_limits=(20.0,), arrival="closed",
                  num_prompts=64, engine="vllm", tp_sizes=(1, 2))
     untimed = s.with_(engine="none", max_batched_tokens=(2048, 4096))
