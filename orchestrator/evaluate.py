@@ -177,10 +177,8 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
     w = with_prompt_cache(workload(s, job.max_batched_tokens, n, rate), lm)
     pool = _kv_pool(w, scheduler, job, lm)
-    fits = None if pool is None else pool.fits
-    binds = fits is not None and fits < 0  # whatever its plan holds: not planned without the pool
-    planned = None if binds else _planned(w, scheduler, job.role, s.decode_context, lm, fits)
-    if pool is not None and (planned is None or planned.peak_kv_tokens > fits):
+    planned = _planned(w, scheduler, job.role, s.decode_context, lm, None if pool is None else pool.fits)
+    if pool is not None and (planned is None or planned.peak_kv_tokens > pool.fits):
         try:
             return lm, _planned(replace(w, kv_blocks=pool.blocks), scheduler, job.role, s.decode_context, lm)
         except RuntimeError:  # the pool cannot hold one request: the point does not fit
@@ -189,8 +187,11 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
 
 
 def _planned(w: Workload, scheduler, role: str, decode_context: str, lm, peak_limit: float | None = None):
-    """The plan of a workload: memoised when it depends on counts only, priced while planned when timed
-    (and then None once it holds more KV tokens than `peak_limit`, where one is given)."""
+    """The plan of a workload: memoised when it depends on counts only, priced while planned when timed.
+    None once it holds more KV tokens than `peak_limit` (timed), or at once where the limit is below 0 (any
+    plan holds more: none is made)."""
+    if peak_limit is not None and peak_limit < 0:
+        return None
     if w.timed:
         PLANS_MADE.append(_plan_signature(w, scheduler, role, decode_context, lm.fingerprint))
         return plan(w, scheduler, phase=PHASE[role], decode_context=decode_context,

@@ -19,7 +19,7 @@ import numpy as np
 from latency.engine import EFFICIENCY_RANGE
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
-from orchestrator.optimize import can_fork
+from orchestrator.optimize import can_fork, fork_pool
 from orchestrator.profile_files import to_toml
 from orchestrator.runs import Run
 
@@ -121,11 +121,11 @@ class Evaluator:
         """`predict` of each candidate, the pairs not estimated yet estimated together."""
         texts = [to_toml(data) for data in datas]
         todo = {(text, run.where): run for text in texts for run in runs if (text, run.where) not in self.known}
-        paths = [str(self._file(text)) for text, _ in todo]
-        for (text, _), run, got in zip(todo, todo.values(), self._estimates(paths, list(todo.values())), strict=True):
-            if isinstance(got, Refusal):
-                raise InputError(f"{run.where}, {got.name}", got.value, got.allowed)
-            self.known[(text, run.where)] = got
+        got = self._estimates([str(self._file(text)) for text, _ in todo], list(todo.values()))
+        for (pair, run), value in zip(todo.items(), got, strict=True):
+            if isinstance(value, Refusal):
+                raise InputError(f"{run.where}, {value.name}", value.value, value.allowed)
+            self.known[pair] = value
         if self.progress is not None:
             self.progress.update(len(datas))
         return [np.array([self.known[(text, run.where)] for run in runs]) for text in texts]
@@ -141,11 +141,7 @@ class Evaluator:
         """(TTFT, TPOT) of each run under the profile at its path, or the Refusal of its InputError."""
         if self.processes < 2 or len(runs) < 2 or not can_fork():
             return [estimate_under(path, run) for path, run in zip(paths, runs, strict=True)]
-        if self.pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("fork"))
+        self.pool = self.pool or fork_pool(self.processes)
         return list(self.pool.map(estimate_under, paths, runs))
 
     def close(self) -> None:
@@ -209,12 +205,14 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
 
     seen = {}
 
+    def key(u) -> tuple:
+        return tuple(np.round(u, 9))
+
     def fun(u):
-        key = tuple(np.round(u, 9))
-        if key not in seen:
+        if key(u) not in seen:
             data = trial(u)
-            seen[key] = residuals(ev.predict(data, runs), runs, data, base)
-        return seen[key]
+            seen[key(u)] = residuals(ev.predict(data, runs), runs, data, base)
+        return seen[key(u)]
 
     low, high = (np.array(side) for side in zip(*(k.unit_bounds() for k in KNOBS), strict=True))
 
@@ -225,9 +223,9 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
             steps.append(DIFF_STEP if u[i] + DIFF_STEP <= high[i] else -DIFF_STEP)
             moved.append(np.array(u, dtype=float))
             moved[-1][i] += steps[-1]
-        todo = [m for m in moved if tuple(np.round(m, 9)) not in seen]
-        for m, pred in zip(todo, ev.predict_many([trial(m) for m in todo], runs), strict=True):
-            seen[tuple(np.round(m, 9))] = residuals(pred, runs, trial(m), base)
+        todo = [(m, trial(m)) for m in moved if key(m) not in seen]
+        for (m, data), pred in zip(todo, ev.predict_many([data for _, data in todo], runs), strict=True):
+            seen[key(m)] = residuals(pred, runs, data, base)
         return np.stack([(fun(m) - here) / step for m, step in zip(moved, steps, strict=True)], axis=1)
 
     u0 = np.clip([k.to_unit(min(max(k.get(start), k.low), k.high)) for k in KNOBS], low, high)

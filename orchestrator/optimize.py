@@ -102,12 +102,9 @@ def _search_group(s: Scenario, jobs: list[Job], width: int) -> list[JobResult]:
 
 def _search_in_processes(s: Scenario, jobs: list[Job], groups: list[list[int]], width: int,
                          processes: int) -> list[JobResult]:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     results: list[JobResult | None] = [None] * len(jobs)
     largest_first = sorted(groups, key=lambda g: -sum(_reach(s, jobs[i]) for i in g))
-    with ProcessPoolExecutor(min(processes, len(groups)), mp_context=multiprocessing.get_context("fork")) as pool:
+    with fork_pool(min(processes, len(groups))) as pool:
         futures = [(g, pool.submit(_search_group, s, [jobs[i] for i in g], width)) for g in largest_first]
         for g, future in futures:
             for i, result in zip(g, future.result(), strict=True):
@@ -119,6 +116,14 @@ def _reach(s: Scenario, job: Job) -> int:
     """The KV tokens an instance of the job holds: how far its search climbs in concurrency, so how
     much work it is (the groups are handed out largest first, so no large one starts last)."""
     return s.latency_model(job.layout).memory_for(job.max_batched_tokens).kv_capacity_tokens
+
+
+def fork_pool(processes: int):
+    """A pool of `processes` forked processes (they start with this process's memos and imports)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
 
 
 def can_fork() -> bool:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-from orchestrator.cli.common import add_field_flags, aligned, field_values
+from orchestrator.cli.common import add_field_flags, aligned, field_values, processes_of
 from orchestrator.fields import InputError
 
 
@@ -43,9 +42,7 @@ def cmd_calibrate(a) -> int:
 
     if not a.output.endswith(".toml"):
         raise InputError("--output", a.output, "a path ending in .toml")
-    processes = a.processes if a.processes is not None else len(os.sched_getaffinity(0))
-    if processes < 1:
-        raise InputError("--processes", processes, "an integer >= 1")
+    processes = processes_of(a)
     flags = field_values(a, "estimate")
     runs = read_runs(a.runs, flags)
     engine = pick_base(runs, flags)

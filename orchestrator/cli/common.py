@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from orchestrator.fields import FIELDS, fields_for
+from orchestrator.fields import FIELDS, InputError, fields_for
 from orchestrator.scenario import Scenario
 from simulator.mix import Lengths
 
@@ -25,6 +26,14 @@ TABLE = [  # (header, column, format)
     ("E", "effective_input_length", "{}"), ("wgt GiB", "weights_gib", "{:.2f}"), ("KV GiB", "kv_gib", "{:.2f}"),
     ("act GiB", "activation_gib", "{:.2f}"), ("free GiB", "available_gib", "{:.2f}"),
 ]
+
+
+def processes_of(a) -> int:
+    """--processes as given, else the CPUs this process may use; one line naming the flag below 1."""
+    processes = a.processes if a.processes is not None else len(os.sched_getaffinity(0))
+    if processes < 1:
+        raise InputError("--processes", processes, "an integer >= 1")
+    return processes
 
 
 def layout_label(row: dict) -> str:

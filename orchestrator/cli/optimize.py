@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -11,6 +10,7 @@ from orchestrator.cli.common import (
     add_field_flags,
     layout_label,
     lengths_label,
+    processes_of,
     result_table,
     scenario_from_args,
 )
@@ -58,9 +58,7 @@ def cmd_optimize(a) -> int:
         raise InputError("--top-n", a.top_n, "an integer >= 1")
     mode = _mode(a)
     started = time.perf_counter()
-    processes = a.processes if a.processes is not None else len(os.sched_getaffinity(0))
-    if processes < 1:
-        raise InputError("--processes", processes, "an integer >= 1")
+    processes = processes_of(a)
     result = optimize(s, mode, processes=processes)
     elapsed = time.perf_counter() - started
     for note in s.default_notes + ([BURST_NOTE] if s.arrival == "burst" else []):
