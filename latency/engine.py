@@ -26,7 +26,12 @@ DATA = Path(__file__).parent / "data" / "engines"
 
 #: a profile's front-end times (`simulator.frontend.Frontend`: what a request spends outside the
 #: forward steps, between client and scheduler); read here so that one file describes an engine
-FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "lookahead_steps", "stream_us")
+FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "lookahead_steps", "stream_us",
+                 "requests_per_client")
+#: the [frontend] keys that count, not time: async scheduling's steps ahead (0 or 1), and the requests each
+#: client of an aiperf closed loop has measured where a run does not say (0: aiperf's 20 as
+#: AIConfigurator's bench_run.sh asks; its AICONFIGURATOR_BENCH_MULTI_ROUND changes it)
+FRONTEND_COUNTS = {"lookahead_steps": 1, "requests_per_client": None}
 #: the [moe] table's keys and their defaults (fp4_bandwidth 0: as bandwidth)
 MOE_KEYS = {"compute": 1.0, "bandwidth": 1.0, "fp4_bandwidth": 0.0}
 MOE_REQUIRED = ("compute", "bandwidth")  # these must be > 0
@@ -214,9 +219,8 @@ def parse_profile(path: Path) -> EngineProfile:
     for key in FRONTEND_KEYS:
         if key in table:
             try:
-                high = 1 if key == "lookahead_steps" else None
-                frontend.append((key, check_number(f"{path.name}: [frontend] {key}", table[key], low=0, high=high,
-                                                   integer=key == "lookahead_steps")))
+                frontend.append((key, check_number(f"{path.name}: [frontend] {key}", table[key], low=0,
+                                                   high=FRONTEND_COUNTS.get(key), integer=key in FRONTEND_COUNTS)))
             except RangeError as err:
                 raise ValueError(str(err)) from None
     moe = data.get("moe", {})

@@ -32,10 +32,10 @@ from latency.engine import DATA, is_profile_path, load_engine, shipped_engines
 from orchestrator.fields import InputError
 from orchestrator.fitting import (
     FIT_ITERATIONS,
+    FRONTEND_PLACES,
     KNOBS,
     LAUNCH_PLACES,
     REFIT_ITERATIONS,
-    STREAM_PLACE,
     Evaluator,
     errors,
     fit,
@@ -76,8 +76,8 @@ class Calibration:
         out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in KNOBS]
         for place in LAUNCH_PLACES.values():
             out.append((label_of(place), _launch_text(self.base_data, place), _launch_text(self.data, place)))
-        streams = (f"{value_at(d, STREAM_PLACE, 0.0):g}" for d in (self.base_data, self.data))
-        out.append((label_of(STREAM_PLACE), *streams))
+        for place, default in FRONTEND_PLACES.items():
+            out.append((label_of(place), *(f"{value_at(d, place, default):g}" for d in (self.base_data, self.data))))
         return out
 
 
@@ -171,7 +171,7 @@ def update_profile(path: str, c: Calibration, files: list[str]) -> None:
     target = Path(path)
     doc = tomlkit.parse(target.read_text())
     fitted = profile_data(c, str(doc.get("name", target.stem)), files)
-    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values()) + [STREAM_PLACE]
+    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values()) + list(FRONTEND_PLACES)
     for place in places:
         old, new = value_at(c.base_data, place, None), value_at(c.data, place, None)
         if new is not None and new != old:

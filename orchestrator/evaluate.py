@@ -124,7 +124,7 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     poisson = s.arrival == "poisson"
     bench = protocol(s.benchmark)
     prompts, warmup, measured = bench.load(s.arrival, 1 if poisson else n, s.num_prompts if s.arrival != "burst" else 0,
-                                           s.measure)
+                                           s.measure, _requests_per_client(s.engine))
     pool = (PromptPool(*bench.pool(s.arrival, n), cached=s.prefix_caching == "on") if s.reused_prompts else None)
     return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
@@ -153,8 +153,14 @@ def with_prompt_cache(w: Workload, lm) -> Workload:
 @lru_cache(maxsize=16)
 def _frontend(engine: str) -> Frontend | None:
     """The engine's front end (its profile's [frontend] times); None when it has none."""
-    times = dict(load_engine(engine).frontend)
+    times = {k: v for k, v in load_engine(engine).frontend if k != "requests_per_client"}
     return Frontend(**times) if times else None
+
+
+@lru_cache(maxsize=16)
+def _requests_per_client(engine: str) -> int:
+    """The measured requests a closed-loop client sends in the engine profile's reading (0: the protocol's)."""
+    return int(dict(load_engine(engine).frontend).get("requests_per_client", 0))
 
 
 def direct_pricer(lm, keys, fused: bool):

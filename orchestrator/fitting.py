@@ -47,6 +47,14 @@ LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "max_nu
 #: (bench/littles_law.py; docs/fidelity.md)
 STREAM_PLACE = ("frontend", "stream_us")
 STREAMS = (50.0, 100.0)
+#: the measured requests per client tried for aiperf closed loops whose runs do not count them (0: aiperf's 20,
+#: as AIConfigurator's bench_run.sh asks unless its AICONFIGURATOR_BENCH_MULTI_ROUND says otherwise; the silicon
+#: format does not record it): fewer weigh the first wave, every client's prompt sent at once, more in the mean
+#: TTFT. The measured vLLM MoE campaigns' TTFT grows with the clients as if they had 4-10 (docs/calibration.md)
+ROUNDS_PLACE = ("frontend", "requests_per_client")
+ROUNDS = (10, 5)
+#: the front end's choices and their values where a profile names none
+FRONTEND_PLACES = {STREAM_PLACE: 0.0, ROUNDS_PLACE: 0}
 #: least-squares evaluations (Jacobians apart) per fit of the knobs (the leave-one-out fits start from the
 #: whole fit: fewer)
 FIT_ITERATIONS, REFIT_ITERATIONS = 15, 3
@@ -237,8 +245,8 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
 def launch_options(runs: list[Run], data: dict) -> list[dict]:
     """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, each cap
     on requests in flight below the most clients a run had (MAX_NUM_SEQS), async scheduling flipped, the
-    prefix cache flipped where the client reuses prompts (aiperf), and each other streaming time of the front
-    end where the runs are closed loops."""
+    prefix cache flipped where the client reuses prompts (aiperf), and each other value of the front end's
+    choices the runs leave open (`_frontend_choices`)."""
     open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
     if not any(r.values.get("benchmark") == "aiperf" for r in runs):
         open_.discard("prefix_caching")
@@ -251,10 +259,21 @@ def launch_options(runs: list[Run], data: dict) -> list[dict]:
         own = value_at(data, place, unset(place))
         values = [n for n in counts[key] if n != own] if key in counts else [not own]
         options += [with_value(data, place, value) for value in values]
-    if any(r.values.get("arrival") == "closed" for r in runs):
-        own = value_at(data, STREAM_PLACE, 0.0)
-        options += [with_value(data, STREAM_PLACE, value) for value in (0.0, *STREAMS) if value != own]
+    for place, values in _frontend_choices(runs).items():
+        own = value_at(data, place, values[0])
+        options += [with_value(data, place, value) for value in values if value != own]
     return options
+
+
+def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
+    """The front end's choices the runs leave open, each with its values (the base's first): the streaming
+    time where some run is a closed loop, the requests per client where some aiperf closed loop does not
+    count them."""
+    closed = [r for r in runs if r.values.get("arrival") == "closed"]
+    choices = {STREAM_PLACE: (0.0, *STREAMS)} if closed else {}
+    if any(r.values.get("benchmark") == "aiperf" and not r.values.get("num_prompts") for r in closed):
+        choices[ROUNDS_PLACE] = (0, *ROUNDS)
+    return choices
 
 
 def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,
@@ -285,8 +304,9 @@ def _launch_of(source: dict, data: dict) -> dict:
     out = copy.deepcopy(data)
     for place in LAUNCH_PLACES.values():
         set_at(out, place, value_at(source, place, unset(place)))
-    if value_at(source, STREAM_PLACE, 0.0) != value_at(out, STREAM_PLACE, 0.0):
-        set_at(out, STREAM_PLACE, value_at(source, STREAM_PLACE, 0.0))
+    for place, default in FRONTEND_PLACES.items():
+        if value_at(source, place, default) != value_at(out, place, default):
+            set_at(out, place, value_at(source, place, default))
     return out
 
 

@@ -36,17 +36,20 @@ class Protocol:
     warmup_drains: bool = False    # the client waits for every warm-up response before it measures
     prompt_pool: int = 0           # distinct prompts it draws each request's from at random; 0: every one new
 
-    def load(self, arrival: str, concurrency: int, num_prompts: int, measure: str) -> tuple[int, int, str]:
+    def load(self, arrival: str, concurrency: int, num_prompts: int, measure: str,
+             per_client: int = 0) -> tuple[int, int, str]:
         """(num_prompts played, warm-up requests among them, measure) for a closed loop of `concurrency`
         or a Poisson stream where the user asked for `num_prompts` (0: the default). A Poisson stream
         has no concurrency to scale by: it sends num_prompts (or the stream's default), every one
         counted. A warm-up that drains before the measured phase is not played: the engine is idle
-        when measuring starts, as it was before the warm-up."""
+        when measuring starts, as it was before the warm-up. `per_client` (0: the protocol's own)
+        replaces the measured requests per client of a protocol that counts them so (aiperf's)."""
         if self.name == "steady" or arrival == "burst":
             return num_prompts, 0, measure
         if arrival == "poisson":
             return num_prompts, 0, self.measure
-        measured = num_prompts or self.measured_per_concurrency * concurrency or self.default_prompts
+        rounds = (per_client or self.measured_per_concurrency) if self.measured_per_concurrency else 0
+        measured = num_prompts or rounds * concurrency or self.default_prompts
         warmup = 0 if self.warmup_drains else self.warmup_per_concurrency * concurrency
         return measured + warmup, warmup, self.measure
 

@@ -188,6 +188,9 @@ def test_an_engine_profile_names_a_bad_frontend_or_moe_key(tmp_path, monkeypatch
     (tmp_path / "odd2.toml").write_text('[frontend]\nlookahead_steps = 2\n')
     with pytest.raises(ValueError, match="lookahead_steps"):
         engine.load_engine("odd2")
+    (tmp_path / "odd4.toml").write_text('[frontend]\nrequests_per_client = 2.5\n')
+    with pytest.raises(ValueError, match=r"odd4.toml: \[frontend\] requests_per_client.*2.5"):
+        engine.load_engine("odd4")
     (tmp_path / "odd3.toml").write_text('[moe]\nbandwidth = 0\n')
     with pytest.raises(ValueError, match=r"\[moe\] bandwidth"):
         engine.load_engine("odd3")

@@ -583,3 +583,40 @@ def test_a_run_refused_in_a_forked_process_is_named_as_in_one(processes, tmp_pat
         ev.predict(base_profile("vllm"), runs)
     ev.close()
     assert refused.value.name.startswith("runs.csv line 3, ") and "concurrency" in str(refused.value)
+
+
+def test_an_aiperf_loop_measures_the_requests_per_client_a_profile_says(tmp_path):
+    """aiperf measures 20 requests a client unless a run counts them; a profile's [frontend]
+    requests_per_client replaces the 20 (AIConfigurator's bench_run.sh lets its users change it), a run that
+    counts its own keeps its count, and fewer requests weigh the first wave (every prompt at once) more."""
+    from orchestrator.calibrate import base_profile
+
+    path = tmp_path / "five.toml"
+    path.write_text(to_toml(base_profile("vllm") | {"frontend": {"client_ms": 10.0, "requests_per_client": 5}}))
+    loop = {**DEPLOYMENT, "input_length": 4000, "output_length": 60, "concurrency": 32, "arrival": "closed",
+            "benchmark": "aiperf", "prefix_caching": "off", "max_batched_tokens": (4096,)}  # a prompt a step
+    five, twenty = (estimate(configure({**loop, "engine": e})) for e in (str(path), "vllm"))
+    assert (five["measured_requests"], twenty["measured_requests"]) == (5 * 32, 20 * 32)
+    assert five["ttft_ms"] > 1.5 * twenty["ttft_ms"]  # the first wave's queue is a fifth of the runs, not 1/20
+    counted = estimate(configure({**loop, "engine": str(path), "num_prompts": 640}))
+    assert counted["measured_requests"] == 640 and counted["ttft_ms"] == twenty["ttft_ms"]
+
+
+def test_requests_per_client_left_unsaid_are_recovered():
+    """Five aiperf closed loops of long prompts (one a step) at 2-64 clients, made with 5 measured requests a
+    client where calibrate's base assumes aiperf's 20: their TTFT grows with the clients, which no knob gives,
+    and calibrate keeps 5 among the counts it tries; a run that counts its requests is not offered the choice.
+    (Runs at 2-32 clients alone do not tell it from slower GEMMs: there calibrate keeps 20 and moves the knobs.)"""
+    from orchestrator.fitting import _frontend_choices
+
+    runs, values = runs_made_with({"frontend": {"requests_per_client": 5}}, {
+        "model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
+        "benchmark": "aiperf", "prefix_caching": "off"},
+        [(8000, 256, 2), (8000, 256, 24), (8000, 256, 48), (8000, 512, 64), (4000, 256, 8)])
+    c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
+    assert c.data["frontend"]["requests_per_client"] == 5
+    assert np.abs(c.base_errors[:, 0]).max() > 0.4  # at 64 clients the base's 20 requests a client are far off
+    assert np.median(np.abs(c.fit_errors)) < 0.05 and np.abs(c.fit_errors).max() < 0.1
+    assert ("[frontend] requests_per_client", "0", "5") in c.changes()
+    counted = [type(r)({**r.values, "num_prompts": 100}, r.ttft_ms, r.tpot_ms, r.where) for r in runs]
+    assert ("frontend", "requests_per_client") not in _frontend_choices(counted)
