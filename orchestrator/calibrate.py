@@ -77,7 +77,7 @@ class Calibration:
         for place in LAUNCH_PLACES.values():
             out.append((label_of(place), _launch_text(self.base_data, place), _launch_text(self.data, place)))
         for place, default in FRONTEND_PLACES.items():
-            out.append((label_of(place), *(f"{value_at(d, place, default):g}" for d in (self.base_data, self.data))))
+            out.append((label_of(place), *(_frontend_text(d, place, default) for d in (self.base_data, self.data))))
         return out
 
 
@@ -188,6 +188,12 @@ def _launch_text(data: dict, place: tuple[str, ...]) -> str:
     if len(place) == 1:
         return "on" if value else "off"
     return str(value or "default")
+
+
+def _frontend_text(data: dict, place: tuple[str, ...], default) -> str:
+    """A front-end choice as printed: a time, or a count (0: the benchmark's own)."""
+    value = value_at(data, place, default)
+    return "default" if isinstance(default, int) and not value else f"{value:g}"
 
 
 def _median_abs(values: np.ndarray) -> float:

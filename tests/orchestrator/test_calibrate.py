@@ -617,6 +617,6 @@ def test_requests_per_client_left_unsaid_are_recovered():
     assert c.data["frontend"]["requests_per_client"] == 5
     assert np.abs(c.base_errors[:, 0]).max() > 0.4  # at 64 clients the base's 20 requests a client are far off
     assert np.median(np.abs(c.fit_errors)) < 0.05 and np.abs(c.fit_errors).max() < 0.1
-    assert ("[frontend] requests_per_client", "0", "5") in c.changes()
+    assert ("[frontend] requests_per_client", "default", "5") in c.changes()
     counted = [type(r)({**r.values, "num_prompts": 100}, r.ttft_ms, r.tpot_ms, r.where) for r in runs]
     assert ("frontend", "requests_per_client") not in _frontend_choices(counted)
