@@ -56,7 +56,8 @@ ROUNDS = (10, 5)
 #: ... kept only where it lowers the loss by more than this share: fewer requests a client also stand in for a
 #: queue they are not (KV blocks our memory picture says are free), and at LAUNCH_GAIN two campaigns of 9 runs
 #: kept 5 on their five runs and missed their others (22.7 % -> 44.4 %, 8.7 % -> 16.7 % TTFT); at 10 % neither
-#: does and the median is the same (bench/calibrate_campaigns.py: 15.7 % / 5.7 %, worst 44.4 % -> 37.0 %)
+#: does and the median is the same (bench/calibrate_campaigns.py: 15.7 % / 5.7 %, worst 44.4 % -> 37.0 %; at 5 %:
+#: 16.7 % / 5.7 %, worst 44.4 %)
 ROUNDS_GAIN = 0.10
 #: the front end's choices and their values where a profile names none
 FRONTEND_PLACES = {STREAM_PLACE: 0.0, ROUNDS_PLACE: 0}
