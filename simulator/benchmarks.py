@@ -5,7 +5,9 @@ as the named client measures it; a burst is the RFC's window whatever the protoc
 - `steady`: what a running deployment sees; warm-up and drain are left out (`measure` "steady").
 - `aiperf`: `aiperf profile --concurrency C --num-requests 20*C --warmup-request-count 2*C`, as
   AIConfigurator's generated `bench_run.sh` runs it: 2C warm-up requests, then 20C measured, the
-  drain included (num_prompts, when given, is the measured count). aiperf waits for every warm-up
+  drain included (num_prompts, when given, is the measured count; `Protocol.load`'s `per_client`, an
+  engine profile's `[frontend] requests_per_client`, replaces the 20, as the script's
+  AICONFIGURATOR_BENCH_MULTI_ROUND does). aiperf waits for every warm-up
   response before its profiling phase starts (its docs, tutorials/warmup.md: "By default, AIPerf
   waits indefinitely for all warmup responses before starting profiling"), so the measured phase
   starts from an idle engine, its C first requests at once; the warm-up is not played. Its prompts
