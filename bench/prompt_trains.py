@@ -10,8 +10,9 @@ with and whose KV cache does not bind (vLLM's MoE campaigns at 8,192 tokens, chi
 and our mean and median TTFT in units of our step that holds prompt tokens (its median length in the run's
 own plan), per concurrency; then per campaign and layout the least-squares line `measured steps = a + C / b`.
 Ours stays flat in C (the first wave's queue, 1 / 20 of an aiperf run, is what moves our mean); the measured
-TTFT grows by about a step every b clients (docs/fidelity.md). Each run is estimated as `estimate --from-csv`
-estimates it.
+TTFT grows by about a step every b clients, as a first wave (every client's prompt at once, C / 2 steps each)
+weighed by b / 2 requests a client would make it (aiperf's 20: b = 40; docs/fidelity.md). Each run is estimated
+as `estimate --from-csv` estimates it.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def main() -> None:
             ours, _ = np.polyfit(g.concurrency, g.ours_p50, 1)
             lines.append({"campaign": key[0], "tp": key[1], "C": f"{g.concurrency.min()}-{g.concurrency.max()}",
                           "a": round(a0, 2), "b (clients a step)": round(1 / slope, 1) if slope > 0 else np.inf,
+                          "as if requests a client": round(1 / slope / 2, 1) if slope > 0 else np.inf,
                           "ours: clients a step": round(1 / ours, 1) if ours > 0 else np.inf})
     print("\nmeasured steps = a + C / b, per campaign and layout (3 or more concurrencies)")
     print(pd.DataFrame(lines).to_string(index=False))
