@@ -24,8 +24,8 @@ else:  # pragma: no cover
 DATA = Path(__file__).parent / "data" / "engines"
 
 
-#: a profile's front-end times (`simulator.frontend.Frontend`: what a request spends outside the
-#: forward steps, between client and scheduler); read here so that one file describes an engine
+#: a profile's front end (`simulator.frontend.Frontend`'s times: what a request spends outside the forward
+#: steps, between client and scheduler; and FRONTEND_COUNTS); read here so that one file describes an engine
 FRONTEND_KEYS = ("request_ms", "prompt_token_us", "return_ms", "client_ms", "lookahead_steps", "stream_us",
                  "requests_per_client")
 #: the [frontend] keys that count, not time: async scheduling's steps ahead (0 or 1), and the requests each
