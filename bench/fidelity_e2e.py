@@ -50,6 +50,7 @@ from latency import (  # noqa: E402
 )
 from orchestrator import measured_runs  # noqa: E402
 from orchestrator.engine_defaults import default_capacity_scheduler, engine_default_budget  # noqa: E402
+from orchestrator.evaluate import front_end  # noqa: E402
 from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
 from simulator import (  # noqa: E402
     Frontend,
@@ -309,9 +310,8 @@ def shipped_params(engine: str) -> tuple:
 
 
 def shipped_frontend(engine: str) -> Frontend | None:
-    """The engine profile's front end (None when it ships none)."""
-    times = dict(load_engine(engine).frontend)
-    return Frontend(**times) if times else None
+    """The engine profile's front end (None when it ships none), as `estimate` reads it."""
+    return front_end(engine)[0]
 
 
 def errors(rows, comm, params_of, label="bench", frontend_of=lambda e: None, engine_time=True) -> pd.DataFrame:

@@ -124,13 +124,13 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     poisson = s.arrival == "poisson"
     bench = protocol(s.benchmark)
     prompts, warmup, measured = bench.load(s.arrival, 1 if poisson else n, s.num_prompts if s.arrival != "burst" else 0,
-                                           s.measure, _requests_per_client(s.engine))
+                                           s.measure, front_end(s.engine)[1])
     pool = (PromptPool(*bench.pool(s.arrival, n), cached=s.prefix_caching == "on") if s.reused_prompts else None)
     return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
                     burstiness=s.burstiness, seed=s.seed, measure=measured, mix=s.request_mix,
-                    warmup_requests=warmup, frontend=_frontend(s.engine) if s.arrival != "burst" else None,
+                    warmup_requests=warmup, frontend=front_end(s.engine)[0] if s.arrival != "burst" else None,
                     prompt_pool=pool, kv_admission=s.capacity_scheduler)
 
 
@@ -151,16 +151,12 @@ def with_prompt_cache(w: Workload, lm) -> Workload:
 
 
 @lru_cache(maxsize=16)
-def _frontend(engine: str) -> Frontend | None:
-    """The engine's front end (its profile's [frontend] times); None when it has none."""
-    times = {k: v for k, v in load_engine(engine).frontend if k != "requests_per_client"}
-    return Frontend(**times) if times else None
-
-
-@lru_cache(maxsize=16)
-def _requests_per_client(engine: str) -> int:
-    """The measured requests a closed-loop client sends in the engine profile's reading (0: the protocol's)."""
-    return int(dict(load_engine(engine).frontend).get("requests_per_client", 0))
+def front_end(engine: str) -> tuple[Frontend | None, int]:
+    """The engine profile's [frontend] table: its times (None when it names none), and the measured requests
+    a closed-loop client sends (0: the benchmark protocol's own)."""
+    times = dict(load_engine(engine).frontend)
+    per_client = int(times.pop("requests_per_client", 0))
+    return (Frontend(**times) if times else None), per_client
 
 
 def direct_pricer(lm, keys, fused: bool):

@@ -1,9 +1,9 @@
 """How calibrate fits a profile to runs: the knobs (the profile's own quantities, each within physical bounds
 and pulled towards the base's value by a prior), the soft-L1 loss on the runs' log ratios of TTFT and TPOT
 (`robust`), bounded least squares over the knobs (`fit_knobs`), and the launch choices the runs leave open,
-each tried at the fitted knobs and kept where it lowers the loss by more than LAUNCH_GAIN (`fit`). Runs are
-estimated exactly as `estimate` does, each candidate profile written to a file and passed as `--engine` would be
-(`Evaluator`).
+each tried at the fitted knobs and kept where it lowers the loss by more than LAUNCH_GAIN (ROUNDS_GAIN for the
+requests a client; `fit`). Runs are estimated exactly as `estimate` does, each candidate profile written to a
+file and passed as `--engine` would be (`Evaluator`).
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ ROUNDS = (10, 5)
 #: does and the median is the same (bench/calibrate_campaigns.py: 15.7 % / 5.7 %, worst 44.4 % -> 37.0 %; at 5 %:
 #: 16.7 % / 5.7 %, worst 44.4 %)
 ROUNDS_GAIN = 0.10
-#: the front end's choices and their values where a profile names none
-FRONTEND_PLACES = {STREAM_PLACE: 0.0, ROUNDS_PLACE: 0}
+#: the front end's choices, each with its values, the first where a profile names none
+FRONTEND_CHOICES = {STREAM_PLACE: (0.0, *STREAMS), ROUNDS_PLACE: (0, *ROUNDS)}
+FRONTEND_PLACES = {place: values[0] for place, values in FRONTEND_CHOICES.items()}
 #: least-squares evaluations (Jacobians apart) per fit of the knobs (the leave-one-out fits start from the
 #: whole fit: fewer)
 FIT_ITERATIONS, REFIT_ITERATIONS = 15, 3
@@ -276,10 +277,9 @@ def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
     time where some run is a closed loop, the requests per client where some aiperf closed loop does not
     count them."""
     closed = [r for r in runs if r.values.get("arrival") == "closed"]
-    choices = {STREAM_PLACE: (0.0, *STREAMS)} if closed else {}
-    if any(r.values.get("benchmark") == "aiperf" and not r.values.get("num_prompts") for r in closed):
-        choices[ROUNDS_PLACE] = (0, *ROUNDS)
-    return choices
+    uncounted = any(r.values.get("benchmark") == "aiperf" and not r.values.get("num_prompts") for r in closed)
+    open_ = {STREAM_PLACE: bool(closed), ROUNDS_PLACE: uncounted}
+    return {place: values for place, values in FRONTEND_CHOICES.items() if open_[place]}
 
 
 def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,
@@ -308,7 +308,8 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
 def _gain_needed(option: dict, data: dict) -> float:
     """The share of the loss a choice must save to be kept: ROUNDS_GAIN where it changes the requests a
     client, else LAUNCH_GAIN."""
-    rounds = value_at(option, ROUNDS_PLACE, 0) != value_at(data, ROUNDS_PLACE, 0)
+    default = FRONTEND_PLACES[ROUNDS_PLACE]
+    rounds = value_at(option, ROUNDS_PLACE, default) != value_at(data, ROUNDS_PLACE, default)
     return ROUNDS_GAIN if rounds else LAUNCH_GAIN
 
 
