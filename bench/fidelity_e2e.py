@@ -193,7 +193,9 @@ class Row:
         self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
         scheduler = TokenBudget(max_num_seqs=max_seqs) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
-        prompts, warmup, measured = protocol(benchmark).load("closed", c, 0, "steady")
+        # the requests a client measured, as `estimate --from-csv` reads them (the profile's count)
+        per_client = front_end(r.engine)[1]
+        prompts, warmup, measured = protocol(benchmark).load("closed", c, 0, "steady", per_client=per_client)
         self.plans, self.workloads, self.scheduler = {}, {}, scheduler
         for label, w in (("burst", Workload(int(r.isl), int(r.osl), budget, c)),
                          ("bench", Workload(int(r.isl), int(r.osl), budget, c, arrival="closed",
