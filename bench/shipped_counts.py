@@ -87,6 +87,11 @@ def left_out(per_count: dict[int, pd.DataFrame], shipped: int) -> tuple[pd.DataF
     return pd.DataFrame(rows, index=names), picks
 
 
+def cell(errors: pd.DataFrame) -> str:
+    """The median over campaigns of TTFT / TPOT, as printed."""
+    return f"{errors['ttft'].median():5.1f} / {errors['tpot'].median():4.1f}"
+
+
 def ship(engine: str, count: int) -> None:
     """Write `[frontend] requests_per_client = count` into the engine's shipped profile, its comments kept."""
     path = ENGINES_DIR / f"{engine}.toml"
@@ -117,7 +122,6 @@ def main(argv=None) -> int:
             if per_count[shipped].empty:
                 continue
             out, picks = left_out(per_count, shipped)
-            cell = lambda t: f"{t['ttft'].median():5.1f} / {t['tpot'].median():4.1f}"  # noqa: E731
             chosen = {c: picks.count(c) for c in sorted(set(picks), key=picks.count, reverse=True)}
             print(f"{engine:<8} {len(out):>9}  " + "  ".join(f"{cell(per_count[c]):>13}" for c in COUNTS)
                   + f"  {cell(per_count[shipped]):>13}  {cell(out):>13}  "
