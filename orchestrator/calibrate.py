@@ -120,7 +120,7 @@ def calibrate(runs: list[Run], engine: str, leave_one_out: bool = True, progress
     except ValueError as err:
         raise InputError("engine", engine, str(err).split("; ", 1)[-1]) from None
     per_fit = (len(KNOBS) + 1) * FIT_ITERATIONS
-    total = 2 * per_fit + 8 + (len(runs) * (2 * (len(KNOBS) + 1) * REFIT_ITERATIONS + 2) if leave_one_out else 0)
+    total = 3 * per_fit + 8 + (len(runs) * (2 * (len(KNOBS) + 1) * REFIT_ITERATIONS + 2) if leave_one_out else 0)
     with tempfile.TemporaryDirectory(prefix="servesweep-calibrate-") as folder, \
             tqdm(total=total, desc="calibrate", unit="fit", file=sys.stderr, disable=not progress) as bar:
         ev = Evaluator(folder, bar, processes)
