@@ -1,0 +1,163 @@
+"""A profile choice the measured runs leave open, shipped per engine by campaign left out.
+
+    python bench/shipped_choices.py [--choice requests_per_client] [--min-runs 8] [--ship]
+
+Some of what an engine profile says is not recorded in the silicon format: how many requests each aiperf
+client sent (AIConfigurator's `bench_run.sh` asks for 20; its AICONFIGURATOR_BENCH_MULTI_ROUND changes that;
+fewer weigh the first wave, every client's prompt sent at once, more in the mean TTFT: docs/fidelity.md), the
+API server's time per streamed chunk, the client's time to send the next request, async scheduling. For each
+engine, every run of its campaigns (both measured files) is estimated with the shipped profile at each value
+of `--choice` (CHOICES); then each campaign is left out in turn and the value with the least median |error|
+(TTFT plus TPOT, median over the other campaigns) predicts it, the shipped value kept unless another is lower by
+more than 1 %. Printed per engine: the median over campaigns at each value, at the shipped one, and of the
+left-out choice. `--ship` writes the value every campaign's left-out choice agrees on into
+latency/data/engines/ENGINE.toml, only where the left-out figure (TTFT plus TPOT) is below the shipped value's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import tomllib
+
+sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+from calibrate_campaigns import CAMPAIGN, FILES, REFERENCE  # noqa: E402
+
+from orchestrator.estimate import estimate_many  # noqa: E402
+from orchestrator.fitting import FRONTEND_CHOICES, ROUNDS_PLACE, STREAM_PLACE, set_at, value_at  # noqa: E402
+from orchestrator.profile_files import to_toml  # noqa: E402
+
+ENGINES_DIR = Path(__file__).resolve().parent.parent / "latency" / "data" / "engines"
+#: the choices judged: where each sits in a profile and the values tried, the first where a profile names none
+#: (calibrate's own values where it tries the choice; requests_per_client 0 is aiperf's 20)
+CHOICES = {
+    "requests_per_client": (ROUNDS_PLACE, FRONTEND_CHOICES[ROUNDS_PLACE]),
+    "stream_us": (STREAM_PLACE, FRONTEND_CHOICES[STREAM_PLACE]),
+    "client_ms": (("frontend", "client_ms"), (0.0, 5.0, 10.0, 20.0, 40.0)),
+    "async_scheduling": (("async_scheduling",), (False, True)),
+}
+#: a value other than the shipped one is chosen where it lowers the other campaigns' figure by more than this
+#: share: a campaign whose runs do not depend on the value (SGLang 0.5.1's queue on the count) ties, and its
+#: rounding must not choose
+TIE = 0.01
+
+
+def errors_at(engine: str, place: tuple[str, ...], value, folder: Path) -> pd.DataFrame:
+    """Every run of `engine` in the measured files estimated with its shipped profile with `value` at `place`:
+    the campaign and the log error of TTFT and TPOT of each."""
+    data = tomllib.loads((ENGINES_DIR / f"{engine}.toml").read_text())
+    set_at(data, place, value)
+    profile = folder / f"{engine}_{place[-1]}_{value}.toml"
+    profile.write_text(to_toml(data))
+    parts = []
+    for name in FILES:
+        table = pd.read_csv(REFERENCE / name, dtype=str, keep_default_na=False)
+        rows = table[table["backend"] == engine]
+        if rows.empty:
+            continue
+        path = folder / f"{engine}_{name}"
+        rows.to_csv(path, index=False)
+        out, _ = estimate_many(path, {"engine": str(profile)}, progress=False)
+        out = out[out["ttft_ms"].notna()]
+        parts.append(pd.DataFrame({
+            "campaign": rows.loc[rows.index[out.index], CAMPAIGN].agg(" ".join, axis=1).str.strip().to_numpy(),
+            "ttft": np.log(out["ttft_ms"] / out["silicon_ttft_ms"]).to_numpy(),
+            "tpot": np.log(out["tpot_ms"] / out["silicon_tpot_ms"]).to_numpy()}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def by_campaign(errors: pd.DataFrame, min_runs: int) -> pd.DataFrame:
+    """Median |error| (%) of TTFT and TPOT of each campaign with at least `min_runs` runs."""
+    kept = errors.groupby("campaign").filter(lambda g: len(g) >= min_runs)
+    return kept.groupby("campaign")[["ttft", "tpot"]].agg(lambda x: np.median(np.abs(np.expm1(x))) * 100)
+
+
+def left_out(per_value: dict, shipped) -> tuple[pd.DataFrame, list]:
+    """Each campaign predicted at the value its engine's other campaigns choose: (its errors, the choices)."""
+    names = list(per_value[shipped].index)
+    rows, picks = [], []
+    for name in names:
+        others = [n for n in names if n != name]
+        score = {v: float(t.loc[others].median().sum()) if others else 0.0 for v, t in per_value.items()}
+        pick = min(score, key=lambda v: (score[v], v != shipped))
+        pick = pick if score[pick] < score[shipped] * (1 - TIE) else shipped
+        picks.append(pick)
+        rows.append(per_value[pick].loc[name])
+    return pd.DataFrame(rows, index=names), picks
+
+
+def cell(errors: pd.DataFrame) -> str:
+    """The median over campaigns of TTFT / TPOT, as printed."""
+    return f"{errors['ttft'].median():5.1f} / {errors['tpot'].median():4.1f}"
+
+
+def ship(engine: str, choice: str, value) -> None:
+    """Write `value` at the choice's place in the engine's shipped profile (its line replaced, or added at the
+    top of its table), the file's comments and other keys kept."""
+    place = CHOICES[choice][0]
+    table, key = (place[0] if len(place) == 2 else None), place[-1]
+    path = ENGINES_DIR / f"{engine}.toml"
+    lines = path.read_text().splitlines()
+    text = f"{key} = {str(value).lower() if isinstance(value, bool) else value!r}"
+    line = f"{text}  # by campaign left out: python bench/shipped_choices.py --choice {choice}"
+    section, header = None, None
+    for i, current in enumerate(lines):
+        if current.startswith("["):
+            section = current.strip().strip("[]")
+            header = i if section == table else header
+        elif section == table and re.match(rf"{key}\s*=", current):
+            lines[i] = line
+            break
+    else:
+        at = 0 if table is None else (header + 1 if header is not None else None)
+        if at is None:
+            lines += ["", f"[{table}]", line]
+        else:
+            lines.insert(at, line)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--choice", choices=CHOICES, default="requests_per_client",
+                    help="the profile choice judged (default requests_per_client)")
+    ap.add_argument("--min-runs", type=int, default=8, help="campaigns with at least this many runs (default 8)")
+    ap.add_argument("--ship", action="store_true", help="write the left-out choice where it lowers the figure")
+    args = ap.parse_args(argv)
+    place, values = CHOICES[args.choice]
+    start = time.perf_counter()
+    print(f"{args.choice}: {'engine':<8} {'campaigns':>9}  " + "  ".join(f"{str(v):>13}" for v in values)
+          + f"  {'shipped':>13}  {'left out':>13}  choices")
+    with tempfile.TemporaryDirectory() as tmp:
+        for engine in sorted({p.stem for p in ENGINES_DIR.glob("*.toml")} - {"none"}):
+            data = tomllib.loads((ENGINES_DIR / f"{engine}.toml").read_text())
+            shipped = value_at(data, place, values[0])
+            per_value = {v: by_campaign(errors_at(engine, place, v, Path(tmp)), args.min_runs) for v in values}
+            if shipped not in per_value or per_value[shipped].empty:
+                continue
+            out, picks = left_out(per_value, shipped)
+            chosen = {v: picks.count(v) for v in sorted(set(picks), key=picks.count, reverse=True)}
+            print(f"{'':<{len(args.choice) + 1}} {engine:<8} {len(out):>9}  "
+                  + "  ".join(f"{cell(per_value[v]):>13}" for v in values)
+                  + f"  {cell(per_value[shipped]):>13}  {cell(out):>13}  "
+                  + ", ".join(f"{v} x{n}" for v, n in chosen.items()))
+            lower = out.median().sum() < per_value[shipped].median().sum()
+            if args.ship and lower and len(chosen) == 1 and picks[0] != shipped:
+                ship(engine, args.choice, picks[0])
+                print(f"  shipped: {engine}.toml {args.choice} = {picks[0]}")
+    print(f"(median |error| % TTFT / TPOT over campaigns of at least {args.min_runs} runs; "
+          f"{time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
