@@ -17,7 +17,7 @@ latency/data/engines/ENGINE.toml, only where the left-out figure (TTFT plus TPOT
 from __future__ import annotations
 
 import argparse
-import re
+import copy
 import sys
 import tempfile
 import time
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import tomlkit
 import tomllib
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
@@ -34,7 +35,7 @@ from calibrate_campaigns import CAMPAIGN, FILES, REFERENCE  # noqa: E402
 
 from orchestrator.estimate import estimate_many  # noqa: E402
 from orchestrator.fitting import FRONTEND_CHOICES, ROUNDS_PLACE, STREAM_PLACE, set_at, value_at  # noqa: E402
-from orchestrator.profile_files import to_toml  # noqa: E402
+from orchestrator.profile_files import set_in_place, to_toml  # noqa: E402
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "latency" / "data" / "engines"
 #: the choices judged: where each sits in a profile and the values tried, the first where a profile names none
@@ -51,22 +52,30 @@ CHOICES = {
 TIE = 0.01
 
 
-def errors_at(engine: str, place: tuple[str, ...], value, folder: Path) -> pd.DataFrame:
-    """Every run of `engine` in the measured files estimated with its shipped profile with `value` at `place`:
-    the campaign and the log error of TTFT and TPOT of each."""
-    data = tomllib.loads((ENGINES_DIR / f"{engine}.toml").read_text())
-    set_at(data, place, value)
-    profile = folder / f"{engine}_{place[-1]}_{value}.toml"
-    profile.write_text(to_toml(data))
-    parts = []
-    for name in FILES:
-        table = pd.read_csv(REFERENCE / name, dtype=str, keep_default_na=False)
+def engine_runs(tables: dict[str, pd.DataFrame], engine: str, folder: Path) -> list[tuple[Path, pd.DataFrame]]:
+    """The engine's runs of each measured file (`tables`: file name -> its rows), each file's written once to a
+    CSV of their own for `estimate --from-csv`: (that CSV, its rows)."""
+    out = []
+    for name, table in tables.items():
         rows = table[table["backend"] == engine]
-        if rows.empty:
-            continue
-        path = folder / f"{engine}_{name}"
-        rows.to_csv(path, index=False)
-        out, _ = estimate_many(path, {"engine": str(profile)}, progress=False)
+        if not rows.empty:
+            path = folder / f"{engine}_{name}"
+            rows.to_csv(path, index=False)
+            out.append((path, rows))
+    return out
+
+
+def errors_at(runs: list[tuple[Path, pd.DataFrame]], profile: dict, place: tuple[str, ...], value,
+              folder: Path) -> pd.DataFrame:
+    """The runs estimated with `profile` (an engine's shipped data) with `value` at `place`: the campaign and
+    the log error of TTFT and TPOT of each."""
+    data = copy.deepcopy(profile)
+    set_at(data, place, value)
+    path = folder / f"{data.get('name', 'profile')}_{place[-1]}_{value}.toml"
+    path.write_text(to_toml(data))
+    parts = []
+    for csv, rows in runs:
+        out, _ = estimate_many(csv, {"engine": str(path)}, progress=False)
         out = out[out["ttft_ms"].notna()]
         parts.append(pd.DataFrame({
             "campaign": rows.loc[rows.index[out.index], CAMPAIGN].agg(" ".join, axis=1).str.strip().to_numpy(),
@@ -101,29 +110,10 @@ def cell(errors: pd.DataFrame) -> str:
 
 
 def ship(engine: str, choice: str, value) -> None:
-    """Write `value` at the choice's place in the engine's shipped profile (its line replaced, or added at the
-    top of its table), the file's comments and other keys kept."""
-    place = CHOICES[choice][0]
-    table, key = (place[0] if len(place) == 2 else None), place[-1]
-    path = ENGINES_DIR / f"{engine}.toml"
-    lines = path.read_text().splitlines()
-    text = f"{key} = {str(value).lower() if isinstance(value, bool) else value!r}"
-    line = f"{text}  # by campaign left out: python bench/shipped_choices.py --choice {choice}"
-    section, header = None, None
-    for i, current in enumerate(lines):
-        if current.startswith("["):
-            section = current.strip().strip("[]")
-            header = i if section == table else header
-        elif section == table and re.match(rf"{key}\s*=", current):
-            lines[i] = line
-            break
-    else:
-        at = 0 if table is None else (header + 1 if header is not None else None)
-        if at is None:
-            lines += ["", f"[{table}]", line]
-        else:
-            lines.insert(at, line)
-    path.write_text("\n".join(lines) + "\n")
+    """Write `value` at the choice's place in the engine's shipped profile, its comments and other keys kept."""
+    item = tomlkit.item(value)
+    item.comment(f"by campaign left out: python bench/shipped_choices.py --choice {choice}")
+    set_in_place(ENGINES_DIR / f"{engine}.toml", {CHOICES[choice][0]: item})
 
 
 def main(argv=None) -> int:
@@ -137,12 +127,17 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     print(f"{args.choice}: {'engine':<8} {'campaigns':>9}  " + "  ".join(f"{str(v):>13}" for v in values)
           + f"  {'shipped':>13}  {'left out':>13}  choices")
+    tables = {name: pd.read_csv(REFERENCE / name, dtype=str, keep_default_na=False) for name in FILES}
     with tempfile.TemporaryDirectory() as tmp:
         for engine in sorted({p.stem for p in ENGINES_DIR.glob("*.toml")} - {"none"}):
             data = tomllib.loads((ENGINES_DIR / f"{engine}.toml").read_text())
             shipped = value_at(data, place, values[0])
-            per_value = {v: by_campaign(errors_at(engine, place, v, Path(tmp)), args.min_runs) for v in values}
-            if shipped not in per_value or per_value[shipped].empty:
+            if shipped not in values:
+                print(f"  {engine}: its shipped {args.choice} {shipped} is not among the values tried")
+                continue
+            runs = engine_runs(tables, engine, Path(tmp))
+            per_value = {v: by_campaign(errors_at(runs, data, place, v, Path(tmp)), args.min_runs) for v in values}
+            if per_value[shipped].empty:
                 continue
             out, picks = left_out(per_value, shipped)
             chosen = {v: picks.count(v) for v in sorted(set(picks), key=picks.count, reverse=True)}

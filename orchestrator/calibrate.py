@@ -26,7 +26,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-import tomlkit
 
 from latency.engine import DATA, is_profile_path, load_engine, shipped_engines
 from orchestrator.fields import InputError
@@ -44,7 +43,7 @@ from orchestrator.fitting import (
     unset,
     value_at,
 )
-from orchestrator.profile_files import write_atomically
+from orchestrator.profile_files import set_in_place
 from orchestrator.runs import Run
 
 if sys.version_info >= (3, 11):
@@ -169,17 +168,14 @@ def update_profile(path: str, c: Calibration, files: list[str]) -> None:
     launch choices that moved, `source` and the [calibration] table rewritten; its comments and every other
     key kept."""
     target = Path(path)
-    doc = tomlkit.parse(target.read_text())
-    fitted = profile_data(c, str(doc.get("name", target.stem)), files)
+    fitted = profile_data(c, str(tomllib.loads(target.read_text()).get("name", target.stem)), files)
     places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values()) + list(FRONTEND_PLACES)
+    moved = {}
     for place in places:
-        old, new = value_at(c.base_data, place, None), value_at(c.data, place, None)
-        if new is not None and new != old:
-            table = doc if len(place) == 1 else doc.setdefault(place[0], tomlkit.table())
-            table[place[-1]] = new
-    doc["source"] = fitted["source"]
-    doc["calibration"] = fitted["calibration"]
-    write_atomically(target, tomlkit.dumps(doc))
+        new = value_at(c.data, place, None)
+        if new is not None and new != value_at(c.base_data, place, None):
+            moved[place] = new
+    set_in_place(target, moved | {("source",): fitted["source"], ("calibration",): fitted["calibration"]})
 
 
 def _launch_text(data: dict, place: tuple[str, ...]) -> str:

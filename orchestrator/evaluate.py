@@ -123,14 +123,15 @@ def workload(s: Scenario, max_batched_tokens: int, n: int, rate: float | None = 
     unless `rate` is given."""
     poisson = s.arrival == "poisson"
     bench = protocol(s.benchmark)
+    frontend, per_client = front_end(s.engine)
     prompts, warmup, measured = bench.load(s.arrival, 1 if poisson else n, s.num_prompts if s.arrival != "burst" else 0,
-                                           s.measure, front_end(s.engine)[1])
+                                           s.measure, per_client)
     pool = (PromptPool(*bench.pool(s.arrival, n), cached=s.prefix_caching == "on") if s.reused_prompts else None)
     return Workload(s.typical("input_length"), s.typical("output_length"), max_batched_tokens, 1 if poisson else n,
                     s.prefix_cache_hit_rate, s.mtp_tokens, s.mtp_acceptance_rates, arrival=s.arrival,
                     num_prompts=prompts, request_rate=(rate if rate is not None else grid_rate(n)) if poisson else 0.0,
                     burstiness=s.burstiness, seed=s.seed, measure=measured, mix=s.request_mix,
-                    warmup_requests=warmup, frontend=front_end(s.engine)[0] if s.arrival != "burst" else None,
+                    warmup_requests=warmup, frontend=frontend if s.arrival != "burst" else None,
                     prompt_pool=pool, kv_admission=s.capacity_scheduler)
 
 
@@ -150,13 +151,16 @@ def with_prompt_cache(w: Workload, lm) -> Workload:
     return replace(w, prompt_pool=replace(w.prompt_pool, cache_tokens=max(0, int(capacity - in_flight))))
 
 
-@lru_cache(maxsize=16)
 def front_end(engine: str) -> tuple[Frontend | None, int]:
     """The engine profile's [frontend] table: its times (None when it names none), and the measured requests
-    a closed-loop client sends (0: the benchmark protocol's own)."""
-    times = dict(load_engine(engine).frontend)
-    per_client = int(times.pop("requests_per_client", 0))
-    return (Frontend(**times) if times else None), per_client
+    a closed-loop client sends (0: the benchmark protocol's own); a profile file edited since is read again."""
+    return _front_end(load_engine(engine).frontend)
+
+
+@lru_cache(maxsize=16)
+def _front_end(table: tuple) -> tuple[Frontend | None, int]:
+    times = {key: value for key, value in table if key != "requests_per_client"}
+    return (Frontend(**times) if times else None), int(dict(table).get("requests_per_client", 0))
 
 
 def direct_pricer(lm, keys, fused: bool):

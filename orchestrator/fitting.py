@@ -301,7 +301,8 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
         value, _, option = min(tried, key=lambda t: t[:2])
         if value >= best:
             break
-        data, best, kept = *fit_knobs(ev, runs, option, base, iterations), True
+        data, best = fit_knobs(ev, runs, option, base, iterations)
+        kept = True
         if given:
             return data, best
     return refit(ev, runs, data, best, base, iterations) if kept else (data, best)

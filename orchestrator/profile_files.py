@@ -6,10 +6,22 @@ import json
 import os
 from pathlib import Path
 
+import tomlkit
+
 
 def write_profile(path: str, data: dict) -> None:
     """Write a profile's data as a new file."""
     write_atomically(Path(path), to_toml(data))
+
+
+def set_in_place(target: Path, values: dict[tuple[str, ...], object]) -> None:
+    """Write `values` (place -> value: a top-level key, or (table, key)) into the profile file at `target`, its
+    comments and every other key kept."""
+    doc = tomlkit.parse(target.read_text())
+    for place, value in values.items():
+        table = doc if len(place) == 1 else doc.setdefault(place[0], tomlkit.table())
+        table[place[-1]] = value
+    write_atomically(target, tomlkit.dumps(doc))
 
 
 def write_atomically(target: Path, text: str) -> None:
