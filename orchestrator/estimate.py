@@ -189,11 +189,10 @@ def read_configs(path: Path, defaults: dict):
         raise InputError("--from-csv", str(path), f"a readable CSV file ({err})") from None
     rows, read = table.to_dict("records"), None
     if measured_runs.is_measured(table.columns):
-        rows = read = [measured_runs.to_spec(cells, f"{path} line {i + 2}")
+        # an --engine given on the command line wins over the rows' backend, a --kv-cache-dtype over a reading
+        rows = read = [measured_runs.to_spec(cells, f"{path} line {i + 2}", defaults.get("engine", ""),
+                                             defaults.get("kv_cache_dtype", ""))
                        for i, cells in enumerate(measured_runs.read_releases(measured_runs.blank_missing(rows)))]
-        if "engine" in defaults:  # an --engine given on the command line wins over the rows' backend
-            read = [dict(spec, engine=defaults["engine"]) for spec in read]
-            rows = read
         unknown = []
     else:
         unknown = [c for c in table.columns if c not in FIELD_BY_KEY]

@@ -48,6 +48,11 @@ PRECISION = {"": "bf16", "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "fl
 #: the KV cache a label brings: NVIDIA's NVFP4 checkpoints declare an FP8 one (hf_quant_config.json:
 #: kv_cache_quant_algo FP8), and an engine whose profile says so keeps FP8 runs' cache in FP8
 LABEL_KV = {"bf16+nvfp4": "fp8"}
+#: the label whose KV-cache dtype is read from the engine profile pricing the run (`kv_cache`; --engine where
+#: given, else the backend's): vLLM's `--kv-cache-dtype auto` keeps an FP8 checkpoint's cache in bf16, a launch
+#: may ask for FP8, and where the measured MiniMax-M2.5 FP8 campaigns start to queue says both happened (on H100
+#: with 0.18 as a bf16 cache would, on B200 with 0.19 as an FP8 one; docs/calibration.md)
+READ_KV_LABEL = "fp8"
 #: (the label's experts format, the checkpoint's) where a label names the checkpoint's 4-bit float
 #: by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4
 SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
@@ -142,9 +147,10 @@ def quantization(label: str, model: str) -> str:
 
 
 def kv_cache(label: str, engine: str) -> str:
-    """The KV-cache dtype a run used: FP8 for an FP8 run of an engine that keeps it so, else the label's."""
-    if label == "fp8" and load_engine(engine).fp8_kv_cache:
-        return "fp8"
+    """The KV-cache dtype a run used: the label's where its checkpoint declares one, else the engine profile's
+    for an FP8 run (`fp8_kv_cache`: the format records no KV dtype, and launches differ), else bf16."""
+    if label == READ_KV_LABEL:
+        return "fp8" if load_engine(engine).fp8_kv_cache else "bf16"
     return LABEL_KV.get(label, "bf16")
 
 
@@ -244,8 +250,10 @@ def read_releases(rows: list[dict]) -> list[dict]:
     return out
 
 
-def to_spec(cells: dict, where: str) -> dict:
-    """One measured run (its cells as text) as spec keys; `where` names its line for errors."""
+def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "") -> dict:
+    """One measured run (its cells as text) as spec keys, priced with `engine` (a profile's name or file) or
+    else its backend's profile, its KV cache `kv_cache_dtype` where the row leaves it to a reading; `where`
+    names its line for errors."""
     device = DEVICES.get(cells["system"])
     if device is None:
         raise InputError(f"{where}, column system", cells["system"], f"one of {', '.join(sorted(DEVICES))}")
@@ -279,13 +287,18 @@ def to_spec(cells: dict, where: str) -> dict:
     named = None if dense else named_layout(cells, tp, ep, dp, batch)
     if named:
         concurrency, ep, dp = *named, 1
-    spec = {"model": model, "device": device, "engine": cells["backend"], "input_length": str(isl),
+    engine = engine or cells["backend"]
+    spec = {"model": model, "device": device, "engine": engine, "input_length": str(isl),
             "output_length": str(osl), "concurrency": str(concurrency), "tp": str(tp), "pp": str(pp),
             "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
-            "kv_cache_dtype": kv_cache(label, cells["backend"]), "arrival": "closed", "benchmark": "aiperf",
+            "kv_cache_dtype": kv_cache(label, engine), "arrival": "closed", "benchmark": "aiperf",
             "prefix_caching": PREFIX_CACHING}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
+    if label == READ_KV_LABEL and kv_cache_dtype:
+        spec["kv_cache_dtype"] = kv_cache_dtype
+    elif label == READ_KV_LABEL:
+        spec["kv_cache_read_as"] = spec["kv_cache_dtype"]
     if cells.get("release_read_as"):
         spec["release_read_as"] = cells["release_read_as"]
     if implied:

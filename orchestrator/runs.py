@@ -130,6 +130,9 @@ def reading(spec: dict) -> str:
     if spec.get("attention_dp_read_as"):
         notes.append("attention_dp_size empty under a MoE group wider than tp: read as "
                      f"{spec['attention_dp_read_as']} attention-DP ranks (vLLM's data-parallel attention)")
+    if spec.get("kv_cache_read_as"):
+        notes.append(f"no KV-cache dtype recorded: read as {spec['kv_cache_read_as']}, as the profile pricing it "
+                     "keeps an FP8 run's (fp8_kv_cache)")
     if spec.get("layout_read_as"):
         notes.append("columns restating its id's layout as attention-DP ranks: read as the id's, "
                      f"{spec['layout_read_as']}")

@@ -76,9 +76,12 @@ def print_calibration(c, engine: str, output: str) -> None:
               for run, b, f in zip(c.runs, c.base_errors, c.fit_errors, strict=True)]
     print()
     print(aligned(cells, left=1))
+    read = {}
     for run in c.runs:
-        if run.note:
-            print(f"note: {run.where}: {run.note}")
+        for note in filter(None, run.note.split("; ")):
+            read.setdefault(note, []).append(run.where)
+    for note, wheres in read.items():
+        print(f"note: {', '.join(wheres)}: {note}")
     if len(c.runs) < 5:
         print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",
               file=sys.stderr)

@@ -398,7 +398,8 @@ def test_calibrate_says_how_it_read_silicon_rows_that_leave_something_out(tmp_pa
     assert notes[:2] == ["", ""] and notes[3] == ""  # a release, or no campaign to read one from
     assert notes[2] == "no release recorded: read as 0.15.1, the release its campaign's other runs ran most"
     assert notes[4] == ("attention_dp_size empty under a MoE group wider than tp: read as 2 attention-DP ranks "
-                        "(vLLM's data-parallel attention)")
+                        "(vLLM's data-parallel attention); no KV-cache dtype recorded: read as fp8, as the profile "
+                        "pricing it keeps an FP8 run's (fp8_kv_cache)")
 
 
 def test_the_base_is_the_flag_else_the_engine_the_runs_name_else_vllm(tmp_path):
@@ -662,3 +663,27 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     assert data["launch"]["max_num_seqs"] == 100
     again = fit_knobs(ev, runs, _launch_of(data, base), base, FIT_ITERATIONS)[1]
     assert best <= again < 0.0133
+
+
+
+def test_an_fp8_run_s_kv_cache_is_read_as_the_profile_pricing_it_keeps_one(tmp_path):
+    """Silicon FP8 rows record no KV-cache dtype: each is read as the profile pricing it keeps an FP8 run's
+    (`fp8_kv_cache`; vLLM's: FP8), --engine where given, and says so. A profile of a deployment that kept bf16
+    (vLLM's --kv-cache-dtype auto) prices the loops a bf16 cache cannot hold as queued: Qwen3-32B FP8 on one
+    H100 holds 156k tokens in bf16, 313k in FP8, and 48 clients of 4,224 tokens wait in the first."""
+    from orchestrator.calibrate import base_profile
+
+    bf16 = tmp_path / "bf16.toml"
+    bf16.write_text(to_toml(base_profile("vllm") | {"fp8_kv_cache": False}))
+    rows = ["r0,vllm,0.19.0,Qwen/Qwen3-32B,h100_sxm,fp8,,,4096,128,48,1,1,1,1,1,9000,60",
+            "r1,vllm,0.19.0,Qwen/Qwen3-32B,h100_sxm,,,,4096,128,48,1,1,1,1,1,9000,60"]
+    (tmp_path / "runs.csv").write_text("\n".join([MEASURED_HEADER, *rows]) + "\n")
+    shipped, own = (read_runs([tmp_path / "runs.csv"], flags) for flags in ({}, {"engine": str(bf16)}))
+    assert [r.values["kv_cache_dtype"] for r in shipped + own] == ["fp8", "bf16", "bf16", "bf16"]
+    assert shipped[0].note == own[0].note.replace("bf16", "fp8") == (
+        "no KV-cache dtype recorded: read as fp8, as the profile pricing it keeps an FP8 run's (fp8_kv_cache)")
+    assert shipped[1].note == ""  # a bf16 run's cache is bf16
+    queued, held = (estimate(configure(dict(r.values, engine=str(bf16)))) for r in (own[0], shipped[0]))
+    assert queued["kv_bound"] and not held["kv_bound"] and queued["ttft_ms"] > 2.5 * held["ttft_ms"]
+    given = read_runs([tmp_path / "runs.csv"], {"engine": str(bf16), "kv_cache_dtype": "fp8"})[0]
+    assert given.values["kv_cache_dtype"] == "fp8"  # a dtype given on the command line is the runs'
