@@ -2,13 +2,14 @@
 of its runs, then the campaign's other runs predicted with the profile it wrote, beside the shipped profile.
 
     python bench/calibrate_campaigns.py [--calibration-runs 5] [--every 1] [--min-runs 8] [--num-cpus 2]
-                                        [--only REGEX] [--left-out] [--output CSV]
+                                        [--only REGEX] [--seed S] [--left-out] [--output CSV]
 
 A campaign is one model, GPU, engine, release and precision (its rows share a launch script, a client
 and an engine build: what a fit on some of its rows learns). The 5 calibration runs are spread evenly
-over the campaign's loads (sorted by prompt, output, concurrency, layout); every `--every`-th other run is
-predicted. The table gives, per campaign and per engine, the median |error| of TTFT and TPOT on the runs
-left out of the calibration: uncalibrated (the shipped profile of the campaign's engine) and calibrated.
+over the campaign's loads (sorted by prompt, output, concurrency, layout), or drawn at random (`--seed`);
+every `--every`-th other run is predicted. The table gives, per campaign and per engine, the median |error|
+of TTFT and TPOT on the runs left out of the calibration: uncalibrated (the shipped profile of the campaign's
+engine) and calibrated.
 Campaigns run as Ray tasks (one each, on the machine's cores).
 
 `--left-out` leaves whole campaigns out instead: each campaign's runs are predicted by a profile calibrated
@@ -51,11 +52,15 @@ def campaigns(min_runs: int) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def split(rows: pd.DataFrame, k: int, every: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """k runs spread evenly over the campaign's loads, and every `every`-th of the others."""
+def split(rows: pd.DataFrame, k: int, every: int, seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """k runs spread evenly over the campaign's loads (or drawn at random with `seed`: a team measures the
+    loads it measures), and every `every`-th of the others."""
     ordered = rows.assign(**{c: rows[c].astype(int) for c in LOAD_ORDER}).sort_values(LOAD_ORDER, kind="stable")
     ordered = rows.loc[ordered.index]
-    picks = np.unique(np.linspace(0, len(ordered) - 1, k).round().astype(int))
+    if seed is None:
+        picks = np.unique(np.linspace(0, len(ordered) - 1, k).round().astype(int))
+    else:
+        picks = np.sort(np.random.default_rng(seed).choice(len(ordered), size=min(k, len(ordered)), replace=False))
     fit = ordered.iloc[picks]
     rest = ordered.drop(index=fit.index).iloc[::every]
     return fit, rest
@@ -81,7 +86,8 @@ def from_others(rows: pd.DataFrame, others: list[pd.DataFrame], k: int,
     return from_campaigns(others, max(k, -(-MIN_RUNS // len(others)))), rows.iloc[::every]
 
 
-def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: list | None = None) -> dict:
+def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: list | None = None,
+                 seed: int | None = None) -> dict:
     """Calibrate on k runs (of this campaign, or with `others` of the engine's other campaigns), then predict
     the campaign's runs calibrate did not see with the shipped and the calibrated profile."""
     from orchestrator.calibrate import calibrate, profile_data
@@ -89,7 +95,7 @@ def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: lis
     from orchestrator.profile_files import write_profile
     from orchestrator.runs import read_runs
 
-    fit, rest = from_others(rows, others, k, every) if others else split(rows, k, every)
+    fit, rest = from_others(rows, others, k, every) if others else split(rows, k, every, seed)
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         fit.to_csv(folder / "fit.csv", index=False)
@@ -155,12 +161,15 @@ def main(argv=None) -> int:
                    "(--calibration-runs of each, >= 2) and predict the campaign's runs: leave one campaign out")
     p.add_argument("--ship", action="store_true", help="with --left-out: calibrate in place the shipped profile "
                    "of each engine whose left-out figure calibration lowers (--calibration-runs of each campaign)")
+    p.add_argument("--seed", type=int, help="draw each campaign's calibration runs at random with this seed "
+                   "(>= 0) instead of spreading them over its loads: how much the figure owes to which runs")
     p.add_argument("--output", help="also write the per-campaign table here (.csv)")
     a = p.parse_args(argv)
     least = 2 if a.left_out else 3
-    if a.calibration_runs < least or a.every < 1 or a.num_cpus < 1 or (a.ship and not a.left_out):
-        print(f"calibrate_campaigns: --calibration-runs >= {least}, --every >= 1, --num-cpus >= 1; --ship needs "
-              "--left-out", file=sys.stderr)
+    if (a.calibration_runs < least or a.every < 1 or a.num_cpus < 1 or (a.ship and not a.left_out)
+            or (a.seed is not None and (a.seed < 0 or a.left_out))):
+        print(f"calibrate_campaigns: --calibration-runs >= {least}, --every >= 1, --num-cpus >= 1, --seed >= 0; "
+              "--ship needs --left-out; --seed does not go with it", file=sys.stderr)
         return 2
     import ray
 
@@ -176,7 +185,7 @@ def main(argv=None) -> int:
             else None
         if a.left_out and not others:
             continue  # the engine's only campaign: nothing to leave it out of
-        jobs.append(task.remote(label, rows, a.calibration_runs, a.every, others))
+        jobs.append(task.remote(label, rows, a.calibration_runs, a.every, others, a.seed))
     table = pd.DataFrame(ray.get(jobs))
     per = table.groupby("engine")[["shipped_ttft", "shipped_tpot", "calibrated_ttft", "calibrated_tpot"]].median()
     made = {}
