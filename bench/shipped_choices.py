@@ -1,6 +1,6 @@
 """A profile choice the measured runs leave open, shipped per engine by campaign left out.
 
-    python bench/shipped_choices.py [--choice requests_per_client] [--min-runs 8] [--ship]
+    python bench/shipped_choices.py [--choice requests_per_client] [--min-runs 8] [--across-engines] [--ship]
 
 Some of what an engine profile says is not recorded in the silicon format: how many requests each aiperf
 client sent (AIConfigurator's `bench_run.sh` asks for 20; its AICONFIGURATOR_BENCH_MULTI_ROUND changes that;
@@ -12,6 +12,9 @@ of `--choice` (CHOICES); then each campaign is left out in turn and the value wi
 more than 1 %. Printed per engine: the median over campaigns at each value, at the shipped one, and of the
 left-out choice. `--ship` writes the value every campaign's left-out choice agrees on into
 latency/data/engines/ENGINE.toml, only where the left-out figure (TTFT plus TPOT) is below the shipped value's.
+`--across-engines` judges a choice of the client rather than the engine (the requests each aiperf client sent: one
+harness measured every engine's campaigns) over all engines' campaigns at once: each is predicted at the value the
+other campaigns, of any engine, choose.
 """
 
 from __future__ import annotations
@@ -90,15 +93,18 @@ def by_campaign(errors: pd.DataFrame, min_runs: int) -> pd.DataFrame:
     return kept.groupby("campaign")[["ttft", "tpot"]].agg(lambda x: np.median(np.abs(np.expm1(x))) * 100)
 
 
-def left_out(per_value: dict, shipped) -> tuple[pd.DataFrame, list]:
-    """Each campaign predicted at the value its engine's other campaigns choose: (its errors, the choices)."""
-    names = list(per_value[shipped].index)
+def left_out(per_value: dict, shipped: dict) -> tuple[pd.DataFrame, list]:
+    """Each campaign predicted at the value the other campaigns (`per_value`: value -> errors by campaign) choose,
+    its own engine's shipped value (`shipped`: campaign -> value) unless another is lower by TIE: (its errors, the
+    choices)."""
+    names = list(shipped)
     rows, picks = [], []
     for name in names:
         others = [n for n in names if n != name]
         score = {v: float(t.loc[others].median().sum()) if others else 0.0 for v, t in per_value.items()}
-        pick = min(score, key=lambda v: (score[v], v != shipped))
-        pick = pick if score[pick] < score[shipped] * (1 - TIE) else shipped
+        own = shipped[name]
+        pick = min(score, key=lambda v: (score[v], v != own))
+        pick = pick if score[pick] < score[own] * (1 - TIE) else own
         picks.append(pick)
         rows.append(per_value[pick].loc[name])
     return pd.DataFrame(rows, index=names), picks
@@ -109,11 +115,33 @@ def cell(errors: pd.DataFrame) -> str:
     return f"{errors['ttft'].median():5.1f} / {errors['tpot'].median():4.1f}"
 
 
-def ship(engine: str, choice: str, value) -> None:
+def ship(engine: str, choice: str, value, across: bool) -> None:
     """Write `value` at the choice's place in the engine's shipped profile, its comments and other keys kept."""
     item = tomlkit.item(value)
-    item.comment(f"by campaign left out: python bench/shipped_choices.py --choice {choice}")
+    whose = ", of every engine (one harness)" if across else ""
+    item.comment(f"by campaign left out{whose}: python bench/shipped_choices.py --choice {choice}"
+                 + (" --across-engines" if across else ""))
     set_in_place(ENGINES_DIR / f"{engine}.toml", {CHOICES[choice][0]: item})
+
+
+def judge(pool: dict, args, place: tuple[str, ...], values: tuple) -> None:
+    """Each campaign of the engines in `pool` (engine -> (errors by campaign at each value, its shipped value))
+    predicted at the value the pool's other campaigns choose; printed per engine, shipped where asked and lower."""
+    per_value = {v: pd.concat([p[v] for p, _ in pool.values()]) for v in values}
+    engine_of = {name: e for e, (p, _) in pool.items() for name in p[values[0]].index}
+    out, picks = left_out(per_value, {name: pool[e][1] for name, e in engine_of.items()})
+    for engine, (own, shipped) in pool.items():
+        mine = [i for i, name in enumerate(out.index) if engine_of[name] == engine]
+        theirs, picked = out.iloc[mine], [picks[i] for i in mine]
+        chosen = {v: picked.count(v) for v in sorted(set(picked), key=picked.count, reverse=True)}
+        print(f"{'':<{len(args.choice) + 1}} {engine:<8} {len(theirs):>9}  "
+              + "  ".join(f"{cell(own[v]):>13}" for v in values)
+              + f"  {cell(own[shipped]):>13}  {cell(theirs):>13}  "
+              + ", ".join(f"{v} x{n}" for v, n in chosen.items()))
+        lower = theirs.median().sum() < own[shipped].median().sum()
+        if args.ship and lower and len(chosen) == 1 and picked[0] != shipped:
+            ship(engine, args.choice, picked[0], args.across_engines)
+            print(f"  shipped: {engine}.toml {args.choice} = {picked[0]}")
 
 
 def main(argv=None) -> int:
@@ -122,6 +150,8 @@ def main(argv=None) -> int:
                     help="the profile choice judged (default requests_per_client)")
     ap.add_argument("--min-runs", type=int, default=8, help="campaigns with at least this many runs (default 8)")
     ap.add_argument("--ship", action="store_true", help="write the left-out choice where it lowers the figure")
+    ap.add_argument("--across-engines", action="store_true", help="choose over every engine's campaigns, not each "
+                    "engine's: a choice of the client (the requests a client sent), which one harness made for all")
     args = ap.parse_args(argv)
     place, values = CHOICES[args.choice]
     start = time.perf_counter()
@@ -129,6 +159,7 @@ def main(argv=None) -> int:
           + f"  {'shipped':>13}  {'left out':>13}  choices")
     tables = {name: pd.read_csv(REFERENCE / name, dtype=str, keep_default_na=False) for name in FILES}
     with tempfile.TemporaryDirectory() as tmp:
+        judged = {}
         for engine in sorted({p.stem for p in ENGINES_DIR.glob("*.toml")} - {"none"}):
             data = tomllib.loads((ENGINES_DIR / f"{engine}.toml").read_text())
             shipped = value_at(data, place, values[0])
@@ -137,18 +168,11 @@ def main(argv=None) -> int:
                 continue
             runs = engine_runs(tables, engine, Path(tmp))
             per_value = {v: by_campaign(errors_at(runs, data, place, v, Path(tmp)), args.min_runs) for v in values}
-            if per_value[shipped].empty:
-                continue
-            out, picks = left_out(per_value, shipped)
-            chosen = {v: picks.count(v) for v in sorted(set(picks), key=picks.count, reverse=True)}
-            print(f"{'':<{len(args.choice) + 1}} {engine:<8} {len(out):>9}  "
-                  + "  ".join(f"{cell(per_value[v]):>13}" for v in values)
-                  + f"  {cell(per_value[shipped]):>13}  {cell(out):>13}  "
-                  + ", ".join(f"{v} x{n}" for v, n in chosen.items()))
-            lower = out.median().sum() < per_value[shipped].median().sum()
-            if args.ship and lower and len(chosen) == 1 and picks[0] != shipped:
-                ship(engine, args.choice, picks[0])
-                print(f"  shipped: {engine}.toml {args.choice} = {picks[0]}")
+            if not per_value[shipped].empty:
+                judged[engine] = (per_value, shipped)
+        pools = [judged] if args.across_engines else [{e: j} for e, j in judged.items()]
+        for pool in pools:
+            judge(pool, args, place, values)
     print(f"(median |error| % TTFT / TPOT over campaigns of at least {args.min_runs} runs; "
           f"{time.perf_counter() - start:.0f} s)")
     return 0

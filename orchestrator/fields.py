@@ -264,7 +264,7 @@ FIELDS: tuple[Field, ...] = (
     Field("benchmark", str, "steady", "benchmark protocol a closed loop or Poisson stream is measured as: steady "
        "(--measure, --num-prompts as given), aiperf (2 x concurrency warm-up requests, drained before it measures, "
        "then --num-prompts or 20 x concurrency measured from an idle engine, as AIConfigurator's bench_run.sh runs "
-       "aiperf; an engine profile's [frontend] requests_per_client replaces the 20: vLLM's says 10), vllm-bench "
+       "aiperf; an engine profile's [frontend] requests_per_client replaces the 20: shipped ones say 10), vllm-bench "
        "(every request measured, --num-prompts or 1000 sent, as vllm bench serve)", choices=BENCHMARKS,
        group="load"),
     Field("prefix_caching", str, None, "whether the engine serves a prompt it has seen and still holds from its "
