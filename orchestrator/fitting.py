@@ -35,9 +35,11 @@ ROBUST_SCALE = math.log(1.15)
 LAUNCH_GAIN = 0.02
 #: budgets tried where the runs do not give one (0: the engine's default on the device)
 BUDGETS = (0, 2048, 4096, 8192, 16384)
-#: caps on requests in flight tried where the runs do not give one and some run's clients exceed it (0: the
-#: engine's default): an HTTP client's default pool of 100 connections (aiohttp's TCPConnector: gpt-oss-120b's
-#: C=512 runs on H100 with vLLM 0.11.2 kept about 100 running, docs/fidelity.md), and vLLM's 256 on smaller GPUs
+#: caps on requests in flight tried where the runs do not give one and two runs' clients or more exceed it (0:
+#: the engine's default; one run alone cannot tell a cap from anything else that slows its load: TensorRT-LLM's
+#: Llama-3.1-8B kept 100 for its one C=128 run of five, and its other C=128 runs came out 1.6-7.4x slow): an HTTP
+#: client's default pool of 100 connections (aiohttp's TCPConnector: gpt-oss-120b's C=512 runs on H100 with vLLM
+#: 0.11.2 kept about 100 running, docs/fidelity.md), and vLLM's 256 on smaller GPUs
 MAX_NUM_SEQS = (0, 100, 256)
 #: where each launch choice a run may leave open (orchestrator.runs.LAUNCH_CHOICES) sits in a profile
 LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "max_num_seqs": ("launch", "max_num_seqs"),
@@ -251,13 +253,14 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
 
 def launch_options(runs: list[Run], data: dict) -> list[dict]:
     """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, each cap
-    on requests in flight below the most clients a run had (MAX_NUM_SEQS), async scheduling flipped, the
+    on requests in flight below the clients of two runs (MAX_NUM_SEQS), async scheduling flipped, the
     prefix cache flipped where the client reuses prompts (aiperf), and each other value of the front end's
     choices the runs leave open (`_frontend_choices`)."""
     open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
     if not any(r.values.get("benchmark") == "aiperf" for r in runs):
         open_.discard("prefix_caching")
-    clients = max(int(r.values.get("concurrency") or 0) for r in runs)
+    loads = sorted(int(r.values.get("concurrency") or 0) for r in runs)
+    clients = loads[-2] if len(loads) > 1 else 0  # a cap below it has two runs beyond it
     counts = {"max_batched_tokens": BUDGETS, "max_num_seqs": [n for n in MAX_NUM_SEQS if n < clients]}
     options = []
     for key, place in LAUNCH_PLACES.items():

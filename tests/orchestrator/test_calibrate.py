@@ -649,8 +649,10 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     """Each launch choice is kept at knobs fitted for the launch before it; once the choices end, the knobs are
     fitted again from the base's at the launch they ended on, and the lower loss is kept. On these five runs,
     from TensorRT-LLM's profile with a 10 ms client (its shipped one before session 35), the path's own fit ends at
-    a loss of 0.0137 (a cap of 100 in flight kept), the fit from the base's knobs at 0.0129: what fit returns is
-    never above what a fit from the base's knobs at its own launch gives."""
+    a loss of 0.0186 (a 100 us stream kept), the fit from the base's knobs at 0.0173: what fit returns is never
+    above what a fit from the base's knobs at its own launch gives. (One C=128 run of five is not enough to try
+    a cap of 100 in flight: the 100 us stream explains it without putting the campaign's other C=128 runs at
+    tp 1 and 2 1.6-7.4x slow.)"""
     from orchestrator.calibrate import base_profile
     from orchestrator.fitting import FIT_ITERATIONS, Evaluator, _launch_of, fit, fit_knobs
 
@@ -660,9 +662,9 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     base["frontend"]["client_ms"] = 10.0
     ev = Evaluator(str(tmp_path))
     data, best = fit(ev, runs, base)
-    assert data["launch"]["max_num_seqs"] == 100
+    assert data["frontend"]["stream_us"] == 100.0 and not data.get("launch", {}).get("max_num_seqs")
     again = fit_knobs(ev, runs, _launch_of(data, base), base, FIT_ITERATIONS)[1]
-    assert best <= again < 0.0133
+    assert best <= again < 0.0180
 
 
 
@@ -701,3 +703,19 @@ def test_the_choice_kept_is_the_one_of_least_loss_among_those_that_gain_enough()
     assert kept_choice([(0.1039, 0, stream), (0.1011, 1, rounds)], 0.1348, data) is rounds
     assert kept_choice([(0.1039, 0, stream), (0.1011, 1, rounds)], 0.1100, data) is stream  # 5 a client: 8 %
     assert kept_choice([(0.1090, 0, stream), (0.1011, 1, rounds)], 0.1100, data) is None
+
+
+def test_a_cap_on_requests_in_flight_is_tried_only_below_two_runs_clients():
+    """One run beyond a cap cannot tell it from anything else that slows that load, so a cap is tried only where
+    two runs or more had more clients: 100 for loads of 128 and 160 clients, none for one of 128 alone, and 256
+    only where two runs exceed it."""
+    from orchestrator.fitting import launch_options
+    from orchestrator.runs import Run
+
+    def caps(*clients):
+        runs = [Run({"concurrency": c}, 100.0, 10.0, f"run {c}") for c in clients]
+        return sorted(o["launch"]["max_num_seqs"] for o in launch_options(runs, {}) if "max_num_seqs" in
+                      o.get("launch", {}))
+
+    assert caps(8, 32, 128) == [] and caps(8, 128, 160) == [100] and caps(128, 300, 512) == [100, 256]
+    assert caps(512) == []
