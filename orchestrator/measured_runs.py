@@ -46,7 +46,7 @@ PRECISION = {"": "bf16", "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "fl
              "fp8_block": "fp8", "int8": "w8a8", "fp4": "bf16+nvfp4", "nvfp4": "bf16+nvfp4", "mxfp4": "bf16+mxfp4",
              "int4": "bf16+int4_wo", "w4afp8": "fp8+w4afp8"}
 #: the KV cache a label brings: NVIDIA's NVFP4 checkpoints declare an FP8 one (hf_quant_config.json:
-#: kv_cache_quant_algo FP8), and an engine whose profile says so keeps FP8 runs' cache in FP8
+#: kv_cache_quant_algo FP8)
 LABEL_KV = {"bf16+nvfp4": "fp8"}
 #: the label whose KV-cache dtype is read from the engine profile pricing the run (`kv_cache`; --engine where
 #: given, else the backend's): vLLM's `--kv-cache-dtype auto` keeps an FP8 checkpoint's cache in bf16, a launch
@@ -288,16 +288,15 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
     if named:
         concurrency, ep, dp = *named, 1
     engine = engine or cells["backend"]
+    given_kv = kv_cache_dtype if label == READ_KV_LABEL else ""  # a given dtype replaces a reading, not a label's
     spec = {"model": model, "device": device, "engine": engine, "input_length": str(isl),
             "output_length": str(osl), "concurrency": str(concurrency), "tp": str(tp), "pp": str(pp),
             "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
-            "kv_cache_dtype": kv_cache(label, engine), "arrival": "closed", "benchmark": "aiperf",
+            "kv_cache_dtype": given_kv or kv_cache(label, engine), "arrival": "closed", "benchmark": "aiperf",
             "prefix_caching": PREFIX_CACHING}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
-    if label == READ_KV_LABEL and kv_cache_dtype:
-        spec["kv_cache_dtype"] = kv_cache_dtype
-    elif label == READ_KV_LABEL:
+    if label == READ_KV_LABEL and not given_kv:
         spec["kv_cache_read_as"] = spec["kv_cache_dtype"]
     if cells.get("release_read_as"):
         spec["release_read_as"] = cells["release_read_as"]

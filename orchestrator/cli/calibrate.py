@@ -78,9 +78,9 @@ def print_calibration(c, engine: str, output: str) -> None:
     print(aligned(cells, left=1))
     read = {}
     for run in c.runs:
-        for note in filter(None, run.note.split("; ")):
-            read.setdefault(note, []).append(run.where)
-    for note, wheres in read.items():
+        if run.note:
+            read.setdefault(run.note, []).append(run.where)
+    for note, wheres in read.items():  # one line for the runs read alike
         print(f"note: {', '.join(wheres)}: {note}")
     if len(c.runs) < 5:
         print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",

@@ -667,7 +667,6 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     assert best <= again < 0.0180
 
 
-
 def test_an_fp8_run_s_kv_cache_is_read_as_the_profile_pricing_it_keeps_one(tmp_path):
     """Silicon FP8 rows record no KV-cache dtype: each is read as the profile pricing it keeps an FP8 run's
     (`fp8_kv_cache`; vLLM's: FP8), --engine where given, and says so. A profile of a deployment that kept bf16
