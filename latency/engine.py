@@ -54,6 +54,13 @@ NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_l
                "dp_step_ms": None, "moe_prefill_layer_us": None, "moe_layer_us": None, "gpu_memory_utilization": 1}
 
 
+#: the profile's fields no step's price reads: its labels (the family stands for name and base), what a request
+#: does outside the steps (the front end), how the engine was launched and admits requests, its memory share
+#: and KV dtype (the memory picture's, and the scenario's quantisation, which a price names on its own)
+UNPRICED = ("name", "source", "base", "frontend", "scheduler", "prefix_caching", "fp8_kv_cache", "max_batched_tokens",
+            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization")
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """A step costs `step_ms` + `layer_us` per layer + `request_us` per request in it +
@@ -119,6 +126,13 @@ class EngineProfile:
     def family(self) -> str:
         """The shipped engine whose kernels and launch rules this profile describes."""
         return self.base or self.name
+
+    def priced(self) -> dict:
+        """What of the profile a step's price reads: every field but UNPRICED, and the family whose kernels it
+        runs. Profiles alike in it price every step alike (calibrate's candidates that move only the front
+        end or the launch share their prices)."""
+        fields = {key: value for key, value in dataclasses.asdict(self).items() if key not in UNPRICED}
+        return {**fields, "family": self.family}
 
     def scaled_device(self, device):
         """`device` with its efficiencies multiplied by the [efficiency] table (each at most 1); a device's

@@ -133,16 +133,16 @@ class RooflineModel:
 
     @cached_property
     def fingerprint(self) -> str:
-        """Names model, device, parallelism, quantisation and every number that changes a price, and
-        the version of the pricing code, so a long-lived shared cache never serves another release's
-        prices."""
+        """Names model, device, parallelism, quantisation and every number that changes a price (of the engine
+        profile, what a price reads of it), and the version of the pricing code, so a long-lived shared cache
+        never serves another release's prices; models alike in it share prices (`simulator.StepPricer`)."""
         payload = json.dumps([asdict(self.model), asdict(self.device), asdict(self.parallel),
-                              asdict(self.quant), asdict(self.engine), pricing_code_version()], sort_keys=True)
+                              asdict(self.quant), self.engine.priced(), pricing_code_version()], sort_keys=True)
         digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
         p = self.parallel
         adp = f"adp{p.attention_dp}" if p.attention_dp > 1 else ""
         return (f"{self.model.name}|{self.device.name}|tp{p.tp}pp{p.pp}ep{p.ep}{adp}|{self.quant.name}|"
-                f"{self.engine.name}|{digest}")
+                f"{self.engine.family}|{digest}")
 
     # ----- pricing ----------------------------------------------------------------------------
     def latency_ms(self, keys: Sequence[ForwardKey]) -> np.ndarray:

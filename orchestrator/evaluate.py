@@ -15,7 +15,7 @@ from latency import load_engine
 from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
-from simulator import Frontend, StepPricer, TokenBudget, Workload, plan, price, step_times
+from simulator import PRICERS, Frontend, TokenBudget, Workload, plan, price, step_times
 from simulator.benchmarks import protocol
 from simulator.blocks import KVPool, kv_pool
 from simulator.metrics import goodput, measure
@@ -25,8 +25,6 @@ PHASE = {"agg": "both", "prefill": "prefill", "decode": "decode"}
 #: the Poisson capacity search walks a geometric grid of rates: point n offers
 #: RATE_BASE * RATE_GROWTH ** (n - 1) requests/s (5 % apart, from 0.01 req/s)
 RATE_BASE, RATE_GROWTH = 0.01, 1.05
-#: step pricers kept per process for timed (Poisson) plans: a capacity search reuses one
-STEP_PRICERS = 64
 #: plans kept per process, least recently used out first, up to PLANS of them and PLAN_BYTES of their
 #: arrays: a plan depends on the workload, the policy, the phase and the decode context rule, never
 #: on the model, device or layout, so the layouts of a search and the scenarios of a plan family
@@ -168,12 +166,6 @@ def direct_pricer(lm, keys, fused: bool):
     return price(lm, keys, fused)
 
 
-@lru_cache(maxsize=STEP_PRICERS)
-def _step_pricer(lm, scheduler) -> StepPricer:
-    """One step pricer per (latency model, policy) in this process: a capacity search reuses it."""
-    return StepPricer(lm, scheduler)
-
-
 def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     """Phase one of a point: the latency model and the planned schedule. A Poisson schedule depends
     on time, so its steps are priced while planned (a per-process step pricer remembers them). A load
@@ -201,7 +193,7 @@ def _planned(w: Workload, scheduler, role: str, decode_context: str, lm, peak_li
     if w.timed:
         PLANS_MADE.append(_plan_signature(w, scheduler, role, decode_context, lm.fingerprint))
         return plan(w, scheduler, phase=PHASE[role], decode_context=decode_context,
-                    step_ms=_step_pricer(lm, scheduler), peak_limit=peak_limit)
+                    step_ms=PRICERS.get(lm, scheduler), peak_limit=peak_limit)
     made = _plan.made
     planned = _plan(w, scheduler, PHASE[role], decode_context)
     if _plan.made > made:

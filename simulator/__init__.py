@@ -5,7 +5,7 @@ from __future__ import annotations
 from simulator.disagg import PDRatio, decode_qps, pd_ratio, prefill_qps
 from simulator.frontend import Frontend
 from simulator.metrics import Metrics, per_request, per_step, replay
-from simulator.pricing import StepPricer, price, step_times
+from simulator.pricing import PRICERS, StepPricer, price, step_times
 from simulator.scheduler import (
     SCHEDULERS,
     DecodeFirstWithSlack,
@@ -20,11 +20,10 @@ from simulator.timeline import Plan, plan
 from simulator.workload import PrefillChunk, Workload, chunk_plan
 
 __all__ = [
-    "SCHEDULERS", "DecodeFirstWithSlack", "Frontend", "Metrics", "PDRatio", "Plan", "PrefillChunk", "PrefillFirst",
-    "Scheduler",
-    "SchedulerState", "StepDecision", "StepPricer", "TokenBudget", "Workload", "chunk_plan", "decode_qps",
-    "make_scheduler", "pd_ratio", "per_request", "per_step", "plan", "prefill_qps", "price", "replay", "simulate",
-    "step_times",
+    "PRICERS", "SCHEDULERS", "DecodeFirstWithSlack", "Frontend", "Metrics", "PDRatio", "Plan", "PrefillChunk",
+    "PrefillFirst", "Scheduler", "SchedulerState", "StepDecision", "StepPricer", "TokenBudget", "Workload",
+    "chunk_plan", "decode_qps", "make_scheduler", "pd_ratio", "per_request", "per_step", "plan", "prefill_qps", "price",
+    "replay", "simulate", "step_times",
 ]
 
 

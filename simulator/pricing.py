@@ -86,3 +86,32 @@ class StepPricer:
 
     def prices(self, plan) -> np.ndarray:
         return np.array([self.memo[k] for k in plan.price_keys], dtype=np.float64)
+
+
+class SharedPricers:
+    """The process's step pricers of timed plans, one per (latency model's prices, policy), least recently used
+    out first beyond `size`: latency models of one fingerprint price every step alike (it names everything that
+    changes a price: latency.backends), so the first one's pricer serves them all; a capacity search reuses one,
+    and so do calibrate's candidate profiles that move only what no price reads (the front end, the launch). A
+    latency without a fingerprint (a plain callable) has its own."""
+
+    def __init__(self, size: int):
+        self.size, self.pricers = size, {}
+
+    def get(self, latency, scheduler) -> StepPricer:
+        key = (getattr(latency, "fingerprint", latency), scheduler)
+        pricer = self.pricers.pop(key, None) or StepPricer(latency, scheduler)
+        self.pricers[key] = pricer  # the most recently used last
+        while len(self.pricers) > self.size:
+            del self.pricers[next(iter(self.pricers))]
+        return pricer
+
+    def clear(self) -> None:
+        self.pricers.clear()
+
+    def __len__(self) -> int:
+        return len(self.pricers)
+
+
+#: step pricers kept per process
+PRICERS = SharedPricers(64)

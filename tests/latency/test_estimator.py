@@ -252,6 +252,37 @@ def test_fingerprint_names_the_pricing_code_version(monkeypatch):
     assert build_latency_model("Qwen/Qwen3-8B", "H200_SXM").fingerprint != before
 
 
+def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_price():
+    """The fingerprint leaves out what no step's price reads (latency.engine.UNPRICED: labels, front end, launch,
+    admission, memory share), so calibrate's candidates that move only those share their prices; every field a
+    price reads changes it."""
+    from latency.engine import UNPRICED, EngineProfile
+
+    base = EngineProfile("mine", base="vllm", step_ms=0.5, request_layer_us=0.3, moe_layer_us=20.0)
+    other = dataclasses.replace(
+        base, name="theirs", source="elsewhere", frontend=(("request_ms", 6.0), ("stream_us", 50.0)),
+        scheduler="prefill-first", prefix_caching=True, fp8_kv_cache=True, max_batched_tokens=4096, max_num_seqs=100,
+        capacity_scheduler="guaranteed-no-evict", gpu_memory_utilization=0.8)
+    assert {f for f in UNPRICED if getattr(other, f) == getattr(base, f)} == {"base"}
+    keys = [ForwardKey(True, 3, 1500, 4000), ForwardKey(False, 40, 1, 6000)]
+    shapes = [(keys[0],), (keys[1],), tuple(keys)]
+    for model in ("Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B"):
+        a, b = (build_latency_model(model, "H200_SXM", tp=2, engine=e) for e in (base, other))
+        assert a.fingerprint == b.fingerprint
+        assert a.step_latency_ms(shapes).tolist() == b.step_latency_ms(shapes).tolist()
+    plain = build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2, engine=base).fingerprint
+    changed = {"base": "sglang", "efficiency": (("gemm", 0.9),)}
+    for f in dataclasses.fields(EngineProfile):
+        if f.name in UNPRICED and f.name not in changed:
+            continue
+        if f.name in changed:
+            value = changed[f.name]
+        else:
+            value = not getattr(base, f.name) if f.type == "bool" else getattr(base, f.name) + 0.25
+        moved = dataclasses.replace(base, **{f.name: value})
+        assert build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2, engine=moved).fingerprint != plain, f.name
+
+
 #: models whose steps are priced by every part of `_price`: dense, sliding-window attention with MXFP4
 #: experts, MLA with a MoE prefill time (SGLang's), EP experts with TensorRT-LLM's per-layer times
 PART_MODELS = [("Qwen/Qwen3-32B", "H200_SXM", {"tp": 2}, "vllm"),

@@ -744,3 +744,23 @@ def test_every_quantisation_the_silicon_format_names_is_read():
         labelled_quantization({"moe_quant_mode": mode.name})
     assert labelled_quantization({"moe_quant_mode": "w4a16_nvfp4"}) == "bf16+nvfp4"
     assert labelled_quantization({"gemm_quant_mode": "fp8", "moe_quant_mode": "w4a16_nvfp4"}) == "fp8+nvfp4"
+
+
+def test_profiles_that_move_only_the_front_end_share_their_step_prices_and_rows_are_as_priced_afresh(tmp_path):
+    """A timed plan's step pricer is found by the latency model's fingerprint, so calibrate's candidate profiles
+    that move only the front end price each step once between them; each row is what a fresh pricer gives."""
+    from simulator import PRICERS
+
+    specs = {}
+    for name, request_ms in (("a", 2.0), ("b", 9.0)):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'name = "{name}"\nbase = "vllm"\nstep_ms = 0.4\n[frontend]\nrequest_ms = {request_ms}\n')
+        specs[name] = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "engine": str(path), "input_length": 2048,
+                       "output_length": 256, "concurrency": 48, "arrival": "closed", "num_prompts": 96}
+    PRICERS.clear()
+    shared = {name: estimate(configure(spec)) for name, spec in specs.items()}
+    assert len(PRICERS) == 1  # one pricer served both profiles
+    for name, spec in specs.items():
+        PRICERS.clear()
+        assert estimate(configure(spec)) == shared[name]
+    assert shared["b"]["ttft_ms"] > shared["a"]["ttft_ms"]  # 7 ms more a request, serial: the front end matters
