@@ -46,7 +46,7 @@ LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "max_nu
                  "async_scheduling": ("async_scheduling",), "prefix_caching": ("prefix_caching",)}
 #: the front end's time per response chunk tried for closed loops (us; 0 is the base's): 20,000 and 10,000
 #: chunks a second, about where SGLang 0.5.6's and TensorRT-LLM 1.0's held-back campaigns streamed
-#: (bench/littles_law.py; docs/fidelity.md)
+#: (bench/littles_law.py; docs/fidelity.md); each where no run streamed faster than it can (`streamed`)
 STREAM_PLACE = ("frontend", "stream_us")
 STREAMS = (50.0, 100.0)
 #: the measured requests per client tried for aiperf closed loops whose runs do not count them (0: aiperf's 20,
@@ -276,13 +276,28 @@ def launch_options(runs: list[Run], data: dict) -> list[dict]:
 
 
 def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
-    """The front end's choices the runs leave open, each with its values (the base's first): the streaming
-    time where some run is a closed loop, the requests per client where some aiperf closed loop does not
-    count them."""
+    """The front end's choices the runs leave open, each with its values (the base's first): the streaming times
+    no closed loop streamed faster than (`streamed`), the requests per client where some aiperf closed loop does
+    not count them."""
     closed = [r for r in runs if r.values.get("arrival") == "closed"]
     uncounted = any(r.values.get("benchmark") == "aiperf" and not r.values.get("num_prompts") for r in closed)
-    open_ = {STREAM_PLACE: bool(closed), ROUNDS_PLACE: uncounted}
-    return {place: values for place, values in FRONTEND_CHOICES.items() if open_[place]}
+    fastest = max(map(streamed, closed), default=0.0)
+    streams = tuple(us for us in FRONTEND_CHOICES[STREAM_PLACE] if us * fastest <= 1e6)
+    open_ = {STREAM_PLACE: bool(closed) and len(streams) > 1, ROUNDS_PLACE: uncounted}
+    values = {STREAM_PLACE: streams, ROUNDS_PLACE: FRONTEND_CHOICES[ROUNDS_PLACE]}
+    return {place: values[place] for place in FRONTEND_CHOICES if open_[place]}
+
+
+def streamed(run: Run) -> float:
+    """The tokens a second a closed loop's clients received, as measured: each client's request takes its TTFT and
+    a TPOT for each token after the first. A front end that takes `stream_us` a chunk (a token) cannot have
+    streamed more than 1e6 / stream_us: a streaming time that would is not tried."""
+    try:
+        clients, out = int(run.values.get("concurrency") or 0), float(run.values.get("output_length") or 0)
+    except (TypeError, ValueError):  # lengths drawn from a distribution: the run bounds nothing
+        return 0.0
+    request_ms = run.ttft_ms + max(out - 1, 0) * run.tpot_ms
+    return clients * out * 1e3 / request_ms if request_ms > 0 else 0.0
 
 
 def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,

@@ -718,3 +718,26 @@ def test_a_cap_on_requests_in_flight_is_tried_only_below_two_runs_clients():
 
     assert caps(8, 32, 128) == [] and caps(8, 128, 160) == [100] and caps(128, 300, 512) == [100, 256]
     assert caps(512) == []
+
+
+def test_a_streaming_time_is_tried_only_where_no_run_streamed_faster_than_it_can():
+    """A front end of 100 us a chunk streams at most 10,000 tokens a second, of 50 us 20,000: a streaming time is
+    tried only where no closed loop's clients received more (clients x output tokens / (TTFT + TPOT for each token
+    after the first)). SGLang 0.5.6's three runs, one of them at 13,500 tokens a second, kept 100 us and put the
+    campaign's other runs 2.7x slow."""
+    from orchestrator.fitting import STREAM_PLACE, _frontend_choices, streamed
+    from orchestrator.runs import Run
+
+    def loop(rate: float) -> Run:  # 100 clients of 101 tokens: 100 ms TTFT, then 100 TPOTs
+        return Run({"arrival": "closed", "concurrency": 100, "output_length": 101}, 100.0,
+                   (100 * 101 * 1e3 / rate - 100.0) / 100, f"run at {rate}")
+
+    assert streamed(loop(13_500)) == pytest.approx(13_500)
+    assert streamed(Run({"arrival": "closed", "concurrency": 512, "output_length": 500}, 1868.39, 34.27, "sglang")) \
+        == pytest.approx(512 * 500 / (1.86839 + 499 * 0.03427))  # 13,496 tokens a second
+    assert _frontend_choices([loop(2_000), loop(9_900)])[STREAM_PLACE] == (0.0, 50.0, 100.0)
+    assert _frontend_choices([loop(2_000), loop(13_500)])[STREAM_PLACE] == (0.0, 50.0)
+    assert STREAM_PLACE not in _frontend_choices([loop(2_000), loop(20_500)])
+    assert STREAM_PLACE not in _frontend_choices([replace(loop(2_000), values={"arrival": "poisson"})])
+    drawn = replace(loop(20_500), values={"arrival": "closed", "concurrency": 100, "output_length": "uniform:50:150"})
+    assert streamed(drawn) == 0.0 and _frontend_choices([drawn])[STREAM_PLACE] == (0.0, 50.0, 100.0)
