@@ -2,7 +2,7 @@
 of its runs, then the campaign's other runs predicted with the profile it wrote, beside the shipped profile.
 
     python bench/calibrate_campaigns.py [--calibration-runs 5] [--every 1] [--min-runs 8] [--num-cpus 2]
-                                        [--only REGEX] [--seed S] [--left-out] [--output CSV]
+                                        [--only REGEX] [--seed S] [--left-out] [--leave-one-out] [--output CSV]
 
 A campaign is one model, GPU, engine, release and precision (its rows share a launch script, a client
 and an engine build: what a fit on some of its rows learns). The 5 calibration runs are spread evenly
@@ -18,6 +18,11 @@ by `calibrate` faces on a campaign nobody fitted. `--ship` (with `--left-out`) t
 profiles: for each engine whose left-out figure the calibration lowers (neither median |error|, TTFT nor
 TPOT, rises and one falls), `calibrate` on as many runs of every one of its campaigns, written in place
 into latency/data/engines/ENGINE.toml; an engine whose figure it does not lower keeps its profile.
+
+`--leave-one-out` calibrates as `servesweep calibrate` does by default, its leave-one-out fits included (in
+calibrate_s), and adds what it prints of its own runs (median |error| with the base profile, fitted and left
+one out: base_*, fit_*, loo_*) beside what the profile does on the runs it did not see: how well the warning
+it prints foretells them.
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ def from_others(rows: pd.DataFrame, others: list[pd.DataFrame], k: int,
 
 
 def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: list | None = None,
-                 seed: int | None = None) -> dict:
+                 seed: int | None = None, leave_one_out: bool = False) -> dict:
     """Calibrate on k runs (of this campaign, or with `others` of the engine's other campaigns), then predict
     the campaign's runs calibrate did not see with the shipped and the calibrated profile."""
     from orchestrator.calibrate import calibrate, profile_data
@@ -103,7 +108,7 @@ def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: lis
         started = time.perf_counter()
         runs = read_runs([folder / "fit.csv"], {})
         engine = rows["backend"].iloc[0]
-        c = calibrate(runs, engine, leave_one_out=False, progress=False)
+        c = calibrate(runs, engine, leave_one_out=leave_one_out, progress=False)
         profile = folder / "campaign.toml"
         write_profile(str(profile), profile_data(c, "campaign", ["fit.csv"]))
         seconds = time.perf_counter() - started
@@ -120,6 +125,9 @@ def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: lis
         values = np.array(values) if values else np.full((1, 2), np.nan)
         out[f"{which}_ttft"], out[f"{which}_tpot"] = np.median(np.abs(values), axis=0)
         out[f"{which}_ttft_signed"], out[f"{which}_tpot_signed"] = np.median(values, axis=0)  # a systematic error
+    for which, values in (("base", c.base_errors), ("fit", c.fit_errors), ("loo", c.loo_errors)):
+        if values is not None:  # what calibrate prints of its own runs
+            out[f"{which}_ttft"], out[f"{which}_tpot"] = np.median(np.abs(values), axis=0)
     out["fitted"] = "; ".join(f"{what} {new}" for what, old, new in c.changes() if old != new)
     return out
 
@@ -163,6 +171,8 @@ def main(argv=None) -> int:
                    "of each engine whose left-out figure calibration lowers (--calibration-runs of each campaign)")
     p.add_argument("--seed", type=int, help="draw each campaign's calibration runs at random with this seed "
                    "(>= 0) instead of spreading them over its loads: how much the figure owes to which runs")
+    p.add_argument("--leave-one-out", action="store_true", help="calibrate with its leave-one-out fits, as "
+                   "servesweep calibrate does by default, and report its own runs' errors beside the unseen ones")
     p.add_argument("--output", help="also write the per-campaign table here (.csv)")
     a = p.parse_args(argv)
     least = 2 if a.left_out else 3
@@ -185,7 +195,7 @@ def main(argv=None) -> int:
             else None
         if a.left_out and not others:
             continue  # the engine's only campaign: nothing to leave it out of
-        jobs.append(task.remote(label, rows, a.calibration_runs, a.every, others, a.seed))
+        jobs.append(task.remote(label, rows, a.calibration_runs, a.every, others, a.seed, a.leave_one_out))
     table = pd.DataFrame(ray.get(jobs))
     per = table.groupby("engine")[["shipped_ttft", "shipped_tpot", "calibrated_ttft", "calibrated_tpot"]].median()
     made = {}
@@ -211,7 +221,8 @@ def main(argv=None) -> int:
     print(f"\nall campaigns: shipped {shipped}, "
           f"calibrated on {a.calibration_runs} runs TTFT {pct(table.calibrated_ttft.median())} / TPOT "
           f"{pct(table.calibrated_tpot.median())}; worst calibrated campaign TTFT {pct(table.calibrated_ttft.max())}; "
-          f"calibrate took {table.calibrate_s.median():.1f} s a campaign (median)")
+          f"calibrate took {table.calibrate_s.median():.1f} s a campaign (median, its leave-one-out fits "
+          f"{'included' if a.leave_one_out else 'not run'})")
     print("\nwhat each calibration changed:")
     for r in table.itertuples():
         print(f"  {r.campaign}: {r.fitted or 'nothing'}")
