@@ -289,15 +289,17 @@ def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
 
 
 def streamed(run: Run) -> float:
-    """The tokens a second a closed loop's clients received, as measured: each client's request takes its TTFT and
-    a TPOT for each token after the first. A front end that takes `stream_us` a chunk (a token) cannot have
-    streamed more than 1e6 / stream_us: a streaming time that would is not tried."""
+    """The response chunks a second a closed loop's clients received, as measured: each client's request takes its
+    TTFT and a TPOT for each token after the first, and a chunk holds a step's tokens of a request (one, or up to
+    1 + the MTP drafts). A front end that takes `stream_us` a chunk cannot have streamed more than 1e6 / stream_us:
+    a streaming time that would is not tried."""
     try:
         clients, out = int(run.values.get("concurrency") or 0), float(run.values.get("output_length") or 0)
+        per_chunk = 1 + int(run.values.get("mtp_tokens") or 0)
     except (TypeError, ValueError):  # lengths drawn from a distribution: the run bounds nothing
         return 0.0
     request_ms = run.ttft_ms + max(out - 1, 0) * run.tpot_ms
-    return clients * out * 1e3 / request_ms if request_ms > 0 else 0.0
+    return clients * out * 1e3 / request_ms / per_chunk if request_ms > 0 else 0.0
 
 
 def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,

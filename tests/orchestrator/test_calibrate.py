@@ -739,5 +739,6 @@ def test_a_streaming_time_is_tried_only_where_no_run_streamed_faster_than_it_can
     assert _frontend_choices([loop(2_000), loop(13_500)])[STREAM_PLACE] == (0.0, 50.0)
     assert STREAM_PLACE not in _frontend_choices([loop(2_000), loop(20_500)])
     assert STREAM_PLACE not in _frontend_choices([replace(loop(2_000), values={"arrival": "poisson"})])
+    assert streamed(replace(loop(13_500), values={**loop(0.5).values, "mtp_tokens": 2})) == pytest.approx(4_500)
     drawn = replace(loop(20_500), values={"arrival": "closed", "concurrency": 100, "output_length": "uniform:50:150"})
     assert streamed(drawn) == 0.0 and _frontend_choices([drawn])[STREAM_PLACE] == (0.0, 50.0, 100.0)
