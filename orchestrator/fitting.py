@@ -288,6 +288,18 @@ def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
     return {place: values[place] for place in FRONTEND_CHOICES if open_[place]}
 
 
+def streams_ruled_out(runs: list[Run]) -> str:
+    """Which streaming times the runs rule out, and by which run ("" where none): said beside the fit."""
+    closed = [r for r in runs if r.values.get("arrival") == "closed"]
+    fastest = max(closed, key=streamed, default=None)
+    out = [us for us in STREAMS if fastest is not None and us * streamed(fastest) > 1e6]
+    if not out:
+        return ""
+    times = " and ".join(f"{us:g} us" for us in out)
+    return (f"a front end of {times} a chunk not tried: {fastest.where}'s clients received "
+            f"{streamed(fastest):,.0f} chunks a second, more than it lets through")
+
+
 def streamed(run: Run) -> float:
     """The response chunks a second a closed loop's clients received, as measured: each client's request takes its
     TTFT and a TPOT for each token after the first, and a chunk holds a step's tokens of a request (one, or up to

@@ -742,3 +742,25 @@ def test_a_streaming_time_is_tried_only_where_no_run_streamed_faster_than_it_can
     assert streamed(replace(loop(13_500), values={**loop(0.5).values, "mtp_tokens": 2})) == pytest.approx(4_500)
     drawn = replace(loop(20_500), values={"arrival": "closed", "concurrency": 100, "output_length": "uniform:50:150"})
     assert streamed(drawn) == 0.0 and _frontend_choices([drawn])[STREAM_PLACE] == (0.0, 50.0, 100.0)
+
+
+def test_calibrate_says_which_streaming_times_its_runs_rule_out(capsys):
+    """The streaming times a run streamed faster than are not tried, and calibrate says so, naming the run."""
+    from orchestrator.calibrate import Calibration, base_profile
+    from orchestrator.cli.calibrate import print_calibration
+    from orchestrator.fitting import streams_ruled_out
+    from orchestrator.runs import Run
+
+    def loop(where: str, tpot_ms: float) -> Run:  # 512 clients of 500 tokens, 1.9 s TTFT
+        return Run({"arrival": "closed", "concurrency": 512, "output_length": 500}, 1900.0, tpot_ms, where)
+
+    # 512 x 500 tokens / (1.9 s + 499 TPOTs): 4,942 and 13,473 a second
+    slow, fast = loop("c512 slow", 100.0), loop("c512 fast", 34.27)
+    assert streams_ruled_out([slow]) == ""
+    said = ("a front end of 100 us a chunk not tried: c512 fast's clients received 13,473 chunks a second, more "
+            "than it lets through")
+    assert streams_ruled_out([slow, fast]) == said
+    data = base_profile("sglang")
+    errors = np.zeros((2, 2))
+    print_calibration(Calibration(data, data, [slow, fast], errors, errors, None), "sglang", "mine.toml")
+    assert f"note: {said}" in capsys.readouterr().out
