@@ -279,25 +279,34 @@ def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
     """The front end's choices the runs leave open, each with its values (the base's first): the streaming times
     no closed loop streamed faster than (`streamed`), the requests per client where some aiperf closed loop does
     not count them."""
-    closed = [r for r in runs if r.values.get("arrival") == "closed"]
+    closed = _closed(runs)
     uncounted = any(r.values.get("benchmark") == "aiperf" and not r.values.get("num_prompts") for r in closed)
-    fastest = max(map(streamed, closed), default=0.0)
-    streams = tuple(us for us in FRONTEND_CHOICES[STREAM_PLACE] if us * fastest <= 1e6)
-    open_ = {STREAM_PLACE: bool(closed) and len(streams) > 1, ROUNDS_PLACE: uncounted}
-    values = {STREAM_PLACE: streams, ROUNDS_PLACE: FRONTEND_CHOICES[ROUNDS_PLACE]}
-    return {place: values[place] for place in FRONTEND_CHOICES if open_[place]}
+    ruled_out, _ = _streams_ruled_out(closed)
+    streams = tuple(us for us in FRONTEND_CHOICES[STREAM_PLACE] if us not in ruled_out)
+    choices = {STREAM_PLACE: streams if closed and len(streams) > 1 else (),
+               ROUNDS_PLACE: FRONTEND_CHOICES[ROUNDS_PLACE] if uncounted else ()}
+    return {place: values for place, values in choices.items() if values}
 
 
 def streams_ruled_out(runs: list[Run]) -> str:
     """Which streaming times the runs rule out, and by which run ("" where none): said beside the fit."""
-    closed = [r for r in runs if r.values.get("arrival") == "closed"]
-    fastest = max(closed, key=streamed, default=None)
-    out = [us for us in STREAMS if fastest is not None and us * streamed(fastest) > 1e6]
-    if not out:
+    ruled_out, fastest = _streams_ruled_out(_closed(runs))
+    if not ruled_out:
         return ""
-    times = " and ".join(f"{us:g} us" for us in out)
+    times = " and ".join(f"{us:g} us" for us in ruled_out)
     return (f"a front end of {times} a chunk not tried: {fastest.where}'s clients received "
             f"{streamed(fastest):,.0f} chunks a second, more than it lets through")
+
+
+def _streams_ruled_out(closed: list[Run]) -> tuple[tuple[float, ...], Run | None]:
+    """The streaming times (STREAMS) the fastest of the closed loops streamed faster than, and that loop."""
+    fastest = max(closed, key=streamed, default=None)
+    rate = 0.0 if fastest is None else streamed(fastest)
+    return tuple(us for us in STREAMS if us * rate > 1e6), fastest
+
+
+def _closed(runs: list[Run]) -> list[Run]:
+    return [r for r in runs if r.values.get("arrival") == "closed"]
 
 
 def streamed(run: Run) -> float:

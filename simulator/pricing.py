@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -96,21 +97,20 @@ class SharedPricers:
     latency without a fingerprint (a plain callable) has its own."""
 
     def __init__(self, size: int):
-        self.size, self.pricers = size, {}
+        self.size, self.pricers = size, OrderedDict()
 
     def get(self, latency, scheduler) -> StepPricer:
         key = (getattr(latency, "fingerprint", latency), scheduler)
-        pricer = self.pricers.pop(key, None) or StepPricer(latency, scheduler)
-        self.pricers[key] = pricer  # the most recently used last
-        while len(self.pricers) > self.size:
-            del self.pricers[next(iter(self.pricers))]
+        if key in self.pricers:
+            self.pricers.move_to_end(key)
+            return self.pricers[key]
+        pricer = self.pricers[key] = StepPricer(latency, scheduler)
+        if len(self.pricers) > self.size:
+            self.pricers.popitem(last=False)
         return pricer
 
     def clear(self) -> None:
         self.pricers.clear()
-
-    def __len__(self) -> int:
-        return len(self.pricers)
 
 
 #: step pricers kept per process

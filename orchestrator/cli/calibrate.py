@@ -84,8 +84,8 @@ def print_calibration(c, engine: str, output: str) -> None:
             read.setdefault(run.note, []).append(run.where)
     for note, wheres in read.items():  # one line for the runs read alike
         print(f"note: {', '.join(wheres)}: {note}")
-    if streams_ruled_out(c.runs):
-        print(f"note: {streams_ruled_out(c.runs)}")
+    if ruled_out := streams_ruled_out(c.runs):
+        print(f"note: {ruled_out}")
     if len(c.runs) < 5:
         print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",
               file=sys.stderr)

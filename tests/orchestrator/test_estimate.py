@@ -759,7 +759,7 @@ def test_profiles_that_move_only_the_front_end_share_their_step_prices_and_rows_
                        "output_length": 256, "concurrency": 48, "arrival": "closed", "num_prompts": 96}
     PRICERS.clear()
     shared = {name: estimate(configure(spec)) for name, spec in specs.items()}
-    assert len(PRICERS) == 1  # one pricer served both profiles
+    assert len(PRICERS.pricers) == 1  # one pricer served both profiles
     for name, spec in specs.items():
         PRICERS.clear()
         assert estimate(configure(spec)) == shared[name]
