@@ -21,7 +21,7 @@ from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
 from orchestrator.optimize import can_fork, fork_pool
 from orchestrator.profile_files import to_toml
-from orchestrator.runs import Run
+from orchestrator.runs import Run, streamed
 
 #: how much moving a knob by one of its `scale`s costs in the loss (a mean squared log error): as much as a
 #: 3 % error on every run, so runs that identify a knob move it and runs that do not leave it at the base's
@@ -307,20 +307,6 @@ def _streams_ruled_out(closed: list[Run]) -> tuple[tuple[float, ...], Run | None
 
 def _closed(runs: list[Run]) -> list[Run]:
     return [r for r in runs if r.values.get("arrival") == "closed"]
-
-
-def streamed(run: Run) -> float:
-    """The response chunks a second a closed loop's clients received, as measured: each client's request takes its
-    TTFT and a TPOT for each token after the first, and a chunk holds a step's tokens of a request (one, or up to
-    1 + the MTP drafts). A front end that takes `stream_us` a chunk cannot have streamed more than 1e6 / stream_us:
-    a streaming time that would is not tried."""
-    try:
-        clients, out = int(run.values.get("concurrency") or 0), float(run.values.get("output_length") or 0)
-        per_chunk = 1 + int(run.values.get("mtp_tokens") or 0)
-    except (TypeError, ValueError):  # lengths drawn from a distribution: the run bounds nothing
-        return 0.0
-    request_ms = run.ttft_ms + max(out - 1, 0) * run.tpot_ms
-    return clients * out * 1e3 / request_ms / per_chunk if request_ms > 0 else 0.0
 
 
 def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,

@@ -58,6 +58,20 @@ class Run:
         return kept | {"engine": engine}
 
 
+def streamed(run: Run) -> float:
+    """The response chunks a second a closed loop's clients received, as measured: each client's request takes its
+    TTFT and a TPOT for each token after the first, and a chunk holds a step's tokens of a request (one, or up to
+    1 + the MTP drafts). A front end that takes `stream_us` a chunk cannot have streamed more than 1e6 / stream_us:
+    calibrate does not try a streaming time that would (orchestrator.fitting)."""
+    try:
+        clients, out = int(run.values.get("concurrency") or 0), float(run.values.get("output_length") or 0)
+        per_chunk = 1 + int(run.values.get("mtp_tokens") or 0)
+    except (TypeError, ValueError):  # lengths drawn from a distribution: the run bounds nothing
+        return 0.0
+    request_ms = run.ttft_ms + max(out - 1, 0) * run.tpot_ms
+    return clients * out * 1e3 / request_ms / per_chunk if request_ms > 0 else 0.0
+
+
 def read_runs(paths, flags: dict) -> list[Run]:
     """Every run in `paths` (CSV or JSON files, folders of aiperf exports), `flags` the field values given on
     the command line."""
