@@ -235,8 +235,8 @@ SAME_ARCHITECTURE = {
     "moonshotai/Kimi-K2.7-Code": ("moonshotai/Kimi-K2.5", ()),
     # Qwen3-VL's language models (text prompts: the vision encoder is not priced), 262,144 positions
     **{f"Qwen/Qwen3-VL-{size}": (f"Qwen/Qwen3-{text}", (("max_position_embeddings", 262144),))
-       for size, text in (("2B-Instruct", "1.7B"), ("8B-Instruct", "8B"), ("32B-Instruct", "32B"),
-                          ("32B-Thinking", "32B"), ("30B-A3B-Instruct", "30B-A3B"),
+       for size, text in (("2B-Instruct", "1.7B"), ("4B-Instruct", "4B"), ("8B-Instruct", "8B"),
+                          ("32B-Instruct", "32B"), ("32B-Thinking", "32B"), ("30B-A3B-Instruct", "30B-A3B"),
                           ("235B-A22B-Instruct", "235B-A22B"))},
     "Qwen/Qwen3-235B-A22B-Instruct-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),
     "Qwen/Qwen3-235B-A22B-Thinking-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),

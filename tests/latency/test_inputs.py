@@ -31,9 +31,13 @@ PUBLISHED = {
     "openai/gpt-oss-20b": (2880, 24, 64, 8, 64, 2880, 201088, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0, 131072),
     "Qwen/Qwen3-0.6B": (1024, 28, 16, 8, 128, 3072, 151936, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 40960),
     "Qwen/Qwen3-1.7B": (2048, 28, 16, 8, 128, 6144, 151936, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 40960),
+    "Qwen/Qwen3-4B": (2560, 36, 32, 8, 128, 9728, 151936, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 40960),
+    "XiaomiMiMo/MiMo-7B-Base": (4096, 36, 32, 8, 128, 11008, 151680, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32768),
+    # 288 routed experts of 1,280 and one shared, after 3 dense layers; 33 of 45 layers slide over 512 tokens
+    "stepfun-ai/Step-3.7-Flash": (4096, 45, 64, 8, 128, 11264, 128896, 288, 8, 1280, 1, 3, 0, 0, 0, 0, 0, 65536),
 }
 #: the small Qwen3 models share their embedding with the output layer
-TIED = {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"}
+TIED = {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"}
 FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
           "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts", "num_dense_layers",
           "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -270,3 +274,10 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
             load_engine("greedy")
     finally:
         engine._load.cache_clear()
+
+
+def test_step_flash_slides_three_layers_of_four():
+    """Step-3.7-Flash's layer_types: every fourth layer (0, 4, ..., 44) full, the other 33 over 512 tokens."""
+    spec = load_model("stepfun-ai/Step-3.7-Flash")
+    layers = (spec.num_sliding_layers, spec.sliding_window, spec.num_full_layers, spec.num_moe_layers)
+    assert layers == (33, 512, 12, 42)

@@ -28,7 +28,8 @@ READ = {
     "nvidia/Kimi-K2.5-NVFP4", "nvidia/Kimi-K2.6-NVFP4", "MiniMaxAI/MiniMax-M2.5", "nvidia/MiniMax-M2.5-NVFP4",
     "MiniMaxAI/MiniMax-M2.7", "nvidia/MiniMax-M2.7-NVFP4", "nvidia/Kimi-K2.7-Code-NVFP4", "Qwen/Qwen3-VL-2B-Instruct",
     "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-32B-Instruct", "Qwen/Qwen3-VL-32B-Thinking",
-    "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-235B-A22B-Instruct"}
+    "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-235B-A22B-Instruct", "Qwen/Qwen3-VL-4B-Instruct",
+    "XiaomiMiMo/MiMo-7B-Base", "stepfun-ai/Step-3.7-Flash", "stepfun-ai/Step-3.7-Flash-FP8"}
 #: the matrix's checkpoints with a part we do not price: (name, the part named)
 REFUSED = [("nvidia/Nemotron-H-56B-Base-8K", "state-space"),
            ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "state-space"),
