@@ -38,6 +38,10 @@ HIDDEN_PASSES = 8
 MLP_ACT_PASSES = 3
 #: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
 KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
+#: a sparse-attention indexer's score of a (query, key) pair: an fp32 written, then read by the top-k pick
+INDEX_SCORE_BYTES = 8
+#: ... its kernels a layer: the scores and the top-k pick
+INDEX_KERNELS = 2
 #: expert parallelism: tokens the busiest expert group receives over the mean. Routing is never
 #: perfectly even; DeepSeek's EPLB reports a max/mean expert load near 1.2-1.3 before balancing.
 #: The MoE layer waits for the busiest group. 1 when experts are not split (ep = 1).
@@ -100,6 +104,8 @@ class RooflineModel:
             self.d_v_prefill = m.v_head_dim
             self.d_qk_decode = m.kv_lora_rank + m.qk_rope_head_dim  # absorbed
             self.d_v_decode = m.kv_lora_rank
+            if m.is_sparse:  # the indexer's projections, on every TP rank, spread over the layers
+                self.qkv_params += self._index_params * m.num_index_layers / m.num_layers
         else:
             kv_dev = max(m.num_kv_heads / tp, 1.0)  # KV heads are replicated when tp > kv heads
             self.kv_b_params = 0.0
@@ -122,6 +128,14 @@ class RooflineModel:
         upcast = self.quant.weight_only_experts or (self.quant.experts_dtype == "fp4" and not self.native_fp4_experts)
         self.weight_only_share = self.device.eff_weight_only_experts if upcast else 1.0
         self.lm_head_params = m.vocab_size * h / tp
+
+    @property
+    def _index_params(self) -> float:
+        """A sparse-attention indexer's weights (vLLM and SGLang replicate them on every TP rank): its
+        queries from the query latent, a key and a weight per head from the hidden state."""
+        m = self.model
+        return ((m.q_lora_rank or m.hidden_size) * m.index_heads * m.index_head_dim
+                + m.hidden_size * (m.index_head_dim + m.index_heads))
 
     @property
     def num_devices(self) -> int:
@@ -280,12 +294,13 @@ class RooflineModel:
         Entries are arrays, or numbers for one (the same float operations, without numpy's cost a call)."""
         d, m = self.device, self.model
         kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
+        window = window or m.index_topk  # sparse attention: a query attends to the keys its indexer picks
         pairs = _causal_pairs(q, s, window)
         keys_read = np.minimum(s, window) if window else s
-        d_qk = _pick(dec, self.d_qk_decode, self.d_qk_prefill)
-        d_v = _pick(dec, self.d_v_decode, self.d_v_prefill)
+        d_qk = self.d_qk_decode if m.is_sparse else _pick(dec, self.d_qk_decode, self.d_qk_prefill)
+        d_v = self.d_v_decode if m.is_sparse else _pick(dec, self.d_v_decode, self.d_v_prefill)
         flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
-        if m.is_mla:  # prefill expands the cached latent of the earlier context into K and V
+        if m.is_mla and not m.is_sparse:  # dense prefill expands the earlier context's latent into K and V
             flops = flops + _pick(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
         bytes_ = conc * (keys_read * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
         kernel = KERNELS["attention"] * d.kernel_overhead_us + _pick(dec, 0.0, d.prefill_attention_overhead_us)
@@ -293,7 +308,21 @@ class RooflineModel:
                                d.kv_memory_efficiency(self.quant.kv_bytes))
         if m.is_mla and self.engine.mla_decode_attention:
             ms = ms * _pick(dec, self.engine.mla_decode_attention, 1.0)
+        if m.is_sparse:
+            ms = ms + self._indexer(conc, q, s) * (m.num_index_layers / m.num_layers)
         return ms, bound
+
+    def _indexer(self, conc, q, s):
+        """One indexer's ms: every query scores every earlier key (FP8 dot products over its heads, where the
+        device computes FP8), reading the layer's index cache and writing and reading a score a pair, then
+        picks the best `index_topk` (a second kernel)."""
+        d, m = self.device, self.model
+        pairs = _causal_pairs(q, s)
+        peak = d.peak_flops("fp8" if d.computes("fp8") else "bf16")
+        flops = 2 * conc * pairs * m.index_heads * m.index_head_dim
+        bytes_ = conc * (s * m.index_key_bytes + pairs * INDEX_SCORE_BYTES)
+        return self._roof(flops, bytes_, peak, d.eff_attention, INDEX_KERNELS * d.kernel_overhead_us * 1e-3,
+                          False)[0]
 
     def _moe(self, tokens, peak, detail: bool):
         """`tokens` are one attention rank's; every rank runs a step of the same size in lockstep, so

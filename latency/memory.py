@@ -63,9 +63,11 @@ class MemoryAccount:
     def kv_bytes_per_token(self) -> float:
         """KV of one token of context on the fullest stage. Sliding-window layers hold only their
         window per request (vLLM's hybrid allocator frees older blocks), so a token of context costs
-        the full-attention layers' KV; the window's few blocks per request are left out."""
+        the full-attention layers' KV; the window's few blocks per request are left out. A sparse-attention
+        model keeps every token's indexer key too, in each layer that runs an indexer."""
         layers = -(-self.model.num_full_layers // self.parallel.pp)
-        return layers * self.share.kv_elems_per_token_layer * self.quant.kv_bytes
+        indexed = -(-self.model.num_index_layers // self.parallel.pp)  # sparse attention's index cache
+        return layers * self.share.kv_elems_per_token_layer * self.quant.kv_bytes + indexed * self.model.index_key_bytes
 
     def activation_bytes(self, tokens: int) -> float:
         """Peak transient activations of a step of `tokens` tokens (largest intermediate + logits)."""

@@ -1,4 +1,5 @@
-"""ModelSpec: the shape of a transformer, parsed from a Hugging Face config.json (dense GQA, MoE, MLA)."""
+"""ModelSpec: the shape of a transformer, parsed from a Hugging Face config.json (dense GQA, MoE, MLA, and
+MLA whose queries attend to the keys an indexer picks: DeepSeek-V3.2's and GLM-5's sparse attention)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "models"
+#: the scale an FP8 indexer key carries (one fp32 a token and layer)
+INDEX_SCALE_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,10 @@ class ModelSpec:
     max_position_embeddings: int = 0   # longest context the model was trained for; 0: not stated
     sliding_window: int = 0            # tokens a sliding-window layer attends to (0: none)
     num_sliding_layers: int = 0        # layers with sliding-window attention (the others attend to all)
+    index_topk: int = 0                # sparse attention: keys the indexer picks for each query (0: dense)
+    index_heads: int = 0               # ... the indexer's heads, each index_head_dim wide
+    index_head_dim: int = 0
+    num_index_layers: int = 0          # ... layers that run an indexer (the others reuse an earlier one's pick)
     checkpoint_quantization: str = ""  # the published checkpoint's format (latency.quant names; "": bf16)
 
     @property
@@ -46,6 +53,16 @@ class ModelSpec:
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def is_sparse(self) -> bool:
+        """Each query attends to the `index_topk` keys its layer's indexer scores highest."""
+        return self.index_topk > 0
+
+    @property
+    def index_key_bytes(self) -> int:
+        """One token's indexer key in a layer's index cache: FP8 values and an fp32 scale (vLLM's and SGLang's)."""
+        return self.index_head_dim + INDEX_SCALE_BYTES if self.is_sparse else 0
 
     @property
     def num_moe_layers(self) -> int:
@@ -121,6 +138,7 @@ class ModelSpec:
             max_position_embeddings=_context_length(config),
             checkpoint_quantization=_checkpoint_quantization(config),
             **_sliding(config, layers),
+            **_sparse(config, layers, name),
         )
         spec.validate()
         return spec
@@ -146,7 +164,8 @@ UNMODELLED = {
     "hybrid_override_pattern": "hybrid state-space (Mamba) and attention layers",
     "layers_block_type": "hybrid state-space (Mamba) and attention layers",
     "mamba_num_heads": "state-space (Mamba) layers",
-    "index_topk": "sparse attention (an indexer choosing index_topk tokens for each query)",
+    "compress_ratios": "compressed attention (the KV cache of some layers kept one entry per few tokens)",
+    "hc_mult": "hyper-connections (several residual streams a layer)",
     "attention_chunk_size": "chunked (local) attention layers",
     "hybrid_layer_pattern": "hybrid attention layers with heads of their own",
     "sparse_attention_config": "sparse attention",
@@ -161,7 +180,8 @@ def _refuse_unknown(config: dict, name: str) -> None:
         if key in config:
             raise ValueError(f"model config {name!r} has {key!r}: servesweep does not model {what}")
     types = set(config.get("layer_types") or ())
-    unknown = types - {"full_attention", "sliding_attention"}
+    sparse = {"deepseek_sparse_attention"} if config.get("index_topk") else set()  # nvidia's GLM-5.2 names them
+    unknown = types - {"full_attention", "sliding_attention"} - sparse
     if unknown:
         raise ValueError(f"model config {name!r} has layer_types {sorted(unknown)}: servesweep models "
                          "full_attention and sliding_attention layers only")
@@ -198,6 +218,22 @@ def _sliding(config: dict, layers: int) -> dict:
     types = config.get("layer_types")
     sliding = sum(1 for t in types if t == "sliding_attention") if types else layers
     return {"sliding_window": int(window), "num_sliding_layers": sliding} if sliding else {}
+
+
+def _sparse(config: dict, layers: int, name: str) -> dict:
+    """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): an indexer of `index_n_heads` x `index_head_dim`
+    scores every earlier key of each query and MLA attends to the `index_topk` best. GLM-5.2's
+    `indexer_types` lets a "shared" layer reuse an earlier layer's pick: only "full" ones run an indexer."""
+    topk = config.get("index_topk") or 0
+    if not topk:
+        return {}
+    if not config.get("kv_lora_rank"):
+        raise ValueError(f"model config {name!r} has 'index_topk' without MLA (kv_lora_rank): servesweep models "
+                         "sparse attention over MLA layers only")
+    kinds = config.get("indexer_types")
+    indexed = sum(1 for kind in kinds if kind == "full") if kinds else layers
+    return {"index_topk": int(topk), "index_heads": int(config.get("index_n_heads") or 0),
+            "index_head_dim": int(config.get("index_head_dim") or 0), "num_index_layers": indexed}
 
 
 def _context_length(config: dict) -> int:
@@ -238,6 +274,8 @@ SAME_ARCHITECTURE = {
        for size, text in (("2B-Instruct", "1.7B"), ("4B-Instruct", "4B"), ("8B-Instruct", "8B"),
                           ("32B-Instruct", "32B"), ("32B-Thinking", "32B"), ("30B-A3B-Instruct", "30B-A3B"),
                           ("235B-A22B-Instruct", "235B-A22B"))},
+    "zai-org/GLM-5.1": ("zai-org/GLM-5", ()),
+    "zai-org/GLM-5.3": ("zai-org/GLM-5.2", ()),
     "Qwen/Qwen3-235B-A22B-Instruct-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),
     "Qwen/Qwen3-235B-A22B-Thinking-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),
 }

@@ -1,5 +1,5 @@
-"""The MoE architectures people deploy now, parsed from their published config.json, and the
-sliding-window attention of gpt-oss priced by hand."""
+"""The MoE architectures people deploy now, parsed from their published config.json, the
+sliding-window attention of gpt-oss and the sparse attention of DeepSeek-V3.2 and GLM-5 priced by hand."""
 
 from pathlib import Path
 
@@ -28,7 +28,8 @@ def test_shipped_moe_architectures_parse_as_published():
 
 @pytest.mark.parametrize(("key", "what"), [
     ("ssm_cfg", "state-space"), ("linear_attn_config", "linear"), ("hybrid_override_pattern", "hybrid state-space"),
-    ("index_topk", "sparse attention"), ("attention_chunk_size", "chunked"), ("hybrid_layer_pattern", "hybrid")])
+    ("compress_ratios", "compressed attention"), ("attention_chunk_size", "chunked"),
+    ("hybrid_layer_pattern", "hybrid")])
 def test_an_architecture_we_do_not_price_is_named(key, what):
     config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
               "vocab_size": 100, key: {}}
@@ -311,3 +312,66 @@ def test_a_profile_s_memory_multiplier_moves_the_device_s_fp8_efficiencies_with_
     for op in ("qkv_proj", "mlp", "attention"):  # memory-bound at 8 tokens: their bytes take twice as long
         launches = KERNELS[op] * h200.kernel_overhead_us * 1e-3 * plain.model.num_layers
         assert b[op] - launches == pytest.approx(2 * (a[op] - launches), rel=1e-3), op
+
+
+def test_sparse_attention_parsed_with_its_indexer():
+    """DeepSeek-V3.2: every layer runs an indexer of 64 x 128 and attends to 2,048 keys; GLM-5.2 runs one in
+    21 of 78 layers ("full" indexer_types), the others reuse an earlier pick; GLM-5.1 is GLM-5's config."""
+    v32 = load_model("deepseek-ai/DeepSeek-V3.2")
+    assert (v32.index_topk, v32.index_heads, v32.index_head_dim, v32.num_index_layers) == (2048, 64, 128, 61)
+    assert v32.is_mla and v32.index_key_bytes == 128 + 4
+    glm = load_model("zai-org/GLM-5.2")
+    assert (glm.index_topk, glm.index_heads, glm.num_index_layers, glm.num_layers) == (2048, 32, 21, 78)
+    assert load_model("zai-org/GLM-5.1").num_index_layers == 78
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+              "vocab_size": 100, "index_topk": 16}
+    with pytest.raises(ValueError, match="sparse attention over MLA layers only"):
+        ModelSpec.from_config(config, "odd")
+
+
+def test_sparse_attention_reads_its_top_k_and_an_index_key_of_every_token():
+    """A decode step of DeepSeek-V3.2 attends to 2,048 keys however long the context: past 2,048 tokens only
+    the indexer's part grows (it scores every key); its KV per token is the MLA latent (576 values) and an
+    index key (128 FP8 values + an fp32 scale) in each of the 61 layers."""
+    lm = build_latency_model("deepseek-ai/DeepSeek-V3.2", device="H200_SXM", tp=8)
+    assert lm.memory.kv_bytes_per_token == 61 * (576 * 2 + 132)
+    peak = lm.device.peak_flops("bf16")
+
+    def core(s):  # one layer's attention without its indexer
+        return lm._attention_entries(True, 64.0, 1.0, s, peak, False)[0] - lm._indexer(64.0, 1.0, s)
+
+    assert core(4096.0) == pytest.approx(core(2048.0)) == pytest.approx(core(131072.0))
+    assert core(1024.0) < core(2048.0)
+    assert lm._indexer(64.0, 1.0, 131072.0) > 10 * lm._indexer(64.0, 1.0, 4096.0)
+
+
+def test_a_shared_indexer_is_priced_in_the_layers_that_run_one():
+    """GLM-5 and GLM-5.2 differ only in how many layers run an indexer (78 and 21) and how long a context
+    they take: a step's attention differs by 57 indexers, its other ops not at all."""
+    shapes = [(ForwardKey(False, 1, 8192, 8192), ForwardKey(True, 32, 1, 30000))]
+    every, shared = (build_latency_model(name, device="B200", tp=8) for name in ("zai-org/GLM-5", "zai-org/GLM-5.2"))
+    a, b = (lm.breakdown(list(shapes[0])).groupby("op")["ms"].sum() for lm in (every, shared))
+    indexers = sum(float(every._indexer(float(k.concurrency), float(k.query_len), float(k.seq_len)))
+                   for k in shapes[0])
+    assert a["attention"] - b["attention"] == pytest.approx(57 * indexers)
+    assert a.drop(["attention", "qkv_proj"]).equals(b.drop(["attention", "qkv_proj"]))
+    assert a["qkv_proj"] > b["qkv_proj"]  # 57 indexers' projections fewer
+
+
+def test_sparse_prefill_is_cheaper_than_dense_mla_only_past_the_top_k():
+    """Sparse MLA computes in the latent (576 + 512 wide a head) where dense MLA's prefill expands K and V
+    (192 + 128): for a short prompt the sparse kernel does more work, for a long one far less on a rank of all
+    128 heads (attention DP). The indexer scores every pair with its 64 heads on every rank, so at tp 8
+    (16 heads a rank) a 128k context's chunk costs about as much as dense MLA's."""
+    sparse, dense = (build_latency_model(name, device="H200_SXM", tp=1)
+                     for name in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3"))
+
+    def attention(lm, prompt):
+        t = lm.breakdown([ForwardKey(False, 1, 4096, prompt)])
+        return float(t[t["op"] == "attention"]["ms"].sum())
+
+    assert attention(sparse, 4096) > attention(dense, 4096)
+    assert attention(sparse, 131072) < attention(dense, 131072) / 3
+    sparse, dense = (build_latency_model(name, device="H200_SXM", tp=8)
+                     for name in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3"))
+    assert 0.5 < attention(sparse, 131072) / attention(dense, 131072) < 1
