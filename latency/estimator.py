@@ -274,29 +274,34 @@ class RooflineModel:
         m = self.model
         per_step = np.bincount(step, weights=full, minlength=n_steps) * m.num_full_layers
         if windowed is not None:
-            per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * m.num_sliding_layers
+            per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * m.num_local_layers
         return per_step, _step_bound(step, bound, n_steps) if detail else None
 
     def _attention_parts(self, dec, conc, q, s, detail: bool):
-        """(a full-attention layer's ms, a sliding-window layer's ms or None, what bounds the first) of each
-        entry. Full-attention layers attend to the whole context; sliding-window layers (gpt-oss: every
-        other layer, 128 tokens) to the last `sliding_window` positions of each query, and read only that
-        much KV. Attention sinks (one learned logit per head) add no cost worth pricing."""
+        """(a full-attention layer's ms, a local layer's ms or None, what bounds the first) of each entry.
+        Full-attention layers attend to the whole context; sliding-window layers (gpt-oss: every other layer,
+        128 tokens) to the last `sliding_window` positions of each query, and read only that much KV; chunked
+        layers (Llama 4) to the keys of the query's own `attention_chunk`. Attention sinks (one learned logit
+        per head) add no cost worth pricing."""
         m, peak = self.model, self.device.peak_flops("bf16")
         full, bound = self._attention_entries(dec, conc, q, s, peak, detail)
-        windowed = (self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window)[0]
-                    if m.num_sliding_layers else None)
+        windowed = (self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window, m.attention_chunk)[0]
+                    if m.num_local_layers else None)
         return full, windowed, bound
 
-    def _attention_entries(self, dec, conc, q, s, peak, detail: bool, window: int = 0):
+    def _attention_entries(self, dec, conc, q, s, peak, detail: bool, window: int = 0, chunk: int = 0):
         """One layer's attention ms of each entry (and what bounds it, with `detail`); with a `window`
-        each query sees at most that many keys and the step reads at most that much of each request's KV.
+        each query sees at most that many keys and the step reads at most that much of each request's KV;
+        with a `chunk`, the keys of its own chunk, reading those of the chunks its queries are in.
         Entries are arrays, or numbers for one (the same float operations, without numpy's cost a call)."""
         d, m = self.device, self.model
         kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
         window = window or m.index_topk  # sparse attention: a query attends to the keys its indexer picks
-        pairs = _causal_pairs(q, s, window)
-        keys_read = np.minimum(s, window) if window else s
+        if chunk:
+            pairs, keys_read = _chunked_pairs(q, s, chunk), s - (s - q) // chunk * chunk
+        else:
+            pairs = _causal_pairs(q, s, window)
+            keys_read = np.minimum(s, window) if window else s
         d_qk = self.d_qk_decode if m.is_sparse else _pick(dec, self.d_qk_decode, self.d_qk_prefill)
         d_v = self.d_v_decode if m.is_sparse else _pick(dec, self.d_v_decode, self.d_v_prefill)
         flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
@@ -446,8 +451,8 @@ class ShapeParts:
             full += one
             windowed += window
         attention = full * m.model.num_full_layers
-        if m.model.num_sliding_layers:
-            attention = attention + windowed * m.model.num_sliding_layers
+        if m.model.num_local_layers:
+            attention = attention + windowed * m.model.num_local_layers
         before, after, overhead = counted[:len(COUNTED_BEFORE)], counted[len(COUNTED_BEFORE):-1], counted[-1]
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
@@ -494,6 +499,16 @@ def _causal_pairs(q, s, window: int = 0):
     first = s - q
     below = np.maximum(np.minimum(s, window), first)  # positions first..below-1 see p + 1 < window keys
     return (below * (below + 1) - first * (first + 1)) / 2 + window * np.maximum(0, s - np.maximum(first, window))
+
+
+def _chunked_pairs(q, s, chunk: int):
+    """(query, key) pairs of q new tokens ending at context s where position p sees the p % chunk + 1 keys of
+    its own chunk: what the first s positions see ((s // chunk) whole chunks' triangles and a partial one's)
+    less what the first s - q see."""
+    def seen(n):
+        whole, rest = n // chunk, n % chunk
+        return whole * (chunk * (chunk + 1) / 2) + rest * (rest + 1) / 2
+    return seen(s) - seen(s - q)
 
 
 def _ring(group: int, msg, bw: float, lat: float):

@@ -40,6 +40,8 @@ class ModelSpec:
     max_position_embeddings: int = 0   # longest context the model was trained for; 0: not stated
     sliding_window: int = 0            # tokens a sliding-window layer attends to (0: none)
     num_sliding_layers: int = 0        # layers with sliding-window attention (the others attend to all)
+    attention_chunk: int = 0           # tokens of a chunk a chunked-attention layer attends within (0: none)
+    num_chunked_layers: int = 0        # layers with chunked local attention (Llama 4's RoPE layers)
     index_topk: int = 0                # sparse attention: keys the indexer picks for each query (0: dense)
     index_heads: int = 0               # ... the indexer's heads, each index_head_dim wide
     index_head_dim: int = 0
@@ -77,9 +79,14 @@ class ModelSpec:
         return 3 * self.hidden_size * self.moe_intermediate_size
 
     @property
+    def num_local_layers(self) -> int:
+        """Layers that attend to (and keep KV of) a part of the context: a sliding window or the current chunk."""
+        return self.num_sliding_layers + self.num_chunked_layers
+
+    @property
     def num_full_layers(self) -> int:
         """Layers whose attention (and KV) spans the whole context."""
-        return self.num_layers - self.num_sliding_layers
+        return self.num_layers - self.num_local_layers
 
     @classmethod
     def from_config(cls, config: dict, name: str = "custom") -> ModelSpec:
@@ -90,6 +97,7 @@ class ModelSpec:
         if isinstance(config.get("text_config"), dict) and "hidden_size" not in config:
             config = {**config["text_config"], "quantization_config": config["text_config"].get(
                 "quantization_config", config.get("quantization_config"))}
+        config = _llama4(config)
         _refuse_unknown(config, name)
 
         def need(key):
@@ -138,6 +146,7 @@ class ModelSpec:
             max_position_embeddings=_context_length(config),
             checkpoint_quantization=_checkpoint_quantization(config),
             **_sliding(config, layers),
+            **_chunked(config, layers, name),
             **_sparse(config, layers, name),
         )
         spec.validate()
@@ -166,7 +175,6 @@ UNMODELLED = {
     "mamba_num_heads": "state-space (Mamba) layers",
     "compress_ratios": "compressed attention (the KV cache of some layers kept one entry per few tokens)",
     "hc_mult": "hyper-connections (several residual streams a layer)",
-    "attention_chunk_size": "chunked (local) attention layers",
     "hybrid_layer_pattern": "hybrid attention layers with heads of their own",
     "sparse_attention_config": "sparse attention",
     "global_head_dim": "layers of two head sizes (global layers wider than the local ones)",
@@ -218,6 +226,31 @@ def _sliding(config: dict, layers: int) -> dict:
     types = config.get("layer_types")
     sliding = sum(1 for t in types if t == "sliding_attention") if types else layers
     return {"sliding_window": int(window), "num_sliding_layers": sliding} if sliding else {}
+
+
+def _llama4(config: dict) -> dict:
+    """Llama 4's text config in the keys the other families use: a MoE layer every
+    `interleave_moe_layer_step` (Qwen's decoder_sparse_step rule), experts `intermediate_size` wide beside one
+    shared expert, dense layers `intermediate_size_mlp` wide."""
+    if config.get("model_type") != "llama4_text":
+        return config
+    return {**config, "num_experts": config.get("num_local_experts"), "num_local_experts": None,
+            "moe_intermediate_size": config.get("intermediate_size"), "n_shared_experts": 1,
+            "intermediate_size": config.get("intermediate_size_mlp", config.get("intermediate_size")),
+            "decoder_sparse_step": config.get("interleave_moe_layer_step", 1)}
+
+
+def _chunked(config: dict, layers: int, name: str) -> dict:
+    """Chunked local attention (Llama 4): a RoPE layer's query attends to the keys of its own chunk of
+    `attention_chunk_size` tokens; the NoPE layers (`no_rope_layers` 0; by default every fourth) to all."""
+    chunk = config.get("attention_chunk_size") or 0
+    if not chunk:
+        return {}
+    if config.get("model_type") != "llama4_text":
+        raise ValueError(f"model config {name!r} has 'attention_chunk_size': servesweep models Llama 4's chunked "
+                         "(local) attention layers only")
+    rope = config.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers)]
+    return {"attention_chunk": int(chunk), "num_chunked_layers": sum(1 for flag in rope if flag)}
 
 
 def _sparse(config: dict, layers: int, name: str) -> dict:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from latency import ForwardKey, build_latency_model, load_model
-from latency.estimator import _causal_pairs
+from latency.estimator import _causal_pairs, _chunked_pairs
 from latency.model import ModelSpec
 
 
@@ -28,8 +28,7 @@ def test_shipped_moe_architectures_parse_as_published():
 
 @pytest.mark.parametrize(("key", "what"), [
     ("ssm_cfg", "state-space"), ("linear_attn_config", "linear"), ("hybrid_override_pattern", "hybrid state-space"),
-    ("compress_ratios", "compressed attention"), ("attention_chunk_size", "chunked"),
-    ("hybrid_layer_pattern", "hybrid")])
+    ("compress_ratios", "compressed attention"), ("hybrid_layer_pattern", "hybrid")])
 def test_an_architecture_we_do_not_price_is_named(key, what):
     config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
               "vocab_size": 100, key: {}}
@@ -375,3 +374,44 @@ def test_sparse_prefill_is_cheaper_than_dense_mla_only_past_the_top_k():
     sparse, dense = (build_latency_model(name, device="H200_SXM", tp=8)
                      for name in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3"))
     assert 0.5 < attention(sparse, 131072) / attention(dense, 131072) < 1
+
+
+@pytest.mark.parametrize(("q", "s", "chunk", "expect"), [
+    (4, 4, 2, 6),          # positions 0..3 see 1 + 2 + 1 + 2
+    (3, 10, 4, 7),         # positions 7, 8, 9 see 4, 1, 2
+    (1, 8193, 8192, 1),    # the first token of a new chunk sees itself
+    (8192, 8192, 8192, 8192 * 8193 / 2),  # one whole chunk: causal
+])
+def test_chunked_pairs_hand_computed(q, s, chunk, expect):
+    assert _chunked_pairs(np.array([q]), np.array([s]), chunk)[0] == expect
+    assert _chunked_pairs(q, s, chunk) == expect  # one entry's numbers, as the timed planner prices them
+
+
+def test_llama4_moe_layers_and_chunked_attention_parsed():
+    """Llama 4: 36 of 48 layers (the RoPE ones) attend within chunks of 8,192 tokens, every fourth (NoPE) to
+    all; Scout's every layer has 16 experts and a shared one, Maverick's every other has 128 and a shared one,
+    its others a dense MLP 16,384 wide: 109B and 400B weights."""
+    scout = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    maverick = load_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct")
+    for m in (scout, maverick):
+        assert (m.attention_chunk, m.num_chunked_layers, m.num_full_layers) == (8192, 36, 12)
+        assert (m.moe_intermediate_size, m.num_shared_experts, m.experts_per_token) == (8192, 1, 1)
+    assert (scout.num_experts, scout.num_moe_layers, maverick.num_experts, maverick.num_moe_layers) == (16, 48, 128, 24)
+    assert maverick.intermediate_size == 16384
+    billions = [build_latency_model(m, device="B200", tp=8).memory_account.weights_bytes * 8 / 2 / 1e9
+                for m in ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Maverick-17B-128E-Instruct")]
+    assert billions == [pytest.approx(108, abs=2), pytest.approx(400, abs=5)]
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+              "vocab_size": 100, "attention_chunk_size": 16}
+    with pytest.raises(ValueError, match="Llama 4's chunked"):
+        ModelSpec.from_config(config, "odd")
+
+
+def test_chunked_layers_read_only_their_chunk():
+    """A decode token of Llama 4 reads its chunk's KV in 36 layers and the whole context in 12: from 64k to
+    128k tokens of context only the 12 full layers' reads double; KV a token is theirs alone."""
+    lm = build_latency_model("meta-llama/Llama-4-Scout-17B-16E-Instruct", device="H200_SXM", tp=4)
+    assert lm.memory.kv_bytes_per_token == 12 * 2 * (8 / 4) * 128 * 2  # K and V of 2 KV heads a device
+    full, local, _ = lm._attention_parts(True, 64.0, 1.0, 65536.0, False)
+    full2, local2, _ = lm._attention_parts(True, 64.0, 1.0, 131072.0, False)
+    assert local == pytest.approx(local2) and full2 > 1.8 * full
