@@ -189,10 +189,15 @@ def read_configs(path: Path, defaults: dict):
         raise InputError("--from-csv", str(path), f"a readable CSV file ({err})") from None
     rows, read = table.to_dict("records"), None
     if measured_runs.is_measured(table.columns):
-        # an --engine given on the command line wins over the rows' backend, a --kv-cache-dtype over a reading
-        rows = read = [measured_runs.to_spec(cells, f"{path} line {i + 2}", defaults.get("engine", ""),
-                                             defaults.get("kv_cache_dtype", ""))
-                       for i, cells in enumerate(measured_runs.read_releases(measured_runs.blank_missing(rows)))]
+        # a flag given on the command line wins over what a row leaves to a reading (its backend's profile, its
+        # launch, client and cache), never over what it measured
+        flagged = {key: f.name for key, f in FIELD_BY_KEY.items() if f.name in defaults}
+        specs = [measured_runs.to_spec(cells, f"{path} line {i + 2}", defaults.get("engine", ""),
+                                       defaults.get("kv_cache_dtype", ""))
+                 for i, cells in enumerate(measured_runs.read_releases(measured_runs.blank_missing(rows)))]
+        rows = [measured_runs.with_flags(spec, set(flagged)) for spec in specs]
+        read = [row | {key: _cell(defaults[flagged[key]]) for key in spec if key not in row}  # as run
+                for row, spec in zip(rows, specs, strict=True)]
         unknown = []
     else:
         unknown = [c for c in table.columns if c not in FIELD_BY_KEY]
@@ -210,6 +215,11 @@ def read_configs(path: Path, defaults: dict):
             values[f.name] = parsed
         configs.append(values)
     return configs, unknown, read
+
+
+def _cell(value) -> str:
+    """A field value as a CSV cell holds it."""
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:

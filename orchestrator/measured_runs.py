@@ -24,6 +24,10 @@ from orchestrator.fields import InputError
 SIGNATURE = ("model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size")
 #: the measured metrics, and the error columns written beside our figures (ours / measured - 1)
 MEASURED = {"silicon_ttft_ms": ("ttft_ms", "ttft_error"), "silicon_tpot_ms": ("tpot_ms", "tpot_error")}
+#: the spec keys a run's own columns give (what it measured); the others `to_spec` reads (engine, launch, client,
+#: cache), and a flag given on the command line replaces such a reading
+COLUMN_KEYS = frozenset({"model", "device", "input_length", "output_length", "concurrency", "tp", "pp", "ep",
+                         "attention_dp", "moe_tp", "quantization"})
 #: the format's GPU names -> our device files (AIConfigurator names its kernel tables' GPUs alike)
 DEVICES = {system: device for device, system in GPU_DIRS.items()}
 #: the format's backends, which are our engine profiles' names
@@ -248,6 +252,12 @@ def read_releases(rows: list[dict]) -> list[dict]:
             cells = dict(cells, backend_version=release, release_read_as=release)
         out.append(cells)
     return out
+
+
+def with_flags(spec: dict, flagged: set) -> dict:
+    """`spec` less the readings a flag replaces: keys of `flagged` (spec keys given on the command line) that the
+    run's columns do not give."""
+    return {key: value for key, value in spec.items() if key in COLUMN_KEYS or key not in flagged}
 
 
 def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "") -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from orchestrator.cli.common import BURST_NOTE, add_field_flags, aligned, field_values, layout_label, lengths_label
-from orchestrator.fields import InputError
+from orchestrator.fields import FIELDS, InputError
 
 
 def add_parser(sub) -> None:
@@ -80,6 +80,7 @@ def cmd_estimate(a) -> int:
         prompt_cache_hits,
         stand_in_note,
     )
+    from orchestrator.measured_runs import COLUMN_KEYS
 
     values = field_values(a, "estimate")
     if a.from_csv:
@@ -97,6 +98,9 @@ def cmd_estimate(a) -> int:
         print(f"{len(table)} configurations estimated; written to {a.output}")
         if "ttft_error" in table:
             print_errors(table)
+            replaced = [f.flag for f in FIELDS if f.name in values and f.key not in COLUMN_KEYS]
+            if replaced:
+                print(f"note: {', '.join(replaced)} given: in every run in place of how its row was read")
         return 0
     if a.output:
         raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")

@@ -395,6 +395,33 @@ def test_vllm_0_12_runs_are_read_as_aiconfigurator_s_generator_launched_them(tmp
     assert generated["ttft_ms"] < default["ttft_ms"] and generated["tpot_ms"] > default["tpot_ms"]
 
 
+def test_a_flag_replaces_how_a_measured_row_was_read_never_what_it_measured(tmp_path):
+    """A team that knows its runs cached prompts, or ran another budget, says so with the flag: it replaces the
+    row's reading (prefix cache off, the generated launch's budget) in every run and in the output; a layout
+    flag does not move the layout the row measured. The same keys configured by hand price the same."""
+    rows = ["a,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,64,2,1,1,1,1,300,30"]
+    src, out = tmp_path / "silicon.csv", tmp_path / "out.csv"
+    src.write_text("\n".join([MEASURED_HEADER, *rows]) + "\n")
+    p = run("estimate", "--from-csv", str(src), "--output", str(out), "--no-progress", "--prefix-caching", "on",
+            "--max-batched-tokens", "8192", "--tp-sizes", "4")
+    assert p.returncode == 0, p.stderr
+    got = pd.read_csv(out)
+    assert (got.loc[0, "prefix_caching"], got.loc[0, "max_batched_tokens"], got.loc[0, "tp"]) == ("on", 8192, 2)
+    assert got.loc[0, "max_num_seqs"] == 64  # the generated launch's other reading stays
+    assert "note: --max-batched-tokens, --prefix-caching given: in every run in place of how its row was" in p.stdout
+    common = {"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "engine": "vllm", "input_length": 1024,
+              "output_length": 128, "concurrency": 64, "tp_sizes": (2,), "arrival": "closed", "benchmark": "aiperf",
+              "async_scheduling": "off", "scheduler": "token-budget", "max_num_seqs": 64}
+    cached = estimate(configure(common | {"prefix_caching": "on", "max_batched_tokens": (8192,)}))
+    assert got.loc[0, "ttft_ms"] == pytest.approx(cached["ttft_ms"])
+    _, read = estimate_measured(tmp_path, rows)
+    assert read.loc[0, "prefix_caching"] == "off" and got.loc[0, "ttft_ms"] < read.loc[0, "ttft_ms"]
+    from orchestrator.runs import read_runs  # calibrate's runs: the flag is stated and its value is the one run
+
+    calibrated = read_runs([str(src)], {"prefix_caching": "on"})[0]
+    assert calibrated.values["prefix_caching"] == "on" and "prefix_caching" in calibrated.states
+
+
 def test_vllm_runs_before_0_28_on_b200_are_read_with_the_8192_token_budget_their_release_defaulted_to(tmp_path):
     """vLLM's 16,384-token default budget on devices of >= 160 GiB came in 0.28 (`get_batch_defaults`): a
     0.19 run on B200 is read with 8,192; a 0.28 run and a nightly there, and a 0.19 run on H200 (8,192
