@@ -1,7 +1,7 @@
 """Cluster scale on paper: what a sweep's dispatch policy would do on 8 to 512 workers.
 
     python bench/cluster_replay.py record [--spec examples/cluster_scale.toml] [--limit N]
-    python bench/cluster_replay.py replay [--workers 2 8 32 128 512]
+    python bench/cluster_replay.py replay [--workers 2 8 32 128 512] [--repeat K] [--writers workers]
     python bench/cluster_replay.py calibrate
     python bench/cluster_replay.py check [--limit 400]
 
@@ -178,6 +178,15 @@ def split_jobs(costs: pd.DataFrame, jobs: dict, part_s: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def repeated(costs: pd.DataFrame, plan_cost: dict, jobs: dict, k: int) -> tuple[pd.DataFrame, dict, dict]:
+    """The recorded sweep k times over, as a sweep of k times the deployments would be: each copy's scenarios,
+    plan families and plans its own (nothing a copy made serves another, the bound on sharing)."""
+    copies = [costs.assign(scenario_id=costs["scenario_id"] + f"#{i}", family=costs["family"].astype(str) + f"#{i}",
+                           plans=[[f"{p}#{i}" for p in plans] for plans in costs["plans"]]) for i in range(k)]
+    return (pd.concat(copies, ignore_index=True), {f"{p}#{i}": s for p, s in plan_cost.items() for i in range(k)},
+            {f"{sid}#{i}": n for sid, n in jobs.items() for i in range(k)})
+
+
 def up_efficiency(r: dict) -> float:
     """Busy over the workers' time once they are up (the actors' start left out)."""
     return r["efficiency"] * r["wall"] / (r["wall"] - ACTOR_START_S)
@@ -291,6 +300,10 @@ def main() -> None:
                      "before PlanShelf: every worker makes every plan it uses")
     rep.add_argument("--spec", type=Path, default=Path("examples/cluster_scale.toml"), help="the recorded spec "
                      "(its scenarios' jobs)")
+    rep.add_argument("--repeat", type=int, default=1, help="what-if: a sweep this many times the recorded one, "
+                     "each copy's plans its own (default 1: the recording)")
+    rep.add_argument("--writers", choices=("both", "workers", "driver"), default="both",
+                     help="who writes the results: the workers, the driver, or both in turn (default)")
     sub.add_parser("calibrate", help="measure the Ray and driver costs the model uses")
     chk = sub.add_parser("check", help="the model's prediction against real 1- and 2-CPU sweeps here")
     chk.add_argument("--spec", type=Path, default=Path("examples/cluster_scale.toml"))
@@ -316,6 +329,10 @@ def main() -> None:
     from orchestrator.spec import expand, load_spec
 
     jobs = {it.id: len(it.jobs) for it in expand(load_spec(a.spec))}
+    if a.repeat < 1:
+        ap.error(f"--repeat: {a.repeat} is not allowed; expected an integer >= 1")
+    if a.repeat > 1:
+        costs, plan_cost, jobs = repeated(costs, plan_cost, jobs, a.repeat)
     inline = costs["seconds"].sum()
     print(f"{len(costs)} scenarios, {costs['family'].nunique()} plan families, inline {inline:.1f} s "
           f"({costs['plan_seconds'].sum():.1f} s of it planning)")
@@ -323,7 +340,7 @@ def main() -> None:
           f"{'from up':>8} {'inline work / (workers x wall)':>30} {'planned again s':>15}")
     for w in a.workers:
         placed = costs if a.whole else split_jobs(costs, jobs, part_ms(1000 * inline, w) / 1000)
-        for driver_writes in (False, True):
+        for driver_writes in {"both": (False, True), "workers": (False,), "driver": (True,)}[a.writers]:
             r = replay(placed, plan_cost, w, driver_writes, a.shared_plans)
             who = "driver" if driver_writes else "workers"
             print(f"{w:>7} {who:>10} {r['wall']:>9.1f} {inline / r['wall']:>8.1f}x {r['efficiency']:>9.0%} "
