@@ -38,6 +38,11 @@ HIDDEN_PASSES = 8
 MLP_ACT_PASSES = 3
 #: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
 KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
+#: floating-point operations of a gated delta-net layer a state element and token: decay and rank-one update,
+#: the state times the key, the state times the query (a multiply and an add each)
+DELTA_RULE_FLOPS = 6
+#: ... its kernels a layer: the short convolution, the delta rule, the gated norm
+LINEAR_KERNELS = 3
 #: a sparse-attention indexer's score of a (query, key) pair: an fp32 written, then read by the top-k pick
 INDEX_SCORE_BYTES = 8
 #: ... its kernels a layer: the scores and the top-k pick
@@ -109,10 +114,12 @@ class RooflineModel:
         else:
             kv_dev = max(m.num_kv_heads / tp, 1.0)  # KV heads are replicated when tp > kv heads
             self.kv_b_params = 0.0
-            self.qkv_params = h * m.head_dim * (self.heads + 2 * kv_dev)
+            queries = self.heads * (2 if m.attention_output_gate else 1)  # a gate as wide as the queries
+            self.qkv_params = h * m.head_dim * (queries + 2 * kv_dev)
             self.o_params = self.heads * m.head_dim * h
             self.kv_elems_per_token_layer = 2 * kv_dev * m.head_dim
             self.d_qk_prefill = self.d_v_prefill = self.d_qk_decode = self.d_v_decode = m.head_dim
+        self._derive_linear()
         self.dense_layers = m.num_dense_layers if m.is_moe else m.num_layers
         self.moe_layers = m.num_moe_layers
         self.mlp_params = 3 * h * m.intermediate_size / tp
@@ -128,6 +135,26 @@ class RooflineModel:
         upcast = self.quant.weight_only_experts or (self.quant.experts_dtype == "fp4" and not self.native_fp4_experts)
         self.weight_only_share = self.device.eff_weight_only_experts if upcast else 1.0
         self.lm_head_params = m.vocab_size * h / tp
+
+    def _derive_linear(self) -> None:
+        """Gated delta-net layers' share of a device (their heads split over tp): projections in (queries, keys,
+        values, the output gate, two gates a value head) and out, averaged with the attention layers' over all
+        layers; a request's recurrent state and short-convolution inputs in each."""
+        m, tp, h = self.model, self.parallel.tp, self.model.hidden_size
+        keys, values = m.linear_key_heads * m.linear_key_dim, m.linear_value_heads * m.linear_value_dim
+        self.state_elems_layer = m.linear_value_heads / tp * m.linear_key_dim * m.linear_value_dim
+        self.conv_bytes_layer = (2 * keys + values) / tp * max(m.linear_conv_kernel - 1, 0) * ACT_BYTES
+        if not m.num_linear_layers:
+            return
+        attention = m.num_layers - m.num_linear_layers
+        linear_in = h * (2 * keys + 2 * values + 2 * m.linear_value_heads) / tp
+        self.qkv_params = (attention * self.qkv_params + m.num_linear_layers * linear_in) / m.num_layers
+        self.o_params = (attention * self.o_params + m.num_linear_layers * values / tp * h) / m.num_layers
+
+    @property
+    def state_bytes_layer(self) -> float:
+        """A request's recurrent state and short-convolution inputs in one gated delta-net layer, on a device."""
+        return self.state_elems_layer * self.model.linear_state_bytes + self.conv_bytes_layer
 
     @property
     def _index_params(self) -> float:
@@ -270,15 +297,18 @@ class RooflineModel:
 
     def _attention(self, step, dec, conc, q, s, n_steps, detail: bool):
         """Every layer's attention ms per step (and what bounds it, with `detail`)."""
-        full, windowed, bound = self._attention_parts(dec, conc, q, s, detail)
+        full, windowed, recurrent, bound = self._attention_parts(dec, conc, q, s, detail)
         m = self.model
         per_step = np.bincount(step, weights=full, minlength=n_steps) * m.num_full_layers
         if windowed is not None:
             per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * m.num_local_layers
+        if recurrent is not None:
+            per_step = per_step + np.bincount(step, weights=recurrent, minlength=n_steps) * m.num_linear_layers
         return per_step, _step_bound(step, bound, n_steps) if detail else None
 
     def _attention_parts(self, dec, conc, q, s, detail: bool):
-        """(a full-attention layer's ms, a local layer's ms or None, what bounds the first) of each entry.
+        """(a full-attention layer's ms, a local layer's ms or None, a gated delta-net layer's ms or None, what
+        bounds the first) of each entry.
         Full-attention layers attend to the whole context; sliding-window layers (gpt-oss: every other layer,
         128 tokens) to the last `sliding_window` positions of each query, and read only that much KV; chunked
         layers (Llama 4) to the keys of the query's own `attention_chunk`. Attention sinks (one learned logit
@@ -287,7 +317,17 @@ class RooflineModel:
         full, bound = self._attention_entries(dec, conc, q, s, peak, detail)
         windowed = (self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window, m.attention_chunk)[0]
                     if m.num_local_layers else None)
-        return full, windowed, bound
+        return full, windowed, self._recurrent(conc, q) if m.num_linear_layers else None, bound
+
+    def _recurrent(self, conc, q):
+        """One gated delta-net layer's ms of each entry: each request's state and convolution inputs read and
+        written once, and DELTA_RULE_FLOPS a state element a token (the delta rule's three products of the
+        state by a vector). Its cost does not grow with the context."""
+        d = self.device
+        flops = DELTA_RULE_FLOPS * conc * q * self.state_elems_layer
+        bytes_ = 2 * conc * self.state_bytes_layer
+        return self._roof(flops, bytes_, d.peak_flops("bf16"), d.eff_attention,
+                          LINEAR_KERNELS * d.kernel_overhead_us * 1e-3, False)[0]
 
     def _attention_entries(self, dec, conc, q, s, peak, detail: bool, window: int = 0, chunk: int = 0):
         """One layer's attention ms of each entry (and what bounds it, with `detail`); with a `window`
@@ -445,14 +485,17 @@ class ShapeParts:
         new = [k for k in shape if k not in self.entries]
         if new:
             self._attend(new)
-        full = windowed = 0.0
+        full = windowed = recurrent = 0.0
         for key in shape:  # as np.bincount adds a step's entries
-            one, window = self.entries[key]
+            one, window, state = self.entries[key]
             full += one
             windowed += window
+            recurrent += state
         attention = full * m.model.num_full_layers
         if m.model.num_local_layers:
             attention = attention + windowed * m.model.num_local_layers
+        if m.model.num_linear_layers:
+            attention = attention + recurrent * m.model.num_linear_layers
         before, after, overhead = counted[:len(COUNTED_BEFORE)], counted[len(COUNTED_BEFORE):-1], counted[-1]
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
@@ -474,9 +517,10 @@ class ShapeParts:
         """Remember the attention parts of `keys`, each priced alone as numbers (a step meets one or two new
         entries: numpy's cost a call would be most of theirs)."""
         for key in keys:
-            full, windowed, _ = self.model._attention_parts(key.is_decode, float(key.concurrency),
-                                                             float(key.query_len), float(key.seq_len), False)
-            self.entries[key] = (float(full), 0.0 if windowed is None else float(windowed))
+            full, windowed, recurrent, _ = self.model._attention_parts(
+                key.is_decode, float(key.concurrency), float(key.query_len), float(key.seq_len), False)
+            self.entries[key] = (float(full), 0.0 if windowed is None else float(windowed),
+                                 0.0 if recurrent is None else float(recurrent))
 
 
 def _gpu_ms(counted_before, attention, counted_after, overhead):

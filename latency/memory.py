@@ -3,6 +3,7 @@ and the KV capacity left after the reserve (GiB, as the reference tool counts "G
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 GIB = 1024**3
@@ -28,10 +29,22 @@ class MemoryPicture:
     activation_gib: float
     kv_bytes_per_token: float
     kv_capacity_tokens: int
+    state_bytes_per_request: float = 0.0  # a request's recurrent state (linear-attention layers), beside its KV
 
     @property
     def kv_capacity_gib(self) -> float:
         return self.kv_capacity_tokens * self.kv_bytes_per_token / GIB
+
+    @property
+    def state_tokens(self) -> int:
+        """A request's recurrent state in KV tokens of the pool it shares (vLLM's hybrid allocator: one slot a
+        running request)."""
+        return math.ceil(self.state_bytes_per_request / self.kv_bytes_per_token) if self.state_bytes_per_request else 0
+
+    def tokens_left(self, in_flight: float) -> int:
+        """KV tokens left for the context of `in_flight` requests once each holds its recurrent state."""
+        return max(0, self.kv_capacity_tokens - int(in_flight) * self.state_tokens) if self.state_tokens \
+            else self.kv_capacity_tokens
 
     def as_dict(self) -> dict:
         return {**asdict(self), "kv_capacity_gib": self.kv_capacity_gib}
@@ -69,6 +82,12 @@ class MemoryAccount:
         indexed = -(-self.model.num_index_layers // self.parallel.pp)  # sparse attention's index cache
         return layers * self.share.kv_elems_per_token_layer * self.quant.kv_bytes + indexed * self.model.index_key_bytes
 
+    @property
+    def state_bytes_per_request(self) -> float:
+        """A request's recurrent state on the fullest stage: each gated delta-net layer's (none elsewhere)."""
+        layers = -(-self.model.num_linear_layers // self.parallel.pp)
+        return layers * self.share.state_bytes_layer
+
     def activation_bytes(self, tokens: int) -> float:
         """Peak transient activations of a step of `tokens` tokens (largest intermediate + logits)."""
         m, p, sh = self.model, self.parallel, self.share
@@ -83,4 +102,4 @@ class MemoryAccount:
         free = self.device.hbm_gib * GIB - reserved * GIB - self.weights_bytes - act
         capacity = max(0, int(free // self.kv_bytes_per_token))
         return MemoryPicture(self.device.hbm_gib, reserved, self.weights_bytes / GIB, act / GIB,
-                             self.kv_bytes_per_token, capacity)
+                             self.kv_bytes_per_token, capacity, self.state_bytes_per_request)

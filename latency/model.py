@@ -42,6 +42,14 @@ class ModelSpec:
     num_sliding_layers: int = 0        # layers with sliding-window attention (the others attend to all)
     attention_chunk: int = 0           # tokens of a chunk a chunked-attention layer attends within (0: none)
     num_chunked_layers: int = 0        # layers with chunked local attention (Llama 4's RoPE layers)
+    num_linear_layers: int = 0         # gated delta-net (linear attention) layers: a recurrent state a request
+    linear_key_heads: int = 0          # ... its heads of keys and of values, their widths, the short
+    linear_value_heads: int = 0        #     convolution's kernel and the bytes of a state element
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv_kernel: int = 0
+    linear_state_bytes: int = 0
+    attention_output_gate: bool = False  # full-attention layers project a gate as wide as their queries (Qwen3.5)
     index_topk: int = 0                # sparse attention: keys the indexer picks for each query (0: dense)
     index_heads: int = 0               # ... the indexer's heads, each index_head_dim wide
     index_head_dim: int = 0
@@ -86,7 +94,7 @@ class ModelSpec:
     @property
     def num_full_layers(self) -> int:
         """Layers whose attention (and KV) spans the whole context."""
-        return self.num_layers - self.num_local_layers
+        return self.num_layers - self.num_local_layers - self.num_linear_layers
 
     @classmethod
     def from_config(cls, config: dict, name: str = "custom") -> ModelSpec:
@@ -128,7 +136,9 @@ class ModelSpec:
             num_heads=heads,
             num_kv_heads=config.get("num_key_value_heads") or heads,
             head_dim=config.get("head_dim") or hidden // heads,
-            intermediate_size=need("intermediate_size"),
+            # a MoE model with no dense layer may leave its dense width out (Qwen3.5's)
+            intermediate_size=config.get("intermediate_size") or (
+                config.get("moe_intermediate_size") if experts and not dense else need("intermediate_size")),
             vocab_size=need("vocab_size"),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
             num_experts=experts,
@@ -136,7 +146,7 @@ class ModelSpec:
             if experts else 0,
             moe_intermediate_size=(need("intermediate_size") if local else config.get("moe_intermediate_size", 0))
             if experts else 0,
-            num_shared_experts=config.get("n_shared_experts") or 0,
+            num_shared_experts=_shared_experts(config, name),
             num_dense_layers=dense,
             q_lora_rank=config.get("q_lora_rank") or 0,
             kv_lora_rank=config.get("kv_lora_rank") or 0,
@@ -147,6 +157,7 @@ class ModelSpec:
             checkpoint_quantization=_checkpoint_quantization(config),
             **_sliding(config, layers),
             **_chunked(config, layers, name),
+            **_linear(config, name),
             **_sparse(config, layers, name),
         )
         spec.validate()
@@ -189,7 +200,8 @@ def _refuse_unknown(config: dict, name: str) -> None:
             raise ValueError(f"model config {name!r} has {key!r}: servesweep does not model {what}")
     types = set(config.get("layer_types") or ())
     sparse = {"deepseek_sparse_attention"} if config.get("index_topk") else set()  # nvidia's GLM-5.2 names them
-    unknown = types - {"full_attention", "sliding_attention"} - sparse
+    linear = {"linear_attention"} if LINEAR_KEYS <= config.keys() else set()  # Qwen3.5's gated delta-net
+    unknown = types - {"full_attention", "sliding_attention"} - sparse - linear
     if unknown:
         raise ValueError(f"model config {name!r} has layer_types {sorted(unknown)}: servesweep models "
                          "full_attention and sliding_attention layers only")
@@ -226,6 +238,41 @@ def _sliding(config: dict, layers: int) -> dict:
     types = config.get("layer_types")
     sliding = sum(1 for t in types if t == "sliding_attention") if types else layers
     return {"sliding_window": int(window), "num_sliding_layers": sliding} if sliding else {}
+
+
+#: the keys a gated delta-net layer's shape is read from (Qwen3-Next, Qwen3.5)
+LINEAR_KEYS = frozenset({"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                         "linear_value_head_dim", "linear_conv_kernel_dim"})
+#: bytes of a recurrent state element by the config's `mamba_ssm_dtype` (the model's dtype where it names none)
+STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _linear(config: dict, name: str) -> dict:
+    """Gated delta-net layers (Qwen3.5's `linear_attention` layer_types, 3 of 4): per request a state of
+    value heads x key width x value width, and a short convolution's last `linear_conv_kernel_dim` - 1
+    inputs, whatever the context; full-attention layers gated where `attn_output_gate` says so."""
+    gate = {"attention_output_gate": True} if config.get("attn_output_gate") else {}
+    layers = sum(1 for kind in config.get("layer_types") or () if kind == "linear_attention")
+    if not layers:
+        return gate
+    return {**gate, "num_linear_layers": layers, "linear_key_heads": int(config["linear_num_key_heads"]),
+            "linear_value_heads": int(config["linear_num_value_heads"]),
+            "linear_key_dim": int(config["linear_key_head_dim"]),
+            "linear_value_dim": int(config["linear_value_head_dim"]),
+            "linear_conv_kernel": int(config["linear_conv_kernel_dim"]),
+            "linear_state_bytes": STATE_BYTES.get(str(config.get("mamba_ssm_dtype")), 2)}
+
+
+def _shared_experts(config: dict, name: str) -> int:
+    """Shared experts: `n_shared_experts` of the routed width, or one `shared_expert_intermediate_size` wide
+    (Qwen3.5) counted in routed widths (it must be a whole number of them)."""
+    if not config.get("shared_expert_intermediate_size"):
+        return config.get("n_shared_experts") or 0
+    width, routed = config["shared_expert_intermediate_size"], config.get("moe_intermediate_size") or 0
+    if not routed or width % routed:
+        raise ValueError(f"model config {name!r} has a shared expert {width} wide beside routed ones {routed} wide: "
+                         "servesweep models shared experts a whole number of routed widths wide")
+    return width // routed
 
 
 def _llama4(config: dict) -> dict:
@@ -307,6 +354,8 @@ SAME_ARCHITECTURE = {
        for size, text in (("2B-Instruct", "1.7B"), ("4B-Instruct", "4B"), ("8B-Instruct", "8B"),
                           ("32B-Instruct", "32B"), ("32B-Thinking", "32B"), ("30B-A3B-Instruct", "30B-A3B"),
                           ("235B-A22B-Instruct", "235B-A22B"))},
+    "Qwen/Qwen3.6-27B": ("Qwen/Qwen3.5-27B", ()),
+    "Qwen/Qwen3.6-35B-A3B": ("Qwen/Qwen3.5-35B-A3B", ()),
     "zai-org/GLM-5.1": ("zai-org/GLM-5", ()),
     "zai-org/GLM-5.3": ("zai-org/GLM-5.2", ()),
     "Qwen/Qwen3-235B-A22B-Instruct-2507": ("Qwen/Qwen3-235B-A22B", (("max_position_embeddings", 262144),)),

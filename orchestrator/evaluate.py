@@ -144,7 +144,7 @@ def with_prompt_cache(w: Workload, lm) -> Workload:
     the KV pool beyond its requests in flight (a typical request each), least recently used out."""
     if w.prompt_pool is None or not w.prompt_pool.cached:
         return w
-    capacity = lm.memory_for(w.max_batched_tokens).kv_capacity_tokens
+    capacity = lm.memory_for(w.max_batched_tokens).tokens_left(w.concurrency)
     in_flight = w.concurrency * (w.input_length + w.output_length)
     return replace(w, prompt_pool=replace(w.prompt_pool, cache_tokens=max(0, int(capacity - in_flight))))
 
@@ -226,7 +226,8 @@ def _kv_pool(w: Workload, scheduler, job: Job, lm) -> KVPool | None:
     if not isinstance(scheduler, TokenBudget) or job.role != "agg" or w.mtp_tokens:
         return None
     in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
-    return kv_pool(w, lm.memory_for(w.max_batched_tokens).kv_capacity_tokens, in_flight)
+    running = min(in_flight, scheduler.max_num_seqs or in_flight)  # each holding a recurrent state, if any
+    return kv_pool(w, lm.memory_for(w.max_batched_tokens).tokens_left(running), in_flight)
 
 
 def point_key(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple:
@@ -315,6 +316,7 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
     dp = s.num_devices // layout.devices
     kv_gib = m.peak_kv_tokens * mem.kv_bytes_per_token / GIB
     in_flight = m.request_throughput * m.e2e_ms / 1000.0  # Little's law
+    kv_tokens = mem.tokens_left(round(in_flight) if m.arrival == "poisson" else m.concurrency)  # beside states
     return {
         "role": role, "tp": layout.tp, "pp": layout.pp, "dp": dp, "ep": layout.ep,
         "attention_dp": ranks, "moe_tp": layout.moe_tp,
@@ -336,10 +338,10 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
         "num_steps": m.num_steps, "prefill_num_chunks": m.prefill_num_chunks,
         "decoding_requests": m.decoding_requests * ranks, "kv_bound": m.kv_bound, "preemptions": m.preemptions * ranks,
         "effective_input_length": m.effective_input_length,
-        "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": mem.kv_capacity_tokens,
+        "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": kv_tokens,
         "weights_gib": mem.weights_gib, "kv_gib": kv_gib, "activation_gib": mem.activation_gib,
         "available_gib": mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib - kv_gib,
-        "fits_memory": m.peak_kv_tokens <= mem.kv_capacity_tokens,
+        "fits_memory": m.peak_kv_tokens <= kv_tokens,
         **costs(s.usd_per_device_hour * s.num_devices, m.output_throughput * ranks * dp),
     }
 

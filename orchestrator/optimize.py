@@ -36,7 +36,7 @@ def memory_bound(s: Scenario, job: Job) -> int | None:
         held = w.cached_prefix_tokens + w.chunk_plan()[0].query_len
     else:
         return None
-    return max(1, mem.kv_capacity_tokens // held)
+    return max(1, mem.kv_capacity_tokens // (held + mem.state_tokens))  # each request's state beside its KV
 
 
 def job_search(s: Scenario, job: Job, width: int = 1):

@@ -1,5 +1,6 @@
 """The MoE architectures people deploy now, parsed from their published config.json, the
-sliding-window attention of gpt-oss and the sparse attention of DeepSeek-V3.2 and GLM-5 priced by hand."""
+sliding-window attention of gpt-oss, the sparse attention of DeepSeek-V3.2 and GLM-5 and the gated delta-net
+layers of Qwen3.5 priced by hand."""
 
 from pathlib import Path
 
@@ -412,6 +413,57 @@ def test_chunked_layers_read_only_their_chunk():
     128k tokens of context only the 12 full layers' reads double; KV a token is theirs alone."""
     lm = build_latency_model("meta-llama/Llama-4-Scout-17B-16E-Instruct", device="H200_SXM", tp=4)
     assert lm.memory.kv_bytes_per_token == 12 * 2 * (8 / 4) * 128 * 2  # K and V of 2 KV heads a device
-    full, local, _ = lm._attention_parts(True, 64.0, 1.0, 65536.0, False)
-    full2, local2, _ = lm._attention_parts(True, 64.0, 1.0, 131072.0, False)
+    full, local, _, _ = lm._attention_parts(True, 64.0, 1.0, 65536.0, False)
+    full2, local2, _, _ = lm._attention_parts(True, 64.0, 1.0, 131072.0, False)
     assert local == pytest.approx(local2) and full2 > 1.8 * full
+
+
+def test_qwen3_5_gated_delta_net_layers_parsed():
+    """Qwen3.5: 3 layers of 4 are gated delta-nets (a state of 48 value heads x 128 x 128 in float32 a request),
+    every fourth full attention with a gate as wide as its queries; the MoE ones' shared expert is one routed
+    width, and they leave their dense width out; Qwen3.6 is Qwen3.5's architecture."""
+    dense = load_model("Qwen/Qwen3.5-27B")
+    assert (dense.num_linear_layers, dense.num_full_layers, dense.attention_output_gate) == (48, 16, True)
+    assert (dense.linear_key_heads, dense.linear_value_heads, dense.linear_key_dim, dense.linear_state_bytes) == \
+        (16, 48, 128, 4)
+    moe = load_model("Qwen/Qwen3.5-35B-A3B")
+    assert (moe.num_experts, moe.num_shared_experts, moe.moe_intermediate_size, moe.num_moe_layers) == (256, 1, 512, 40)
+    assert load_model("Qwen/Qwen3.6-27B").num_linear_layers == 48
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+              "vocab_size": 100, "num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 32,
+              "shared_expert_intermediate_size": 48}
+    with pytest.raises(ValueError, match="a whole number of routed widths"):
+        ModelSpec.from_config(config, "odd")
+
+
+def test_qwen3_5_weights_and_recurrent_state_hand_computed():
+    """Qwen3.5-27B on one device in bf16: 16 gated attention layers (24 query and gate heads, 4 KV heads of 256),
+    48 gated delta-nets (in: queries and keys 16 x 128, values and output gate 48 x 128, two gates a value head;
+    out 48 x 128), 64 MLPs 17,408 wide, untied 248,320-token embeddings; KV a token in the 16 attention layers
+    only, and a request's state in the 48 others: 48 x 128 x 128 float32 and 3 inputs of the convolution."""
+    lm = build_latency_model("Qwen/Qwen3.5-27B", device="H200_SXM", tp=1)
+    h = 5120
+    attention = h * 256 * (2 * 24 + 2 * 4) + 24 * 256 * h
+    linear = h * (2 * 2048 + 2 * 6144 + 2 * 48) + 6144 * h
+    params = 16 * attention + 48 * linear + 64 * 3 * h * 17408 + 2 * 248320 * h
+    assert lm.memory_account.weights_bytes == pytest.approx(2 * params, rel=1e-12)
+    assert lm.memory.kv_bytes_per_token == 16 * 2 * 4 * 256 * 2
+    state = 48 * (48 * 128 * 128 * 4 + (2 * 2048 + 6144) * 3 * 2)
+    mem = lm.memory
+    assert mem.state_bytes_per_request == state
+    assert mem.state_tokens == -(-state // mem.kv_bytes_per_token)
+    assert mem.tokens_left(10) == mem.kv_capacity_tokens - 10 * mem.state_tokens
+    dense = build_latency_model("Qwen/Qwen3-32B", device="H200_SXM", tp=1).memory
+    assert (dense.state_tokens, dense.tokens_left(10)) == (0, dense.kv_capacity_tokens)
+
+
+def test_a_gated_delta_net_layer_costs_the_same_at_any_context():
+    """A decode step's delta-net layers read and write each request's state whatever its context; its attention
+    layers read a context 16 times longer in 16 times the time, near enough."""
+    lm = build_latency_model("Qwen/Qwen3.5-27B", device="H200_SXM", tp=2)
+    short, _, state, _ = lm._attention_parts(True, 64.0, 1.0, 4096.0, False)
+    long_, _, state2, _ = lm._attention_parts(True, 64.0, 1.0, 65536.0, False)
+    assert state == state2 and 10 < long_ / short < 16
+    bytes_ = 2 * 64 * lm.state_bytes_layer  # the state read and written bound its time, beside 3 kernels' launch
+    kernels = 3 * lm.device.kernel_overhead_us * 1e-3
+    assert state == pytest.approx(bytes_ / (lm.device.hbm_bytes_per_s * lm.device.eff_memory) * 1e3 + kernels)

@@ -285,14 +285,15 @@ def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_pr
 
 #: models whose steps are priced by every part of `_price`: dense, sliding-window attention with MXFP4
 #: experts, MLA with a MoE prefill time (SGLang's), EP experts with TensorRT-LLM's per-layer times, sparse MLA
-#: with indexers in some layers, chunked attention beside full
+#: with indexers in some layers, chunked attention beside full, gated delta-nets beside gated attention
 PART_MODELS = [("Qwen/Qwen3-32B", "H200_SXM", {"tp": 2}, "vllm"),
                ("openai/gpt-oss-120b", "H100_SXM", {"tp": 2}, "vllm"),
                ("deepseek-ai/DeepSeek-V3", "H200_SXM", {"tp": 8}, "sglang"),
                ("Qwen/Qwen3-235B-A22B", "H100_SXM", {"tp": 4, "ep": 4}, "trtllm"),
                ("meta-llama/Llama-3.1-8B-Instruct", "B200", {"tp": 1}, "none"),
                ("zai-org/GLM-5.2", "B200", {"tp": 8}, "vllm"),
-               ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "H200_SXM", {"tp": 8}, "sglang")]
+               ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "H200_SXM", {"tp": 8}, "sglang"),
+               ("Qwen/Qwen3.5-35B-A3B", "H100_SXM", {"tp": 2}, "vllm")]
 entries = st.builds(lambda dec, c, q, extra: ForwardKey(dec, c, 1 if dec else q, (1 if dec else q) + extra),
                     st.booleans(), st.integers(1, 256), st.integers(1, 8192), st.integers(0, 16384))
 

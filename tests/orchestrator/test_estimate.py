@@ -791,3 +791,19 @@ def test_profiles_that_move_only_the_front_end_share_their_step_prices_and_rows_
         PRICERS.clear()
         assert estimate(configure(spec)) == shared[name]
     assert shared["b"]["ttft_ms"] > shared["a"]["ttft_ms"]  # 7 ms more a request, serial: the front end matters
+
+
+def test_each_request_in_flight_holds_its_recurrent_state_beside_its_kv():
+    """Qwen3.5-27B on one H100: each request's delta-net state (147 MiB, 2,349 KV tokens' worth) comes out of
+    the pool its context shares, so 96 clients of 1,100 tokens (106k of context, 326k with their states) are
+    bound by the cache where 32 are not, and the row's capacity is what their states leave."""
+    from latency import build_latency_model
+
+    common = {"model": "Qwen/Qwen3.5-27B", "device": "H100_SXM", "engine": "vllm", "input_length": 1000,
+              "output_length": 100, "arrival": "closed"}
+    few, many = (estimate(configure(common | {"concurrency": c})) for c in (32, 96))
+    state = build_latency_model("Qwen/Qwen3.5-27B", device="H100_SXM", tp=1).memory.state_tokens
+    assert state == 2349 and few["kv_capacity_tokens"] - many["kv_capacity_tokens"] == 64 * state
+    pool = many["kv_capacity_tokens"] + 96 * state  # the KV pool before any state
+    assert 96 * 1100 < pool and many["kv_bound"] and not few["kv_bound"]
+    assert many["peak_kv_tokens"] <= many["kv_capacity_tokens"] and many["fits_memory"]
