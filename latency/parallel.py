@@ -70,6 +70,9 @@ class ParallelSpec:
         kv = model.num_kv_heads
         if not model.is_mla and kv % self.tp and self.tp % kv:
             raise ValueError(f"tp={self.tp} and the {kv} KV heads of {model.name} must divide one another")
+        if model.num_linear_layers and (model.linear_key_heads % self.tp or model.linear_value_heads % self.tp):
+            raise ValueError(f"tp={self.tp} must divide the {model.linear_key_heads} key and "
+                             f"{model.linear_value_heads} value heads of {model.name}'s gated delta-net layers")
         if self.pp > model.num_layers:
             raise ValueError(f"pp={self.pp} exceeds the {model.num_layers} layers of {model.name}")
         if self.ep > 1 and not model.is_moe:

@@ -467,3 +467,13 @@ def test_a_gated_delta_net_layer_costs_the_same_at_any_context():
     bytes_ = 2 * 64 * lm.state_bytes_layer  # the state read and written bound its time, beside 3 kernels' launch
     kernels = 3 * lm.device.kernel_overhead_us * 1e-3
     assert state == pytest.approx(bytes_ / (lm.device.hbm_bytes_per_s * lm.device.eff_memory) * 1e3 + kernels)
+
+
+def test_a_layout_must_split_the_delta_net_heads_as_the_attention_ones():
+    """Qwen3.5-27B: its 24 attention heads and 4 KV heads take tp 4 and tp 12, but its delta-nets' 16 key heads
+    do not take tp 12 (the engines shard their heads over tp)."""
+    build_latency_model("Qwen/Qwen3.5-27B", device="H200_SXM", tp=4)
+    from latency import ParallelSpec
+
+    with pytest.raises(ValueError, match="16 key and 48 value heads"):
+        ParallelSpec(tp=12).validate(load_model("Qwen/Qwen3.5-27B"))
