@@ -316,7 +316,8 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
     dp = s.num_devices // layout.devices
     kv_gib = m.peak_kv_tokens * mem.kv_bytes_per_token / GIB
     in_flight = m.request_throughput * m.e2e_ms / 1000.0  # Little's law
-    kv_tokens = mem.tokens_left(round(in_flight) if m.arrival == "poisson" else m.concurrency)  # beside states
+    held = round(in_flight) if m.arrival == "poisson" else m.concurrency  # requests holding a recurrent state
+    kv_tokens = mem.tokens_left(held)  # what their states (linear-attention layers') leave
     return {
         "role": role, "tp": layout.tp, "pp": layout.pp, "dp": dp, "ep": layout.ep,
         "attention_dp": ranks, "moe_tp": layout.moe_tp,
@@ -340,7 +341,8 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
         "effective_input_length": m.effective_input_length,
         "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": kv_tokens,
         "weights_gib": mem.weights_gib, "kv_gib": kv_gib, "activation_gib": mem.activation_gib,
-        "available_gib": mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib - kv_gib,
+        "available_gib": (mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib - kv_gib
+                          - held * mem.state_bytes_per_request / GIB),
         "fits_memory": m.peak_kv_tokens <= kv_tokens,
         **costs(s.usd_per_device_hour * s.num_devices, m.output_throughput * ranks * dp),
     }

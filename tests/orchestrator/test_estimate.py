@@ -802,8 +802,11 @@ def test_each_request_in_flight_holds_its_recurrent_state_beside_its_kv():
     common = {"model": "Qwen/Qwen3.5-27B", "device": "H100_SXM", "engine": "vllm", "input_length": 1000,
               "output_length": 100, "arrival": "closed"}
     few, many = (estimate(configure(common | {"concurrency": c})) for c in (32, 96))
-    state = build_latency_model("Qwen/Qwen3.5-27B", device="H100_SXM", tp=1).memory.state_tokens
+    mem = build_latency_model("Qwen/Qwen3.5-27B", device="H100_SXM", tp=1).memory
+    state = mem.state_tokens
     assert state == 2349 and few["kv_capacity_tokens"] - many["kv_capacity_tokens"] == 64 * state
+    held = [r["available_gib"] + r["kv_gib"] for r in (few, many)]  # the HBM the states leave
+    assert held[0] - held[1] == pytest.approx(64 * mem.state_bytes_per_request / 1024**3)
     pool = many["kv_capacity_tokens"] + 96 * state  # the KV pool before any state
     assert 96 * 1100 < pool and many["kv_bound"] and not few["kv_bound"]
     assert many["peak_kv_tokens"] <= many["kv_capacity_tokens"] and many["fits_memory"]
