@@ -514,10 +514,11 @@ def test_runs_on_the_newer_systems_of_aiconfigurator_s_matrix_are_answered(tmp_p
     assert kv["B200"] < kv["GB200"] < kv["B300_SXM"] < kv["GB300"]
     assert (got["ep"].iloc[4], got["attention_dp"].iloc[4]) == (16, 16)
     p, got = estimate_measured(tmp_path, [f"{s},vllm,0.19.0,Qwen/Qwen3-8B,{s},bf16,,,1024,256,16,2,1,1,1,1,150,12"
-                                          for s in ("h100_sxm", "l40s", "rtx_pro_6000_server")])
+                                          for s in ("h100_sxm", "l40s", "rtx_pro_6000_server", "b60")])
     assert p.returncode == 0, p.stderr
-    assert list(got["device"]) == ["H100_SXM", "L40S", "RTX_PRO_6000_SERVER"]
-    assert got["tpot_ms"].iloc[0] < got["tpot_ms"].iloc[2] < got["tpot_ms"].iloc[1]  # 3.35, 1.79, 0.86 TB/s
+    assert list(got["device"]) == ["H100_SXM", "L40S", "RTX_PRO_6000_SERVER", "B60"]
+    tpot = got["tpot_ms"].tolist()  # 3.35, 1.79, 0.86 TB/s; Intel's B60 0.456 TB/s at half of it
+    assert tpot[0] < tpot[2] < tpot[1] < tpot[3]
 
 
 def test_every_quant_mode_of_the_format_is_read_side_by_side(tmp_path):
