@@ -36,6 +36,8 @@ from latency.quant import Quantization
 HIDDEN_PASSES = 8
 #: MLP activation (SiLU * up) reads gate and up, writes one: 3 passes over the intermediate
 MLP_ACT_PASSES = 3
+#: ... an ungated one (squared ReLU) reads one and writes one
+UNGATED_ACT_PASSES = 2
 #: kernels per layer, for the per-kernel overhead (attention: rope + KV-cache write + the attention kernel)
 KERNELS = {"qkv_proj": 1, "o_proj": 1, "attention": 3, "mlp": 2, "moe": 3, "elementwise": 2}
 #: floating-point operations of a gated delta-net layer a state element and token: decay and rank-one update,
@@ -120,10 +122,10 @@ class RooflineModel:
             self.kv_elems_per_token_layer = 2 * kv_dev * m.head_dim
             self.d_qk_prefill = self.d_v_prefill = self.d_qk_decode = self.d_v_decode = m.head_dim
         self._derive_linear()
-        self.dense_layers = m.num_dense_layers if m.is_moe else m.num_layers
+        self.dense_layers = m.num_dense_layers if m.is_moe else m.num_layers - m.num_mlp_free_layers
         self.moe_layers = m.num_moe_layers
-        self.mlp_params = 3 * h * m.intermediate_size / tp
-        self.shared_params = m.num_shared_experts * m.expert_params / tp
+        self.mlp_params = m.mlp_matrices * h * m.intermediate_size / tp
+        self.shared_params = m.shared_expert_params / tp
         self.expert_tp = p.moe_tp
         self.local_experts = p.expert_slots(m) / p.ep if m.is_moe else 0.0
         self.imbalance = EXPERT_IMBALANCE if p.ep > 1 else 1.0
@@ -269,7 +271,8 @@ class RooflineModel:
         ops["moe"] = self._moe(tokens, d.peak_flops(qz.experts_dtype), detail) if self.moe_layers else absent
         inter = (self.dense_layers * m.intermediate_size / p.tp
                  + self.moe_layers * m.experts_per_token * m.moe_intermediate_size / p.tp) / L
-        ew_bytes = tokens * (HIDDEN_PASSES * h + MLP_ACT_PASSES * inter) * ACT_BYTES
+        passes = MLP_ACT_PASSES if m.mlp_matrices == 3 else UNGATED_ACT_PASSES
+        ew_bytes = tokens * (HIDDEN_PASSES * h + passes * inter) * ACT_BYTES
         ew, ew_bound = self._roof(0.0, ew_bytes, bf16, 1.0, KERNELS["elementwise"] * kov, detail)
         ops["elementwise"] = (ew * L, ew_bound)
         ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, dtype="bf16",

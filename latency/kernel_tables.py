@@ -120,6 +120,8 @@ def expert_curve(model, device: str, engine: str, parallel, experts_quant: str) 
         return None, f"no kernel tables for engine {engine!r} (tables cover {', '.join(sorted(ENGINE_DIRS))})"
     if parallel.redundant_experts:
         return None, "the tables hold no layout with redundant experts"
+    if model.moe_latent_size or model.mlp_matrices != 3:
+        return None, "the tables time gated experts between hidden states, not latent or ungated ones"
     root = tables_root()
     paths = moe_tables(root, gpu, framework)
     if not paths:

@@ -50,6 +50,9 @@ class ModelSpec:
     linear_conv_kernel: int = 0
     linear_state_bytes: int = 0
     attention_output_gate: bool = False  # full-attention layers project a gate as wide as their queries (Qwen3.5)
+    mlp_matrices: int = 3              # an MLP's (and an expert's) matrices: gate, up, down; 2 where ungated (relu2)
+    moe_latent_size: int = 0           # routed experts' width in and out where they work in a latent (0: hidden)
+    num_mlp_free_layers: int = 0       # layers whose block has no MLP (Nemotron-H's attention blocks)
     index_topk: int = 0                # sparse attention: keys the indexer picks for each query (0: dense)
     index_heads: int = 0               # ... the indexer's heads, each index_head_dim wide
     index_head_dim: int = 0
@@ -76,7 +79,7 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+        return self.num_layers - self.num_dense_layers - self.num_mlp_free_layers if self.is_moe else 0
 
     @property
     def vocab_params(self) -> int:
@@ -84,7 +87,14 @@ class ModelSpec:
 
     @property
     def expert_params(self) -> int:
-        return 3 * self.hidden_size * self.moe_intermediate_size
+        """One routed expert's weights: its matrices between the hidden state (or its latent) and its width."""
+        return self.mlp_matrices * (self.moe_latent_size or self.hidden_size) * self.moe_intermediate_size
+
+    @property
+    def shared_expert_params(self) -> int:
+        """A MoE layer's shared experts, at the hidden width, and a latent MoE's projections into and out of it."""
+        shared = self.num_shared_experts * self.mlp_matrices * self.hidden_size * self.moe_intermediate_size
+        return shared + 2 * self.hidden_size * self.moe_latent_size
 
     @property
     def num_local_layers(self) -> int:
@@ -105,7 +115,7 @@ class ModelSpec:
         if isinstance(config.get("text_config"), dict) and "hidden_size" not in config:
             config = {**config["text_config"], "quantization_config": config["text_config"].get(
                 "quantization_config", config.get("quantization_config"))}
-        config = _llama4(config)
+        config = _nemotron_h(_llama4(config))
         _refuse_unknown(config, name)
 
         def need(key):
@@ -158,6 +168,9 @@ class ModelSpec:
             **_sliding(config, layers),
             **_chunked(config, layers, name),
             **_linear(config, name),
+            mlp_matrices=2 if MLP_ACTIVATIONS.get(config.get("mlp_hidden_act") or config.get("hidden_act")) else 3,
+            moe_latent_size=int(config.get("moe_latent_size") or 0) if experts else 0,
+            num_mlp_free_layers=int(config.get(MLP_FREE, 0)),
             **_sparse(config, layers, name),
         )
         spec.validate()
@@ -273,6 +286,41 @@ def _shared_experts(config: dict, name: str) -> int:
         raise ValueError(f"model config {name!r} has a shared expert {width} wide beside routed ones {routed} wide: "
                          "servesweep models shared experts a whole number of routed widths wide")
     return width // routed
+
+
+#: activations of an ungated MLP (up and down matrices only): squared ReLU (Nemotron-H)
+MLP_ACTIVATIONS = {"relu2": True}
+#: the key `_nemotron_h` counts its MLP-free blocks under (not a config key of any family)
+MLP_FREE = "_mlp_free_layers"
+#: Nemotron-H's block kinds (`hybrid_override_pattern` letters, `layers_block_type` words): Mamba-2 mixer,
+#: attention, MoE, dense MLP
+NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
+
+
+def _nemotron_h(config: dict) -> dict:
+    """Nemotron-H's blocks (each a mixer or an MLP) in the keys the other families use: a layer a mixer, its
+    Mamba-2 ones as recurrent layers of `mamba_num_heads` x `mamba_head_dim` x `ssm_state_size` (its B and C
+    projections `n_groups` wide, as a delta-net's keys), every MLP block after one and the attention blocks
+    without one. A stack of more MLP blocks than mixers is refused."""
+    if config.get("model_type") != "nemotron_h":
+        return config
+    blocks = [NEMOTRON_BLOCKS.get(b, b) for b in (config.get("hybrid_override_pattern") or
+                                                     config.get("layers_block_type") or ())]
+    mixers = [b for b in blocks if b in ("mamba", "attention")]
+    mlps = [b for b in blocks if b in ("moe", "mlp")]
+    if len(mlps) > len(mixers) or set(blocks) - set(NEMOTRON_BLOCKS.values()):
+        return config  # refused below, naming the pattern
+    out = {k: v for k, v in config.items() if k not in ("hybrid_override_pattern", "layers_block_type",
+                                                         "mamba_num_heads")}
+    moe = mlps.count("moe")
+    return {**out, "num_hidden_layers": len(mixers), MLP_FREE: len(mixers) - len(mlps),
+            "layer_types": ["linear_attention" if b == "mamba" else "full_attention" for b in mixers],
+            "linear_num_key_heads": config.get("n_groups"), "linear_num_value_heads": config.get("mamba_num_heads"),
+            "linear_key_head_dim": config.get("ssm_state_size"), "linear_value_head_dim": config.get("mamba_head_dim"),
+            "linear_conv_kernel_dim": config.get("conv_kernel"),
+            "mamba_ssm_dtype": config.get("mamba_ssm_cache_dtype"), "first_k_dense_replace": mlps.count("mlp"),
+            "n_routed_experts": config.get("n_routed_experts") if moe else 0,
+            "shared_expert_intermediate_size": config.get("moe_shared_expert_intermediate_size") if moe else None}
 
 
 def _llama4(config: dict) -> dict:

@@ -2,6 +2,7 @@
 sliding-window attention of gpt-oss, the sparse attention of DeepSeek-V3.2 and GLM-5 and the gated delta-net
 layers of Qwen3.5 priced by hand."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -477,3 +478,48 @@ def test_a_layout_must_split_the_delta_net_heads_as_the_attention_ones():
 
     with pytest.raises(ValueError, match="16 key and 48 value heads"):
         ParallelSpec(tp=12).validate(load_model("Qwen/Qwen3.5-27B"))
+
+
+def test_nemotron_h_blocks_read_as_layers_of_a_mixer_and_an_mlp():
+    """Nemotron-3-Nano's 52 blocks: 23 Mamba-2 mixers each before a MoE block, 6 attention blocks with no MLP;
+    read as 29 layers, 23 recurrent (64 heads x 64 x a 128-wide state; B and C 8 x 128), 23 MoE of 128 ungated
+    (squared-ReLU) experts top-6 and two shared ones' width: 31.7B weights, as published (31.6B)."""
+    m = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B")
+    assert (m.num_layers, m.num_linear_layers, m.num_full_layers, m.num_mlp_free_layers) == (29, 23, 6, 6)
+    assert (m.num_moe_layers, m.num_experts, m.experts_per_token, m.num_shared_experts) == (23, 128, 6, 2)
+    assert (m.mlp_matrices, m.linear_value_heads, m.linear_value_dim, m.linear_key_dim) == (2, 64, 64, 128)
+    h, inter = 2688, 1856
+    attention = h * 128 * (32 + 2 * 2) + 32 * 128 * h
+    mamba = h * (2 * 8 * 128 + 2 * 64 * 64 + 2 * 64) + 64 * 64 * h
+    moe = 128 * 2 * h * inter + 2 * 2 * h * inter + h * 128
+    params = 6 * attention + 23 * mamba + 23 * moe + 2 * 131072 * h
+    lm = build_latency_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B", device="B200", tp=1)
+    assert lm.memory_account.weights_bytes == pytest.approx(2 * params, rel=1e-12)
+    assert params == pytest.approx(31.7e9, rel=0.01)
+
+
+def test_a_latent_moe_s_experts_work_in_its_latent():
+    """Nemotron-3-Super: 512 routed experts between a 1,024-wide latent and 2,688 (ungated), beside two shared
+    experts' width at the hidden 4,096 and the projections into and out of the latent; 121B weights."""
+    m = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B")
+    assert m.moe_latent_size == 1024 and m.expert_params == 2 * 1024 * 2688
+    assert m.shared_expert_params == 2 * 2 * 4096 * 2688 + 2 * 4096 * 1024
+    lm = build_latency_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B", device="B200", tp=8)
+    assert lm.memory_account.weights_bytes * 8 / 2 == pytest.approx(121e9, rel=0.02)
+
+
+def test_a_dense_nemotron_h_prices_its_mlp_blocks_and_refuses_more_mlps_than_mixers(tmp_path):
+    """A dense stack (M - M * -: two MLP blocks, three mixers) prices two dense MLPs; more MLP blocks than
+    mixers is not a stack of layers and is refused."""
+    config = {"model_type": "nemotron_h", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "intermediate_size": 128, "vocab_size": 100, "num_hidden_layers": 5,
+              "hybrid_override_pattern": "M-M*-", "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 1,
+              "ssm_state_size": 16, "conv_kernel": 4, "mlp_hidden_act": "relu2"}
+    m = ModelSpec.from_config(config, "tiny")
+    assert (m.num_layers, m.num_linear_layers, m.num_mlp_free_layers, m.is_moe, m.mlp_matrices) == (3, 2, 1, False, 2)
+    assert m.linear_state_bytes == 2  # no mamba_ssm_cache_dtype: the model's own
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    lm = build_latency_model(str(tmp_path), device="H100_SXM", tp=1)
+    assert lm.dense_layers == 2 and lm.mlp_params == 2 * 64 * 128  # up and down, no gate
+    with pytest.raises(ValueError, match="hybrid state-space"):
+        ModelSpec.from_config({**config, "hybrid_override_pattern": "M--"}, "odd")

@@ -34,12 +34,13 @@ READ = {
     "nvidia/GLM-5.2-NVFP4", "nvidia/GLM-5.3-NVFP4", "zai-org/GLM-5.3", "nvidia/GLM-5-NVFP4", "zai-org/GLM-5.1",
     "meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
     "Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-397B-A17B", "nvidia/Qwen3.5-122B-A10B-NVFP4",
-    "nvidia/Qwen3.5-397B-A17B-NVFP4", "nvidia/Qwen3.6-27B-NVFP4", "nvidia/Qwen3.6-35B-A3B-NVFP4"}
+    "nvidia/Qwen3.5-397B-A17B-NVFP4", "nvidia/Qwen3.6-27B-NVFP4", "nvidia/Qwen3.6-35B-A3B-NVFP4",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4"}
 #: the matrix's checkpoints with a part we do not price: (name, the part named)
-REFUSED = [("nvidia/Nemotron-H-56B-Base-8K", "state-space"),
-           ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "state-space"),
-           ("nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "state-space"),
-           ("deepseek-ai/DeepSeek-V4-Flash", "compressed attention"), ("nvidia/DeepSeek-V4-Pro-NVFP4", "compressed"),
+REFUSED = [("deepseek-ai/DeepSeek-V4-Flash", "compressed attention"), ("nvidia/DeepSeek-V4-Pro-NVFP4", "compressed"),
            ("XiaomiMiMo/MiMo-V2-Flash", "hybrid attention layers"),
            ("moonshotai/Kimi-K3", "linear"),
            ("MiniMaxAI/MiniMax-M3", "sparse attention"), ("nvidia/Gemma-4-31B-IT-NVFP4", "two head sizes")]
