@@ -66,8 +66,8 @@ def sliding(config: dict, layers: int) -> dict:
     if not window or config.get("use_sliding_window") is False:
         return {}
     types = config.get("layer_types")
-    sliding = sum(1 for t in types if t == "sliding_attention") if types else layers
-    return {"sliding_window": int(window), "num_sliding_layers": sliding} if sliding else {}
+    count = sum(1 for t in types if t == "sliding_attention") if types else layers
+    return {"sliding_window": int(window), "num_sliding_layers": count} if count else {}
 
 
 #: the keys a gated delta-net layer's shape is read from (Qwen3-Next, Qwen3.5)
@@ -77,7 +77,7 @@ LINEAR_KEYS = frozenset({"linear_num_key_heads", "linear_num_value_heads", "line
 STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def linear(config: dict, name: str) -> dict:
+def linear(config: dict) -> dict:
     """Gated delta-net layers (Qwen3.5's `linear_attention` layer_types, 3 of 4): per request a state of
     value heads x key width x value width, and a short convolution's last `linear_conv_kernel_dim` - 1
     inputs, whatever the context; full-attention layers gated where `attn_output_gate` says so."""
@@ -106,10 +106,12 @@ def shared_experts(config: dict, name: str) -> int:
 
 
 #: activations of an ungated MLP (up and down matrices only): squared ReLU (Nemotron-H)
-MLP_ACTIVATIONS = {"relu2": True}
+UNGATED_ACTIVATIONS = frozenset({"relu2"})
+
+
 def mlp_matrices(config: dict) -> int:
     """An MLP's (and an expert's) matrices: gate, up and down; up and down where its activation is ungated."""
-    return 2 if MLP_ACTIVATIONS.get(config.get("mlp_hidden_act") or config.get("hidden_act")) else 3
+    return 2 if (config.get("mlp_hidden_act") or config.get("hidden_act")) in UNGATED_ACTIVATIONS else 3
 
 
 #: the key `nemotron_h` counts its MLP-free blocks under (not a config key of any family)

@@ -170,7 +170,7 @@ class ModelSpec:
             checkpoint_quantization=families.checkpoint_quantization(config),
             **families.sliding(config, layers),
             **families.chunked(config, layers, name),
-            **families.linear(config, name),
+            **families.linear(config),
             mlp_matrices=families.mlp_matrices(config),
             moe_latent_size=int(config.get("moe_latent_size") or 0) if experts else 0,
             num_mlp_free_layers=int(config.get(families.MLP_FREE, 0)),
