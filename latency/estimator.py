@@ -47,8 +47,12 @@ DELTA_RULE_FLOPS = 6
 LINEAR_KERNELS = 3
 #: a sparse-attention indexer's score of a (query, key) pair: an fp32 written, then read by the top-k pick
 INDEX_SCORE_BYTES = 8
-#: ... its kernels a layer: the scores and the top-k pick
-INDEX_KERNELS = 2
+#: ... its kernels a layer, as vLLM runs it: three projections (its queries, key, head weights), the key's norm,
+#: rope on its query and key, the FP8 quantisation of each (the key's into the index cache), the scores, the top-k
+#: pick. AIConfigurator's tables time the engines' whole sparse-attention decode module 0.03-0.20 ms a layer
+#: above their MLA module (vLLM 0.07-0.14 on H100, H200 and B200), launches a CUDA graph hides among them: these
+#: ten kernels' 0.04 ms stand for the part a graph keeps (docs/modelling.md)
+INDEX_KERNELS = 10
 #: expert parallelism: tokens the busiest expert group receives over the mean. Routing is never
 #: perfectly even; DeepSeek's EPLB reports a max/mean expert load near 1.2-1.3 before balancing.
 #: The MoE layer waits for the busiest group. 1 when experts are not split (ep = 1).
