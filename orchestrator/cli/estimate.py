@@ -34,8 +34,9 @@ def add_parser(sub) -> None:
 ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"), ("E2E ms", "e2e")]
 
 
-def print_errors(table) -> None:
-    """Median |error| against measured runs, in all and per engine where several ran them."""
+def print_errors(table, replaced: frozenset = frozenset()) -> None:
+    """Median |error| against measured runs, in all and per engine where several ran them; `replaced`: the spec
+    keys a flag gave every run in place of its reading."""
     def said(rows) -> str:
         rows = rows[rows[["ttft_error", "tpot_error"]].notna().any(axis=1)]
         return (f"TTFT {rows['ttft_error'].abs().median():.1%}, TPOT {rows['tpot_error'].abs().median():.1%} over "
@@ -50,11 +51,12 @@ def print_errors(table) -> None:
     if engines.ngroups > 1:
         for engine, rows in engines:
             print(f"  {engine}: {said(rows)}")
-    if "scheduler" in table and table["scheduler"].notna().any():
+    launch = [c for c in ("scheduler", "max_batched_tokens", "max_num_seqs") if c not in replaced]
+    if "scheduler" in launch and "scheduler" in table and table["scheduler"].notna().any():
         generated = table[table["scheduler"].notna()]
         print(f"note: {len(generated)} runs ({', '.join(sorted(set(generated['engine'])))}) read as AIConfigurator's "
-              "generator launched them (their engine version; columns scheduler, max_batched_tokens, max_num_seqs), "
-              "the rest at the engines' defaults")
+              f"generator launched them (their engine version; columns {', '.join(launch)}), the rest at the "
+              "engines' defaults")
     if "release_read_as" in table and table["release_read_as"].notna().any():
         read_as = table[table["release_read_as"].notna()]
         found = ", ".join(f"{n} as {release}" for release, n in read_as["release_read_as"].value_counts().items())
@@ -97,10 +99,11 @@ def cmd_estimate(a) -> int:
             table.to_csv(a.output, index=False)
         print(f"{len(table)} configurations estimated; written to {a.output}")
         if "ttft_error" in table:
-            print_errors(table)
-            replaced = [f.flag for f in FIELDS if f.name in values and f.key not in COLUMN_KEYS]
+            replaced = [f for f in FIELDS if f.name in values and f.key not in COLUMN_KEYS]
+            print_errors(table, frozenset(f.key for f in replaced))
             if replaced:
-                print(f"note: {', '.join(replaced)} given: in every run in place of how its row was read")
+                print(f"note: {', '.join(f.flag for f in replaced)} given: in every run in place of how its row was "
+                      "read")
         return 0
     if a.output:
         raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")

@@ -409,6 +409,7 @@ def test_a_flag_replaces_how_a_measured_row_was_read_never_what_it_measured(tmp_
     assert (got.loc[0, "prefix_caching"], got.loc[0, "max_batched_tokens"], got.loc[0, "tp"]) == ("on", 8192, 2)
     assert got.loc[0, "max_num_seqs"] == 64  # the generated launch's other reading stays
     assert "note: --max-batched-tokens, --prefix-caching given: in every run in place of how its row was" in p.stdout
+    assert "(their engine version; columns scheduler, max_num_seqs)" in p.stdout  # the budget is the flag's
     common = {"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "engine": "vllm", "input_length": 1024,
               "output_length": 128, "concurrency": 64, "tp_sizes": (2,), "arrival": "closed", "benchmark": "aiperf",
               "async_scheduling": "off", "scheduler": "token-budget", "max_num_seqs": 64}
