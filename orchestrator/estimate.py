@@ -191,13 +191,13 @@ def read_configs(path: Path, defaults: dict):
     if measured_runs.is_measured(table.columns):
         # a flag given on the command line wins over what a row leaves to a reading (its backend's profile, its
         # launch, client and cache), never over what it measured
-        flagged = {key: f.name for key, f in FIELD_BY_KEY.items() if f.name in defaults}
+        given = {key: FIELD_BY_KEY[key].text(defaults[FIELD_BY_KEY[key].name])
+                 for key in measured_runs.replaced_readings(defaults)}
         specs = [measured_runs.to_spec(cells, f"{path} line {i + 2}", defaults.get("engine", ""),
                                        defaults.get("kv_cache_dtype", ""))
                  for i, cells in enumerate(measured_runs.read_releases(measured_runs.blank_missing(rows)))]
-        rows = [measured_runs.with_flags(spec, set(flagged)) for spec in specs]
-        read = [row | {key: _cell(defaults[flagged[key]]) for key in spec if key not in row}  # as run
-                for row, spec in zip(rows, specs, strict=True)]
+        rows = [{key: value for key, value in spec.items() if key not in given} for spec in specs]
+        read = [spec | {key: text for key, text in given.items() if key in spec} for spec in specs]  # as run
         unknown = []
     else:
         unknown = [c for c in table.columns if c not in FIELD_BY_KEY]
@@ -215,11 +215,6 @@ def read_configs(path: Path, defaults: dict):
             values[f.name] = parsed
         configs.append(values)
     return configs, unknown, read
-
-
-def _cell(value) -> str:
-    """A field value as a CSV cell holds it."""
-    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:

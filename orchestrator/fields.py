@@ -155,9 +155,12 @@ class Field:
             return self.default_help
         if self.default is None:
             return "none"
-        if isinstance(self.default, tuple):
-            return " ".join(map(str, self.default)) or "none"
-        return str(self.default)
+        return self.text(self.default) or "none"
+
+    @staticmethod
+    def text(value) -> str:
+        """A value as a flag or a CSV cell writes it (a list space-separated)."""
+        return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 FIELDS: tuple[Field, ...] = (

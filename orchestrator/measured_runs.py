@@ -18,7 +18,7 @@ from collections import Counter
 from latency import known_models, load_device, load_engine, load_model
 from latency.kernel_tables import GPU_DIRS
 from orchestrator.engine_defaults import engine_default_budget
-from orchestrator.fields import InputError
+from orchestrator.fields import FIELDS, InputError
 
 #: the columns that say a CSV is in this format
 SIGNATURE = ("model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size")
@@ -254,10 +254,10 @@ def read_releases(rows: list[dict]) -> list[dict]:
     return out
 
 
-def with_flags(spec: dict, flagged: set) -> dict:
-    """`spec` less the readings a flag replaces: keys of `flagged` (spec keys given on the command line) that the
-    run's columns do not give."""
-    return {key: value for key, value in spec.items() if key in COLUMN_KEYS or key not in flagged}
+def replaced_readings(values: dict) -> tuple[str, ...]:
+    """The spec keys whose reading the flags in `values` (field values given on the command line) replace in every
+    run: each flag's but those the runs' columns give (COLUMN_KEYS), in the fields' order."""
+    return tuple(f.key for f in FIELDS if f.name in values and f.key not in COLUMN_KEYS)
 
 
 def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "") -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from orchestrator.cli.common import BURST_NOTE, add_field_flags, aligned, field_values, layout_label, lengths_label
-from orchestrator.fields import FIELDS, InputError
+from orchestrator.fields import FIELD_BY_KEY, InputError
 
 
 def add_parser(sub) -> None:
@@ -82,7 +82,7 @@ def cmd_estimate(a) -> int:
         prompt_cache_hits,
         stand_in_note,
     )
-    from orchestrator.measured_runs import COLUMN_KEYS
+    from orchestrator.measured_runs import replaced_readings
 
     values = field_values(a, "estimate")
     if a.from_csv:
@@ -99,11 +99,11 @@ def cmd_estimate(a) -> int:
             table.to_csv(a.output, index=False)
         print(f"{len(table)} configurations estimated; written to {a.output}")
         if "ttft_error" in table:
-            replaced = [f for f in FIELDS if f.name in values and f.key not in COLUMN_KEYS]
-            print_errors(table, frozenset(f.key for f in replaced))
+            replaced = replaced_readings(values)
+            print_errors(table, frozenset(replaced))
             if replaced:
-                print(f"note: {', '.join(f.flag for f in replaced)} given: in every run in place of how its row was "
-                      "read")
+                print(f"note: {', '.join(FIELD_BY_KEY[key].flag for key in replaced)} given: in every run in place "
+                      "of how its row was read")
         return 0
     if a.output:
         raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")
