@@ -126,6 +126,8 @@ class RooflineModel:
             self.kv_elems_per_token_layer = 2 * kv_dev * m.head_dim
             self.d_qk_prefill = self.d_v_prefill = self.d_qk_decode = self.d_v_decode = m.head_dim
         self._derive_linear()
+        #: layers by how their attention is priced: whole context, a window or chunk, a recurrent state
+        self.attention_layers = (m.num_full_layers, m.num_local_layers, m.num_linear_layers)
         self.dense_layers = m.num_dense_layers if m.is_moe else m.num_layers - m.num_mlp_free_layers
         self.moe_layers = m.num_moe_layers
         self.mlp_params = m.mlp_matrices * h * m.intermediate_size / tp
@@ -305,12 +307,12 @@ class RooflineModel:
     def _attention(self, step, dec, conc, q, s, n_steps, detail: bool):
         """Every layer's attention ms per step (and what bounds it, with `detail`)."""
         full, windowed, recurrent, bound = self._attention_parts(dec, conc, q, s, detail)
-        m = self.model
-        per_step = np.bincount(step, weights=full, minlength=n_steps) * m.num_full_layers
+        full_layers, local_layers, linear_layers = self.attention_layers
+        per_step = np.bincount(step, weights=full, minlength=n_steps) * full_layers
         if windowed is not None:
-            per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * m.num_local_layers
+            per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * local_layers
         if recurrent is not None:
-            per_step = per_step + np.bincount(step, weights=recurrent, minlength=n_steps) * m.num_linear_layers
+            per_step = per_step + np.bincount(step, weights=recurrent, minlength=n_steps) * linear_layers
         return per_step, _step_bound(step, bound, n_steps) if detail else None
 
     def _attention_parts(self, dec, conc, q, s, detail: bool):
@@ -321,10 +323,11 @@ class RooflineModel:
         layers (Llama 4) to the keys of the query's own `attention_chunk`. Attention sinks (one learned logit
         per head) add no cost worth pricing."""
         m, peak = self.model, self.device.peak_flops("bf16")
+        _, local_layers, linear_layers = self.attention_layers
         full, bound = self._attention_entries(dec, conc, q, s, peak, detail)
         windowed = (self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window, m.attention_chunk)[0]
-                    if m.num_local_layers else None)
-        return full, windowed, self._recurrent(conc, q) if m.num_linear_layers else None, bound
+                    if local_layers else None)
+        return full, windowed, self._recurrent(conc, q) if linear_layers else None, bound
 
     def _recurrent(self, conc, q):
         """One gated delta-net layer's ms of each entry: each request's state and convolution inputs read and
@@ -498,11 +501,12 @@ class ShapeParts:
             full += one
             windowed += window
             recurrent += state
-        attention = full * m.model.num_full_layers
-        if m.model.num_local_layers:
-            attention = attention + windowed * m.model.num_local_layers
-        if m.model.num_linear_layers:
-            attention = attention + recurrent * m.model.num_linear_layers
+        full_layers, local_layers, linear_layers = m.attention_layers
+        attention = full * full_layers
+        if local_layers:
+            attention = attention + windowed * local_layers
+        if linear_layers:
+            attention = attention + recurrent * linear_layers
         before, after, overhead = counted[:len(COUNTED_BEFORE)], counted[len(COUNTED_BEFORE):-1], counted[-1]
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 

@@ -39,12 +39,11 @@ class MemoryPicture:
     def state_tokens(self) -> int:
         """A request's recurrent state in KV tokens of the pool it shares (vLLM's hybrid allocator: one slot a
         running request)."""
-        return math.ceil(self.state_bytes_per_request / self.kv_bytes_per_token) if self.state_bytes_per_request else 0
+        return math.ceil(self.state_bytes_per_request / self.kv_bytes_per_token)
 
     def tokens_left(self, in_flight: float) -> int:
         """KV tokens left for the context of `in_flight` requests once each holds its recurrent state."""
-        return max(0, self.kv_capacity_tokens - int(in_flight) * self.state_tokens) if self.state_tokens \
-            else self.kv_capacity_tokens
+        return max(0, self.kv_capacity_tokens - int(in_flight) * self.state_tokens)
 
     def as_dict(self) -> dict:
         return {**asdict(self), "kv_capacity_gib": self.kv_capacity_gib}
