@@ -44,8 +44,6 @@ NEW = [("Qwen/Qwen3.5-27B", 2, "", LOADS), ("Qwen/Qwen3.5-35B-A3B", 1, "", LOADS
        ("deepseek-ai/DeepSeek-V3.2", 8, "bf16", SMALL), ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 4, "", LOADS),
        ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 1, "", LOADS), ("XiaomiMiMo/MiMo-7B-Base", 1, "", LOADS)]
 RELEASES = {"vllm": "0.24.0", "sglang": "0.5.14"}
-HEADER = ("id,backend,backend_version,model_path,system,precision,isl,osl,batch_size,tp_size,pp_size,"
-          "moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,silicon_tpot_ms")
 
 
 def rows(backend: str) -> pd.DataFrame:
@@ -73,7 +71,7 @@ def main() -> None:
     table = rows(a.backend)
     with tempfile.TemporaryDirectory() as folder:
         src = Path(folder) / "rows.csv"
-        table[HEADER.split(",")].to_csv(src, index=False)
+        table.drop(columns=["kind", "family"]).to_csv(src, index=False)  # the silicon format's columns
         mine, _ = estimate_many(src, {}, progress=False)
     with ThreadPoolExecutor(a.jobs) as pool:
         peer = list(pool.map(lambda r: run_peer(a.aiconfigurator, peer_args(r)), table.itertuples()))

@@ -376,11 +376,14 @@ def test_sparse_prefill_is_cheaper_than_dense_mla_only_past_the_top_k():
         t = lm.breakdown([ForwardKey(False, 1, 4096, prompt)])
         return float(t[t["op"] == "attention"]["ms"].sum())
 
+    # past the top-k, a pair costs the indexer 2 x 64 x 128 FP8 FLOPs (half as long as bf16's) where dense MLA
+    # spends 2 x heads x (192 + 128) bf16 ones: 8,192 / 81,920 = 0.1 of it with 128 heads a rank, 8,192 / 10,240 =
+    # 0.8 with 16 (tp 8); the sparse kernel's 2,048 keys a query add a few hundredths at 128k
     assert attention(sparse, 4096) > attention(dense, 4096)
-    assert attention(sparse, 131072) < attention(dense, 131072) / 3
+    assert 0.1 < attention(sparse, 131072) / attention(dense, 131072) < 0.2
     sparse, dense = (build_latency_model(name, device="H200_SXM", tp=8)
                      for name in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3"))
-    assert 0.5 < attention(sparse, 131072) / attention(dense, 131072) < 1
+    assert 0.7 < attention(sparse, 131072) / attention(dense, 131072) < 0.9
 
 
 @pytest.mark.parametrize(("q", "s", "chunk", "expect"), [
@@ -407,7 +410,7 @@ def test_llama4_moe_layers_and_chunked_attention_parsed():
     assert maverick.intermediate_size == 16384
     billions = [build_latency_model(m, device="B200", tp=8).memory_account.weights_bytes * 8 / 2 / 1e9
                 for m in ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Maverick-17B-128E-Instruct")]
-    assert billions == [pytest.approx(108, abs=2), pytest.approx(400, abs=5)]
+    assert billions == [pytest.approx(109, rel=0.02), pytest.approx(400, rel=0.02)]  # as Meta publishes them
     config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
               "vocab_size": 100, "attention_chunk_size": 16}
     with pytest.raises(ValueError, match="Llama 4's chunked"):
@@ -500,7 +503,7 @@ def test_nemotron_h_blocks_read_as_layers_of_a_mixer_and_an_mlp():
     params = 6 * attention + 23 * mamba + 23 * moe + 2 * 131072 * h
     lm = build_latency_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B", device="B200", tp=1)
     assert lm.memory_account.weights_bytes == pytest.approx(2 * params, rel=1e-12)
-    assert params == pytest.approx(31.7e9, rel=0.01)
+    assert params == pytest.approx(31.6e9, rel=0.01)  # as NVIDIA publishes it
 
 
 def test_a_latent_moe_s_experts_work_in_its_latent():
@@ -510,7 +513,7 @@ def test_a_latent_moe_s_experts_work_in_its_latent():
     assert m.moe_latent_size == 1024 and m.expert_params == 2 * 1024 * 2688
     assert m.shared_expert_params == 2 * 2 * 4096 * 2688 + 2 * 4096 * 1024
     lm = build_latency_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B", device="B200", tp=8)
-    assert lm.memory_account.weights_bytes * 8 / 2 == pytest.approx(121e9, rel=0.02)
+    assert lm.memory_account.weights_bytes * 8 / 2 == pytest.approx(120e9, rel=0.02)  # as NVIDIA publishes it
 
 
 def test_a_dense_nemotron_h_prices_its_mlp_blocks_and_refuses_more_mlps_than_mixers(tmp_path):

@@ -806,6 +806,8 @@ def test_each_request_in_flight_holds_its_recurrent_state_beside_its_kv():
     few, many = (estimate(configure(common | {"concurrency": c})) for c in (32, 96))
     mem = build_latency_model("Qwen/Qwen3.5-27B", device="H100_SXM", tp=1).memory
     state = mem.state_tokens
+    # 48 layers x (48 x 128 x 128 float32 + 10,240 x 3 bf16 convolution inputs) = 153,944,064 bytes, over the
+    # 65,536 of a token of KV: 2,349 tokens
     assert state == 2349 and few["kv_capacity_tokens"] - many["kv_capacity_tokens"] == 64 * state
     held = [r["available_gib"] + r["kv_gib"] for r in (few, many)]  # the HBM the states leave
     assert held[0] - held[1] == pytest.approx(64 * mem.state_bytes_per_request / 1024**3)
