@@ -256,9 +256,7 @@ def launch_options(runs: list[Run], data: dict) -> list[dict]:
     on requests in flight below the clients of two runs (MAX_NUM_SEQS), async scheduling flipped, the
     prefix cache flipped where the client reuses prompts (aiperf), and each other value of the front end's
     choices the runs leave open (`_frontend_choices`)."""
-    open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
-    if not any(r.values.get("benchmark") == "aiperf" for r in runs):
-        open_.discard("prefix_caching")
+    open_ = open_launch(runs)
     loads = sorted(int(r.values.get("concurrency") or 0) for r in runs)
     clients = loads[-2] if len(loads) > 1 else 0  # a cap below it has two runs beyond it
     counts = {"max_batched_tokens": BUDGETS, "max_num_seqs": [n for n in MAX_NUM_SEQS if n < clients]}
@@ -273,6 +271,12 @@ def launch_options(runs: list[Run], data: dict) -> list[dict]:
         own = value_at(data, place, values[0])
         options += [with_value(data, place, value) for value in values if value != own]
     return options
+
+
+def open_launch(runs: list[Run]) -> set[str]:
+    """The launch choices some run leaves open; the prefix cache only where a client reuses prompts (aiperf)."""
+    open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
+    return open_ if any(r.values.get("benchmark") == "aiperf" for r in runs) else open_ - {"prefix_caching"}
 
 
 def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:

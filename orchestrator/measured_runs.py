@@ -7,8 +7,9 @@ The format's `batch_size` is the requests in flight on one attention-DP rank (it
 batch_size x attention_dp_size as the concurrency); our `concurrency` counts all ranks.
 
 Every run is a closed loop as aiperf drove it, from its pool of 100 prompts, on an engine without a
-prefix cache (`PREFIX_CACHING`), launched with the engine's defaults except where the run's engine
-version says AIConfigurator's generator launched it otherwise (`launch`)."""
+prefix cache (`PREFIX_CACHING`; a calibrated profile's own choice instead: `prefix_caching_read`), launched
+with the engine's defaults except where the run's engine version says AIConfigurator's generator launched
+it otherwise (`launch`)."""
 
 from __future__ import annotations
 
@@ -60,12 +61,16 @@ READ_KV_LABEL = "fp8"
 #: (the label's experts format, the checkpoint's) where a label names the checkpoint's 4-bit float
 #: by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4
 SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
-#: the runs' engines did not cache prompts: AIConfigurator's generated launches turn the prefix cache
-#: off unless the model's config names a shared prefix (its generator's golden contracts:
-#: disable_prefix_cache true; vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache), and the
-#: runs' TPOTs say so: with aiperf's 100 reused prompts served from a cache, the dense fit rows' TPOT
-#: would be 16-28 % low, not within 3-9 % (`python bench/variants.py aiperf-pool --every 2`, README)
+#: the runs' clients did not meet a prefix cache: the format does not record it, and AIConfigurator's generated
+#: launches leave each engine's cache on (its rules set disable_prefix_cache only to false), but the runs' TPOTs
+#: say so: with aiperf's 100 reused prompts served from a cache, the dense fit rows' TPOT would be 16-28 % low,
+#: not within 3-9 % (`python bench/variants.py aiperf-pool --every 2`, README). A reading, not a launch the row
+#: states: `servesweep calibrate` tries the cache on where a campaign's runs ask for it (vLLM 0.12's Llama-3.1-8B
+#: FP8 runs on H200 stream prompt tokens faster than a full prefill allows), and a profile it calibrated reads
+#: its runs as it chose (`prefix_caching_read`)
 PREFIX_CACHING = "off"
+#: the launch choices every row is read with but none records (`to_spec`): calibrate may choose them
+READ_LAUNCH = ("prefix_caching",)
 #: SGLang from 0.5.6.post2 on (Dynamo 0.8's, in AIConfigurator's backend version matrix) was launched
 #: as AIConfigurator's generator launches SGLang (its rule_plugin/sglang.rule, since 2025-12-04;
 #: --enable-mixed-chunk effective since its 2026-01-19 fix): prompt chunks mixed into the decode steps
@@ -156,6 +161,15 @@ def kv_cache(label: str, engine: str) -> str:
     if label == READ_KV_LABEL:
         return "fp8" if load_engine(engine).fp8_kv_cache else "bf16"
     return LABEL_KV.get(label, "bf16")
+
+
+def prefix_caching_read(engine: str) -> str:
+    """Whether `engine`'s runs are read as served from a prefix cache ("on"/"off"): PREFIX_CACHING for a shipped
+    profile (fitted on the runs read so), a calibrated one's own choice (calibrate chose it on its runs)."""
+    profile = load_engine(engine)
+    if not profile.base:
+        return PREFIX_CACHING
+    return "on" if profile.prefix_caching else "off"
 
 
 def version(text: str) -> tuple[int, ...] | None:
@@ -303,7 +317,7 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
             "output_length": str(osl), "concurrency": str(concurrency), "tp": str(tp), "pp": str(pp),
             "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
             "kv_cache_dtype": given_kv or kv_cache(label, engine), "arrival": "closed", "benchmark": "aiperf",
-            "prefix_caching": PREFIX_CACHING}
+            "prefix_caching": prefix_caching_read(engine)}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
     if label == READ_KV_LABEL and not given_kv:

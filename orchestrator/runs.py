@@ -119,20 +119,20 @@ def read_csv(path: Path, flags: dict) -> list[Run]:
     if stray:
         raise InputError(f"{path}, columns", ", ".join(stray), "spec keys (servesweep estimate --help) and "
                          f"{', '.join(metrics)}")
-    runs = []
+    runs, unrecorded = [], measured_runs.READ_LAUNCH if silicon else ()
     for i, (cells, values) in enumerate(zip(table.to_dict("records"), configs, strict=True)):
         where = f"{path} line {i + 2}"
         given = read[i] if read is not None else {k: v for k, v in cells.items() if v.strip()}
         ttft, tpot = (_measured(cells[c], f"{where}, column {c}") for c in metrics)
         named = cells.get("backend", "") if silicon else cells.get("engine", "").strip()
-        runs.append(Run(values, ttft, tpot, where, named,
-                        stated(given, flags), reading(given)))
+        runs.append(Run(values, ttft, tpot, where, named, stated(given, flags, unrecorded), reading(given)))
     return runs
 
 
-def stated(given: dict, flags: dict) -> frozenset:
-    """The launch choices a run states: in its own cells (or its silicon reading) or on the command line."""
-    return frozenset(k for k in LAUNCH_CHOICES if k in given or k in flags)
+def stated(given: dict, flags: dict, read: tuple = ()) -> frozenset:
+    """The launch choices a run states: in its own cells (or its silicon reading, but for the choices `read`, which
+    it reads every row with and none records) or on the command line."""
+    return frozenset(k for k in LAUNCH_CHOICES if (k in given and k not in read) or k in flags)
 
 
 def reading(spec: dict) -> str:

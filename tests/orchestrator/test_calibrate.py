@@ -342,7 +342,7 @@ def test_an_engine_on_the_command_line_wins_over_a_silicon_file_s_backend(tmp_pa
     row = "a,vllm,0.19.0,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,16,2,1,1,1,,300,20"
     (tmp_path / "runs.csv").write_text(MEASURED_HEADER + "\n" + row + "\n")
     profile = tmp_path / "mine.toml"
-    profile.write_text(to_toml(base_profile("vllm") | {"efficiency": {"memory": 0.5}}))
+    profile.write_text(to_toml(base_profile("vllm") | {"efficiency": {"memory": 0.5}, "prefix_caching": False}))
     outs = []
     for extra in ([], ["--engine", str(profile)]):
         out = tmp_path / f"out{len(outs)}.csv"
@@ -350,9 +350,9 @@ def test_an_engine_on_the_command_line_wins_over_a_silicon_file_s_backend(tmp_pa
         assert p.returncode == 0, p.stderr
         outs.append(pd.read_csv(out))
     assert outs[0]["engine"].tolist() == ["vllm"] and outs[1]["engine"].tolist() == [str(profile)]
-    spec = to_spec(dict(zip(MEASURED_HEADER.split(","), row.split(","), strict=True)), "row")
-    for out, engine in zip(outs, ("vllm", str(profile)), strict=True):  # each row as its engine prices the run
-        fields = [(FIELD_BY_KEY[k], v) for k, v in (spec | {"engine": engine}).items() if k in FIELD_BY_KEY]
+    cells = dict(zip(MEASURED_HEADER.split(","), row.split(","), strict=True))
+    for out, engine in zip(outs, ("vllm", str(profile)), strict=True):  # each row as its engine reads and prices it
+        fields = [(FIELD_BY_KEY[k], v) for k, v in to_spec(cells, "row", engine).items() if k in FIELD_BY_KEY]
         alone = estimate(configure({f.name: (f.parse(v),) if f.many else f.parse(v) for f, v in fields}))
         assert out["tpot_ms"].iloc[0] == pytest.approx(alone["tpot_ms"], rel=1e-9)
     assert outs[1]["tpot_ms"].iloc[0] > outs[0]["tpot_ms"].iloc[0]  # half the memory efficiency: slower decodes
@@ -653,12 +653,12 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     above what a fit from the base's knobs at its own launch gives. (One C=128 run of five is not enough to try
     a cap of 100 in flight: the 100 us stream explains it without putting the campaign's other C=128 runs at
     tp 1 and 2 1.6-7.4x slow.)"""
-    from orchestrator.calibrate import base_profile
+    from orchestrator.calibrate import as_read, base_profile
     from orchestrator.fitting import FIT_ITERATIONS, Evaluator, _launch_of, fit, fit_knobs
 
     (tmp_path / "five.csv").write_text(TRTLLM_FIVE)
     runs = read_runs([tmp_path / "five.csv"], {})
-    base = base_profile("trtllm")
+    base = as_read(base_profile("trtllm"), runs)  # as calibrate starts: the runs' prefix cache as read, off
     base["frontend"]["client_ms"] = 10.0
     ev = Evaluator(str(tmp_path))
     data, best = fit(ev, runs, base)
@@ -764,3 +764,35 @@ def test_calibrate_says_which_streaming_times_its_runs_rule_out(capsys):
     errors = np.zeros((2, 2))
     print_calibration(Calibration(data, data, [slow, fast], errors, errors, None), "sglang", "mine.toml")
     assert f"note: {said}" in capsys.readouterr().out
+
+
+def test_a_silicon_campaign_served_from_the_prefix_cache_is_read_so_once_calibrated(tmp_path):
+    """The silicon format records no prefix cache; its rows are read with it off (the shipped profiles were fitted
+    on them so), a reading calibrate may overturn. Five aiperf loops of vLLM 0.19 whose clients' reused prompts
+    were served from the cache (made with it on): read as shipped they are far too slow; calibrate starts from that
+    reading, keeps the cache on, and the profile it writes reads the same rows with the cache on, as run."""
+    from orchestrator import measured_runs
+
+    loads = [(4000, 100, 16), (2000, 200, 32), (8000, 100, 8), (1000, 300, 64), (4000, 500, 24)]
+    rows = [f"r{i},vllm,0.19.0,Qwen/Qwen3-8B,h100_sxm,,,,{isl},{osl},{c},1,1,1,1,1,1,1"
+            for i, (isl, osl, c) in enumerate(loads)]
+    (tmp_path / "draft.csv").write_text("\n".join([MEASURED_HEADER, *rows]) + "\n")
+    read = read_runs([tmp_path / "draft.csv"], {})
+    assert [r.values["prefix_caching"] for r in read] == ["off"] * 5
+    assert not any("prefix_caching" in r.states for r in read)  # a reading, not the run's own
+    served = [estimate(configure(dict(r.values, engine="vllm", prefix_caching="on"))) for r in read]
+    rows = [row.rsplit(",", 2)[0] + f",{s['ttft_ms']},{s['tpot_ms']}" for row, s in zip(rows, served, strict=True)]
+    (tmp_path / "runs.csv").write_text("\n".join([MEASURED_HEADER, *rows]) + "\n")
+    runs = read_runs([tmp_path / "runs.csv"], {})
+    c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
+    assert c.base_data["prefix_caching"] is False and c.data["prefix_caching"] is True
+    assert np.median(np.abs(c.base_errors[:, 1])) > 0.2  # every prompt computed again: TPOT far too slow
+    assert np.median(np.abs(c.fit_errors)) < 0.05
+    assert ("prefix_caching", "off", "on") in c.changes()
+    write_profile(str(tmp_path / "served.toml"), profile_data(c, "served", ["runs.csv"]))
+    assert measured_runs.prefix_caching_read(str(tmp_path / "served.toml")) == "on"
+    assert measured_runs.prefix_caching_read("vllm") == measured_runs.PREFIX_CACHING == "off"
+    again = read_runs([tmp_path / "runs.csv"], {"engine": str(tmp_path / "served.toml")})
+    assert [r.values["prefix_caching"] for r in again] == ["on"] * 5
+    given = read_runs([tmp_path / "runs.csv"], {"prefix_caching": "on"})
+    assert all("prefix_caching" in r.states for r in given)  # a flag states it: calibrate keeps it
