@@ -1,0 +1,76 @@
+"""DeepSeek-V3 FP8 on 8 x H200 in a TP and an EP layout, each engine, beside NVIDIA AIConfigurator's `cli estimate`:
+where our MoE decode prices part from the peer's kernel tables on a model no measured run of ours checks.
+
+    python bench/peer_moe_layouts.py --aiconfigurator /path/to/venv/bin/aiconfigurator [--jobs 2]
+
+Each (engine, layout, load) is one silicon-format row (the engine release of the reference campaigns: vLLM 0.12,
+SGLang 0.5.6.post2, TensorRT-LLM 1.0.0rc3; the peer prices each with its own newest tables), given to the peer as
+`bench/peer_aiconfigurator.py` gives a measured run and to `servesweep estimate --from-csv` as a measured run is
+read. TP is the experts split by moe_tp 8, EP by moe_ep 8, attention at tp 8 in both. Neither figure is a
+measurement; `python bench/moe_kernels.py` sets the engines' expert kernels side by side (docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+from peer_aiconfigurator import peer_args, run_peer  # noqa: E402
+
+from orchestrator.estimate import estimate_many  # noqa: E402
+
+RELEASES = {"trtllm": "1.0.0rc3", "sglang": "0.5.6.post2", "vllm": "0.12.0"}
+#: (moe_tp, moe_ep) of 8 GPUs
+LAYOUTS = {"TP": (8, 1), "EP": (1, 8)}
+#: (input, output, requests in flight): decode-dominated, at a low and a high concurrency, and a longer prompt
+LOADS = [(1024, 1024, 8), (1024, 1024, 64), (4096, 1024, 32)]
+
+
+def rows() -> pd.DataFrame:
+    """The silicon-format rows of every (engine, layout, load), unmeasured (1 ms each: our errors are not read)."""
+    out = []
+    for engine, release in RELEASES.items():
+        for layout, (moe_tp, moe_ep) in LAYOUTS.items():
+            for isl, osl, batch in LOADS:
+                out.append({"id": f"{engine}:{layout}:{isl}x{osl}c{batch}", "backend": engine,
+                            "backend_version": release, "model_path": "deepseek-ai/DeepSeek-V3",
+                            "system": "h200_sxm", "precision": "fp8",
+                            "isl": isl, "osl": osl, "batch_size": batch, "tp_size": 8, "pp_size": 1,
+                            "moe_tp_size": moe_tp, "moe_ep_size": moe_ep, "attention_dp_size": None,
+                            "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0, "layout": layout, "family": "MoE"})
+    return pd.DataFrame(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--aiconfigurator", required=True, help="the peer's command (aiconfigurator in its own venv)")
+    ap.add_argument("--jobs", type=int, default=2, help="the peer's estimates at once (default 2)")
+    a = ap.parse_args()
+    table = rows()
+    with tempfile.TemporaryDirectory() as folder:
+        src = Path(folder) / "rows.csv"
+        table.drop(columns=["layout", "family"]).to_csv(src, index=False)  # the silicon format's columns
+        mine, _ = estimate_many(src, {}, progress=False)
+    with ThreadPoolExecutor(a.jobs) as pool:
+        peer = list(pool.map(lambda r: run_peer(a.aiconfigurator, peer_args(r)), table.itertuples()))
+    table["ours_ttft"], table["ours_tpot"] = mine["ttft_ms"].to_numpy(), mine["tpot_ms"].to_numpy()
+    table["peer_ttft"] = [p[0] if isinstance(p, tuple) else None for p in peer]
+    table["peer_tpot"] = [p[1] if isinstance(p, tuple) else None for p in peer]
+    table["ttft_ratio"] = table["ours_ttft"] / table["peer_ttft"]
+    table["tpot_ratio"] = table["ours_tpot"] / table["peer_tpot"]
+    table["peer_said"] = [p if isinstance(p, str) else "" for p in peer]
+    pd.set_option("display.width", 200)
+    print(table[["backend", "layout", "isl", "osl", "batch_size", "ours_ttft", "peer_ttft", "ttft_ratio", "ours_tpot",
+                 "peer_tpot", "tpot_ratio", "peer_said"]].round(2).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
