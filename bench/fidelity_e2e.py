@@ -52,6 +52,7 @@ from orchestrator import measured_runs  # noqa: E402
 from orchestrator.engine_defaults import default_capacity_scheduler, engine_default_budget  # noqa: E402
 from orchestrator.evaluate import front_end  # noqa: E402
 from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
+from orchestrator.served_prompts import PEAK_SHARE, peak_share  # noqa: E402
 from simulator import (  # noqa: E402
     Frontend,
     StepPricer,
@@ -97,28 +98,6 @@ MOE_REFERENCE = REFERENCE.with_name("measured_serving_moe.csv")
 #: flight on, MiniMax-M2.5 on two B200 from ~600k, what an FP8 cache holds (a bf16 one holds half).
 #: SGLang keeps its documented default (`--kv-cache-dtype auto`: the activations' bf16); none of its
 #: FIT rows is FP8.
-
-
-#: a run is beyond the compute bound when its measured token rate needs more than this share of the
-#: GPUs' dense peak for its linear layers alone (2 FLOP a parameter a token; attention left out, so
-#: the true need is higher): no schedule of the work it states does that, so such rows are reported
-#: apart ("beyond peak"), never fitted
-PEAK_SHARE = 0.8
-
-
-def peak_share(r, lm) -> float:
-    """The share of the instance's dense peak a dense run's measured throughput needs for its linear
-    layers alone: concurrency / (TTFT + (osl - 1) x TPOT) requests a second, isl + osl tokens each."""
-    m = lm.model
-    if m.is_moe:
-        return 0.0
-    attention = m.hidden_size * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)  # q, o and k, v projections
-    layer = attention + 3 * m.hidden_size * m.intermediate_size
-    params = m.num_layers * layer + m.vocab_size * m.hidden_size
-    seconds = (r.silicon_ttft_ms + (r.osl - 1) * r.silicon_tpot_ms) / 1e3
-    flops = 2 * params * (r.isl + r.osl) * r.batch_size / seconds
-    peak = lm.device.peak_flops(lm.quant.compute_dtype) * lm.devices_per_instance
-    return flops / peak
 
 
 def family(model: str) -> str:
@@ -190,7 +169,8 @@ class Row:
         #: step behind the GPU's (async scheduling), as `estimate --from-csv` reads the run
         self.moe_layer_us = engine.moe_layer_us
         self.async_scheduling = engine.async_scheduling and read.get("async_scheduling") != "off"
-        self.beyond_peak = peak_share(r, self.lm) > PEAK_SHARE
+        cells = measured_runs.blank_missing([{k: str(v) for k, v in r._asdict().items()}])[0]
+        self.beyond_peak = peak_share(cells) > PEAK_SHARE  # reported apart, never fitted
         scheduler = TokenBudget(max_num_seqs=max_seqs) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)
         # the requests a client measured, as `estimate --from-csv` reads them (the profile's count)

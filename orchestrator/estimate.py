@@ -18,6 +18,7 @@ from orchestrator.evaluate import costs, evaluate_point, point_tables, with_prom
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
 from orchestrator.scenario import Scenario
+from orchestrator.served_prompts import with_cache_evidence
 from simulator.standin import StandIn, seats
 
 #: the devices `estimate` runs on when neither --num-devices nor a layout is given (`vllm serve`'s default)
@@ -193,9 +194,10 @@ def read_configs(path: Path, defaults: dict):
         # launch, client and cache), never over what it measured
         given = {key: FIELD_BY_KEY[key].text(defaults[FIELD_BY_KEY[key].name])
                  for key in measured_runs.replaced_readings(defaults)}
+        runs = with_cache_evidence(measured_runs.read_releases(measured_runs.blank_missing(rows)))
         specs = [measured_runs.to_spec(cells, f"{path} line {i + 2}", defaults.get("engine", ""),
                                        defaults.get("kv_cache_dtype", ""))
-                 for i, cells in enumerate(measured_runs.read_releases(measured_runs.blank_missing(rows)))]
+                 for i, cells in enumerate(runs)]
         rows = [{key: value for key, value in spec.items() if key not in given} for spec in specs]
         read = [spec | {key: text for key, text in given.items() if key in spec} for spec in specs]  # as run
         unknown = []

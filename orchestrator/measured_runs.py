@@ -7,7 +7,8 @@ The format's `batch_size` is the requests in flight on one attention-DP rank (it
 batch_size x attention_dp_size as the concurrency); our `concurrency` counts all ranks.
 
 Every run is a closed loop as aiperf drove it, from its pool of 100 prompts, on an engine without a
-prefix cache (`PREFIX_CACHING`; a calibrated profile's own choice instead: `prefix_caching_read`), launched
+prefix cache (`PREFIX_CACHING`; a calibrated profile's own choice instead: `prefix_caching_read`; a run says
+where its campaign's throughput shows one: `orchestrator.served_prompts`), launched
 with the engine's defaults except where the run's engine version says AIConfigurator's generator launched
 it otherwise (`launch`)."""
 
@@ -322,8 +323,9 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
         spec["moe_tp"] = str(moe_tp)
     if label == READ_KV_LABEL and not given_kv:
         spec["kv_cache_read_as"] = spec["kv_cache_dtype"]
-    if cells.get("release_read_as"):
-        spec["release_read_as"] = cells["release_read_as"]
+    for said in ("release_read_as", "prefix_cache_evidence"):
+        if cells.get(said):
+            spec[said] = cells[said]
     if implied:
         spec["attention_dp_read_as"] = str(dp)
     if named:

@@ -144,6 +144,10 @@ def reading(spec: dict) -> str:
     if spec.get("attention_dp_read_as"):
         notes.append("attention_dp_size empty under a MoE group wider than tp: read as "
                      f"{spec['attention_dp_read_as']} attention-DP ranks (vLLM's data-parallel attention)")
+    if spec.get("prefix_cache_evidence"):
+        notes.append(f"a cache likely served its campaign's prompts ({spec['prefix_cache_evidence']} for its linear "
+                     "layers alone, more than computing every prompt allows); read as the format's rows are, off: "
+                     "calibrate tries it on")
     if spec.get("kv_cache_read_as"):
         notes.append(f"no KV-cache dtype recorded: read as {spec['kv_cache_read_as']}, as the profile pricing it "
                      "keeps an FP8 run's (fp8_kv_cache)")

@@ -62,6 +62,12 @@ def print_errors(table, replaced: frozenset = frozenset()) -> None:
         found = ", ".join(f"{n} as {release}" for release, n in read_as["release_read_as"].value_counts().items())
         print(f"note: {len(read_as)} runs record no engine release; read as the release their campaign's other "
               f"runs (same engine, model, GPU, precision and run date) ran most: {found}")
+    if "prefix_cache_evidence" in table and table["prefix_cache_evidence"].notna().any():
+        served = table["prefix_cache_evidence"].dropna()
+        print(f"note: {len(served)} runs' campaigns hold a run that needs more of its GPUs' dense peak than computing "
+              f"every prompt allows ({'; '.join(sorted(set(served)))}): a prefix cache likely served their prompts. "
+              "Read as the format's other rows, with it off; --prefix-caching on reads them with it, and calibrate "
+              "on a few of them tries both")
     if "attention_dp_read_as" in table and table["attention_dp_read_as"].notna().any():
         print(f"note: {int(table['attention_dp_read_as'].notna().sum())} runs leave attention_dp_size empty while "
               "their MoE group (moe_tp x moe_ep) spans more devices than tp: read as vLLM's data-parallel attention "

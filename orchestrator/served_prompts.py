@@ -1,0 +1,59 @@
+"""Which measured campaigns' prompts a prefix cache likely served, by evidence: the silicon format does not record
+the cache, and its rows are read with it off (`measured_runs.PREFIX_CACHING`). A run whose measured throughput needs
+more of its GPUs' dense peak than any schedule of the work it states reaches (PEAK_SHARE, for its linear layers
+alone) computed fewer prompt tokens than it sent. Its campaign's runs share its launch and client, so each says so
+(`prefix_cache_evidence`); they are still read with the cache off: read with it on, the one such campaign here
+(vLLM 0.12's Llama-3.1-8B FP8 on H200) comes out as far below the measured TTFT as it was above (54.6 % against
+87.3 %), and the held-out rows' median |error| rises (21.4 % / 7.8 % -> 21.6 % / 8.0 %, `python
+bench/fidelity_e2e.py`, session 39). `servesweep calibrate` tries the cache on for such runs."""
+
+from __future__ import annotations
+
+from latency import load_device, load_model
+from latency.quant import parse_quantization
+from orchestrator.measured_runs import DEVICES, campaign_of, labelled_quantization, our_model, quantization
+
+#: a run is beyond the compute bound when its measured token rate needs more than this share of the GPUs' dense
+#: peak for its linear layers alone (2 FLOP a parameter a token; attention left out, so the true need is higher):
+#: no schedule of the work it states does that (the dense rows of both reference files need at most 0.55 but
+#: one: vLLM 0.12's Llama-3.1-8B FP8 on H200 at 2,000 x 100 and 64 clients, 0.94)
+PEAK_SHARE = 0.8
+
+
+def peak_share(cells: dict) -> float:
+    """The share of its instance's dense peak a dense run's measured throughput needs for its linear layers alone:
+    batch x attention-DP / (TTFT + (osl - 1) x TPOT) requests a second, isl + osl tokens each; 0 for a MoE model
+    (its tokens touch a share of its parameters), a row without measured means, or one we cannot read."""
+    try:
+        m = load_model(our_model(cells["model_path"]))
+        device = load_device(DEVICES[cells["system"]])
+        dtype = parse_quantization(quantization(labelled_quantization(cells), m.name)).compute_dtype
+        isl, osl, batch = (int(float(cells[c])) for c in ("isl", "osl", "batch_size"))
+        ttft, tpot = float(cells["silicon_ttft_ms"]), float(cells["silicon_tpot_ms"])
+        devices = int(float(cells.get("tp_size") or 1)) * int(float(cells.get("pp_size") or 1))
+    except (KeyError, ValueError):
+        return 0.0
+    if m.is_moe or ttft <= 0 or tpot <= 0:
+        return 0.0
+    attention = m.hidden_size * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)  # q, o and k, v projections
+    params = m.num_layers * (attention + m.mlp_matrices * m.hidden_size * m.intermediate_size)
+    params += m.vocab_size * m.hidden_size
+    seconds = (ttft + (osl - 1) * tpot) / 1e3
+    return 2 * params * (isl + osl) * batch / seconds / (device.peak_flops(dtype) * devices)
+
+
+def with_cache_evidence(rows: list[dict]) -> list[dict]:
+    """`rows` with every run of a campaign (`campaign_of`) that holds a run beyond PEAK_SHARE saying so:
+    `prefix_cache_evidence` names that run and how much of the peak it needs."""
+    evidence = {}
+    for cells in rows:
+        share = peak_share(cells)
+        if share > PEAK_SHARE and share > evidence.get(campaign_of(cells), ("", 0.0))[1]:
+            evidence[campaign_of(cells)] = (cells.get("id", ""), share)
+    out = []
+    for cells in rows:
+        found = evidence.get(campaign_of(cells))
+        if found:
+            cells = dict(cells, prefix_cache_evidence=f"{found[0]} needs {found[1]:.0%} of its GPUs' dense peak")
+        out.append(cells)
+    return out
