@@ -31,14 +31,14 @@ def peak_share(cells: dict) -> float:
         isl, osl, batch = (int(float(cells[c])) for c in ("isl", "osl", "batch_size"))
         ttft, tpot = float(cells["silicon_ttft_ms"]), float(cells["silicon_tpot_ms"])
         devices = int(float(cells.get("tp_size") or 1)) * int(float(cells.get("pp_size") or 1))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, OSError):  # a bad cell: to_spec names it
         return 0.0
-    if m.is_moe or ttft <= 0 or tpot <= 0:
+    seconds = (ttft + (osl - 1) * tpot) / 1e3
+    if m.is_moe or ttft <= 0 or tpot <= 0 or seconds <= 0 or devices <= 0:
         return 0.0
     attention = m.hidden_size * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)  # q, o and k, v projections
     params = m.num_layers * (attention + m.mlp_matrices * m.hidden_size * m.intermediate_size)
     params += m.vocab_size * m.hidden_size
-    seconds = (ttft + (osl - 1) * tpot) / 1e3
     return 2 * params * (isl + osl) * batch / seconds / (device.peak_flops(dtype) * devices)
 
 

@@ -38,6 +38,8 @@ def test_the_share_of_the_peak_a_run_needs_is_its_linear_layers_flops_over_its_t
     moe = cells(OTHER) | {"model_path": "Qwen/Qwen3-30B-A3B"}
     assert peak_share(moe) == 0.0  # a MoE token touches a share of the parameters: no bound here
     assert peak_share(cells(OTHER) | {"silicon_ttft_ms": ""}) == 0.0  # unmeasured: no evidence
+    for bad in ({"tp_size": "0"}, {"osl": "0", "silicon_ttft_ms": "10"}, {"system": "tpu"}, {"batch_size": "x"}):
+        assert peak_share(cells(OTHER) | bad) == 0.0  # a bad cell is no evidence (to_spec names it)
 
 
 def test_a_campaign_with_a_run_beyond_the_peak_says_so_in_each_of_its_runs():
