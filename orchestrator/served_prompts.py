@@ -15,8 +15,8 @@ from orchestrator.measured_runs import DEVICES, campaign_of, labelled_quantizati
 
 #: a run is beyond the compute bound when its measured token rate needs more than this share of the GPUs' dense
 #: peak for its linear layers alone (2 FLOP a parameter a token; attention left out, so the true need is higher):
-#: no schedule of the work it states does that (the dense rows of both reference files need at most 0.55 but
-#: one: vLLM 0.12's Llama-3.1-8B FP8 on H200 at 2,000 x 100 and 64 clients, 0.94)
+#: no schedule of the work it states does that. The reference files' dense runs need at most 0.50 but those of vLLM
+#: 0.12's Llama-3.1-8B FP8 on H200: 0.74-0.79 for three, 0.94 at 2,000 x 100 and 64 clients
 PEAK_SHARE = 0.8
 
 
