@@ -19,9 +19,22 @@ def set_in_place(target: Path, values: dict[tuple[str, ...], object]) -> None:
     comments and every other key kept."""
     doc = tomlkit.parse(target.read_text())
     for place, value in values.items():
-        table = doc if len(place) == 1 else doc.setdefault(place[0], tomlkit.table())
-        table[place[-1]] = value
+        if len(place) == 1:
+            doc[place[0]] = value
+        else:
+            _set_in_table(doc.setdefault(place[0], tomlkit.table()), place[1], value)
     write_atomically(target, tomlkit.dumps(doc))
+
+
+def _set_in_table(table, key: str, value) -> None:
+    """`table[key] = value`, a new key placed after the table's last one, not after the comments that close it
+    (they introduce what follows: the next table's)."""
+    body = table.value.body
+    closing = []
+    while key not in table and body and body[-1][0] is None:
+        closing.insert(0, body.pop())
+    table[key] = value
+    body.extend(closing)
 
 
 def write_atomically(target: Path, text: str) -> None:

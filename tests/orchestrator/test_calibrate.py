@@ -443,6 +443,23 @@ def test_a_profile_calibrated_in_place_keeps_its_comments_and_other_keys(truth, 
     assert load_engine(str(mine)).max_batched_tokens == 2048
 
 
+def test_a_key_new_to_a_table_goes_after_its_last_key_not_after_the_comments_that_close_it(tmp_path):
+    """A profile written in place (calibrate --output over its base, bench/shipped_choices.py --ship): a key new to a
+    table lands under the table's last key, not below the comments that introduce the next table; a key it holds
+    is rewritten where it stands; a table it lacks is made."""
+    from orchestrator.profile_files import set_in_place
+
+    profile = tmp_path / "p.toml"
+    profile.write_text('name = "p"\n[frontend]\nrequest_ms = 6.0  # serial\n\n# the experts, below\n[moe]\n'
+                       'bandwidth = 0.7\n')
+    set_in_place(profile, {("frontend", "client_ms"): 10.0, ("moe", "bandwidth"): 0.8, ("launch", "max_num_seqs"): 100,
+                           ("step_ms",): 1.5})
+    text = profile.read_text()
+    assert 'request_ms = 6.0  # serial\nclient_ms = 10.0\n\n# the experts, below\n[moe]\nbandwidth = 0.8\n' in text
+    assert tomllib.loads(text) == {"name": "p", "step_ms": 1.5, "frontend": {"request_ms": 6.0, "client_ms": 10.0},
+                                   "moe": {"bandwidth": 0.8}, "launch": {"max_num_seqs": 100}}
+
+
 def aiperf_json(path, isl, osl, measured, loadgen, conversation=None, unit="ms"):
     """An aiperf profile_export_aiperf.json as aiperf writes it (the keys calibrate reads, and others);
     `conversation`: its input_config.input.conversation, where given."""
