@@ -9,8 +9,7 @@ bench/fidelity_e2e.py`, session 39). `servesweep calibrate` tries the cache on f
 
 from __future__ import annotations
 
-from latency import load_device, load_model
-from latency.quant import parse_quantization
+from latency import build_latency_model
 from orchestrator.measured_runs import DEVICES, campaign_of, labelled_quantization, our_model, quantization
 
 #: a run is beyond the compute bound when its measured token rate needs more than this share of the GPUs' dense
@@ -21,25 +20,25 @@ PEAK_SHARE = 0.8
 
 
 def peak_share(cells: dict) -> float:
-    """The share of its instance's dense peak a dense run's measured throughput needs for its linear layers alone:
-    batch x attention-DP / (TTFT + (osl - 1) x TPOT) requests a second, isl + osl tokens each; 0 for a MoE model
-    (its tokens touch a share of its parameters), a row without measured means, or one we cannot read."""
+    """The share of its instance's dense peak a dense run's measured throughput needs for its linear layers alone
+    (as the roofline holds them: `RooflineModel`'s projections, MLPs and LM head): batch / (TTFT + (osl - 1) x TPOT)
+    requests a second, isl + osl tokens each; 0 for a MoE model (its tokens touch a share of its parameters), a row
+    without measured means, or one we cannot read."""
     try:
-        m = load_model(our_model(cells["model_path"]))
-        device = load_device(DEVICES[cells["system"]])
-        dtype = parse_quantization(quantization(labelled_quantization(cells), m.name)).compute_dtype
+        model = our_model(cells["model_path"])
         isl, osl, batch = (int(float(cells[c])) for c in ("isl", "osl", "batch_size"))
         ttft, tpot = float(cells["silicon_ttft_ms"]), float(cells["silicon_tpot_ms"])
-        devices = int(float(cells.get("tp_size") or 1)) * int(float(cells.get("pp_size") or 1))
+        tp, pp = (int(float(cells.get(c) or 1)) for c in ("tp_size", "pp_size"))
+        lm = build_latency_model(model, DEVICES[cells["system"]], tp=tp, pp=pp,
+                                 quantization=quantization(labelled_quantization(cells), model))
     except (KeyError, ValueError, OSError):  # a bad cell: to_spec names it
         return 0.0
     seconds = (ttft + (osl - 1) * tpot) / 1e3
-    if m.is_moe or ttft <= 0 or tpot <= 0 or seconds <= 0 or devices <= 0:
+    if lm.moe_layers or ttft <= 0 or tpot <= 0 or seconds <= 0:
         return 0.0
-    attention = m.hidden_size * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)  # q, o and k, v projections
-    params = m.num_layers * (attention + m.mlp_matrices * m.hidden_size * m.intermediate_size)
-    params += m.vocab_size * m.hidden_size
-    return 2 * params * (isl + osl) * batch / seconds / (device.peak_flops(dtype) * devices)
+    rank = (lm.qkv_params + lm.o_params) * lm.model.num_layers + lm.mlp_params * lm.dense_layers + lm.lm_head_params
+    peak = lm.device.peak_flops(lm.quant.compute_dtype) * lm.devices_per_instance
+    return 2 * rank * tp * (isl + osl) * batch / seconds / peak
 
 
 def with_cache_evidence(rows: list[dict]) -> list[dict]:
