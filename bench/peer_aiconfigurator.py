@@ -88,13 +88,28 @@ def run_peer(command: str, args: list[str]) -> tuple[float, float] | str:
 
 
 def ours(rows: pd.DataFrame) -> pd.DataFrame:
-    """servesweep's figures for the same runs, as `estimate --from-csv` gives them."""
+    """servesweep's figures for the same runs, as `estimate --from-csv` gives them (a silicon file's reading takes
+    its own columns: a caller's labels beside them are ignored)."""
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "runs.csv", Path(tmp) / "out.csv"
-        rows.drop(columns=["family"]).to_csv(src, index=False)
+        rows.to_csv(src, index=False)
         subprocess.run([sys.executable, "-m", "orchestrator", "estimate", "--from-csv", str(src), "--output",
                         str(out), "--no-progress"], check=True, capture_output=True)
         return pd.read_csv(out)
+
+
+def side_by_side(rows: pd.DataFrame, command: str, jobs: int, configs: dict | None = None) -> pd.DataFrame:
+    """`rows` (silicon-format rows, any labels of the caller's beside) with our TTFT and TPOT (`ours`), the peer's
+    (`run_peer`, `jobs` at once; empty where it gave none, and what it said instead) and ours over the peer's."""
+    with ThreadPoolExecutor(jobs) as pool:
+        peer = list(pool.map(lambda r: run_peer(command, peer_args(r, configs)), rows.itertuples()))
+    mine, out = ours(rows), rows.copy()
+    for i, metric in enumerate(("ttft", "tpot")):
+        out[f"ours_{metric}"] = mine[f"{metric}_ms"].to_numpy()
+        out[f"peer_{metric}"] = [p[i] if isinstance(p, tuple) else None for p in peer]
+        out[f"{metric}_ratio"] = out[f"ours_{metric}"] / out[f"peer_{metric}"]
+    out["peer_said"] = [p if isinstance(p, str) else "" for p in peer]
+    return out
 
 
 def grid_rows(release: str) -> pd.DataFrame:
@@ -119,13 +134,8 @@ def grid(a) -> None:
             (folder / "config.json").write_text((MODELS / (shipped.replace("/", "--") + ".json")).read_text())
             configs[path] = str(folder)
         print(f"{len(rows)} deployments nobody measured; asking the peer ({a.jobs} at once)", file=sys.stderr)
-        with ThreadPoolExecutor(a.jobs) as pool:
-            peer = list(pool.map(lambda r: run_peer(a.aiconfigurator, peer_args(r, configs)), rows.itertuples()))
-    mine = ours(rows)
+        rows = side_by_side(rows, a.aiconfigurator, a.jobs, configs)
     rows["precision"] = rows["precision"].replace("", "bf16")
-    for i, metric in enumerate(("ttft", "tpot")):
-        rows[f"{metric}_ratio"] = [m / p[i] if isinstance(p, tuple) else None
-                                   for p, m in zip(peer, mine[f"{metric}_ms"], strict=True)]
     both = rows.dropna(subset=["ttft_ratio", "tpot_ratio"])
     for by in (["system", "precision"], ["precision", "batch_size"]):
         table = both.groupby(by).agg(rows=("ttft_ratio", "size"), ttft_ours_over_peer=("ttft_ratio", "median"),
@@ -157,16 +167,11 @@ def main() -> None:
         tables.append(d)
     rows = pd.concat(tables, ignore_index=True)
     print(f"{len(rows)} measured runs; asking the peer ({a.jobs} at once)", file=sys.stderr)
-    with ThreadPoolExecutor(a.jobs) as pool:
-        peer = list(pool.map(lambda r: run_peer(a.aiconfigurator, peer_args(r)), rows.itertuples()))
-    mine = ours(rows)
-    answered = [isinstance(p, tuple) for p in peer]
-    out = pd.DataFrame({"engine": rows["backend"], "family": rows["family"], "answered": answered,
-                        "ours_ttft": (mine["ttft_error"]).abs(), "ours_tpot": mine["tpot_error"].abs()})
-    out["peer_ttft"] = [abs(p[0] / m - 1) if isinstance(p, tuple) else None for p, m in
-                        zip(peer, rows["silicon_ttft_ms"], strict=True)]
-    out["peer_tpot"] = [abs(p[1] / m - 1) if isinstance(p, tuple) else None for p, m in
-                        zip(peer, rows["silicon_tpot_ms"], strict=True)]
+    found = side_by_side(rows, a.aiconfigurator, a.jobs)
+    out = pd.DataFrame({"engine": rows["backend"], "family": rows["family"], "answered": found["peer_ttft"].notna()})
+    for tool in ("ours", "peer"):  # median |error| against the measured means
+        for metric in ("ttft", "tpot"):
+            out[f"{tool}_{metric}"] = (found[f"{tool}_{metric}"] / rows[f"silicon_{metric}_ms"] - 1).abs()
     both = out[out["answered"]]
     summary = both.groupby(["engine", "family"]).agg(
         rows=("answered", "size"), servesweep_ttft=("ours_ttft", "median"), peer_ttft=("peer_ttft", "median"),
@@ -181,7 +186,7 @@ def main() -> None:
     refused = out[~out["answered"]]
     print(f"\nthe peer answered {len(both)} of {len(out)} runs; refused per engine and family: "
           f"{refused.groupby(['engine', 'family']).size().to_dict()}")
-    reasons = pd.Series([p for p in peer if isinstance(p, str)]).value_counts().head(5)
+    reasons = found.loc[found["peer_said"] != "", "peer_said"].value_counts().head(5)
     for reason, n in reasons.items():
         print(f"  {n} x {reason}")
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -25,11 +23,10 @@ import pandas as pd
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from peer_aiconfigurator import peer_args, run_peer  # noqa: E402
+from peer_aiconfigurator import side_by_side  # noqa: E402
 
 from latency import load_model  # noqa: E402
 from orchestrator import measured_runs  # noqa: E402
-from orchestrator.estimate import estimate_many  # noqa: E402
 
 #: (input, output, requests in flight)
 LOADS = [(1024, 512, 8), (4096, 512, 32), (16384, 1024, 16)]
@@ -68,18 +65,7 @@ def main() -> None:
     ap.add_argument("--backend", choices=sorted(RELEASES), default="vllm", help="the engine (default vllm)")
     ap.add_argument("--jobs", type=int, default=2, help="the peer's estimates at once (default 2)")
     a = ap.parse_args()
-    table = rows(a.backend)
-    with tempfile.TemporaryDirectory() as folder:
-        src = Path(folder) / "rows.csv"
-        table.drop(columns=["kind", "family"]).to_csv(src, index=False)  # the silicon format's columns
-        mine, _ = estimate_many(src, {}, progress=False)
-    with ThreadPoolExecutor(a.jobs) as pool:
-        peer = list(pool.map(lambda r: run_peer(a.aiconfigurator, peer_args(r)), table.itertuples()))
-    table["ttft_ratio"] = [m / p[0] if isinstance(p, tuple) else None for m, p in zip(mine["ttft_ms"], peer,
-                                                                                        strict=True)]
-    table["tpot_ratio"] = [m / p[1] if isinstance(p, tuple) else None for m, p in zip(mine["tpot_ms"], peer,
-                                                                                        strict=True)]
-    table["peer_said"] = [p if isinstance(p, str) else "" for p in peer]
+    table = side_by_side(rows(a.backend), a.aiconfigurator, a.jobs)
     pd.set_option("display.width", 200)
     print(table[["kind", "model_path", "isl", "osl", "batch_size", "tp_size", "ttft_ratio", "tpot_ratio",
                  "peer_said"]].round(2).to_string(index=False))

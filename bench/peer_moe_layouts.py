@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -23,9 +21,7 @@ import pandas as pd
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from peer_aiconfigurator import peer_args, run_peer  # noqa: E402
-
-from orchestrator.estimate import estimate_many  # noqa: E402
+from peer_aiconfigurator import side_by_side  # noqa: E402
 
 RELEASES = {"trtllm": "1.0.0rc3", "sglang": "0.5.6.post2", "vllm": "0.12.0"}
 #: (moe_tp, moe_ep) of 8 GPUs
@@ -54,19 +50,7 @@ def main() -> None:
     ap.add_argument("--aiconfigurator", required=True, help="the peer's command (aiconfigurator in its own venv)")
     ap.add_argument("--jobs", type=int, default=2, help="the peer's estimates at once (default 2)")
     a = ap.parse_args()
-    table = rows()
-    with tempfile.TemporaryDirectory() as folder:
-        src = Path(folder) / "rows.csv"
-        table.drop(columns=["layout", "family"]).to_csv(src, index=False)  # the silicon format's columns
-        mine, _ = estimate_many(src, {}, progress=False)
-    with ThreadPoolExecutor(a.jobs) as pool:
-        peer = list(pool.map(lambda r: run_peer(a.aiconfigurator, peer_args(r)), table.itertuples()))
-    table["ours_ttft"], table["ours_tpot"] = mine["ttft_ms"].to_numpy(), mine["tpot_ms"].to_numpy()
-    table["peer_ttft"] = [p[0] if isinstance(p, tuple) else None for p in peer]
-    table["peer_tpot"] = [p[1] if isinstance(p, tuple) else None for p in peer]
-    table["ttft_ratio"] = table["ours_ttft"] / table["peer_ttft"]
-    table["tpot_ratio"] = table["ours_tpot"] / table["peer_tpot"]
-    table["peer_said"] = [p if isinstance(p, str) else "" for p in peer]
+    table = side_by_side(rows(), a.aiconfigurator, a.jobs)
     pd.set_option("display.width", 200)
     print(table[["backend", "layout", "isl", "osl", "batch_size", "ours_ttft", "peer_ttft", "ttft_ratio", "ours_tpot",
                  "peer_tpot", "tpot_ratio", "peer_said"]].round(2).to_string(index=False))
