@@ -306,14 +306,20 @@ class RooflineModel:
 
     def _attention(self, step, dec, conc, q, s, n_steps, detail: bool):
         """Every layer's attention ms per step (and what bounds it, with `detail`)."""
-        full, windowed, recurrent, bound = self._attention_parts(dec, conc, q, s, detail)
-        full_layers, local_layers, linear_layers = self.attention_layers
-        per_step = np.bincount(step, weights=full, minlength=n_steps) * full_layers
-        if windowed is not None:
-            per_step = per_step + np.bincount(step, weights=windowed, minlength=n_steps) * local_layers
-        if recurrent is not None:
-            per_step = per_step + np.bincount(step, weights=recurrent, minlength=n_steps) * linear_layers
+        *parts, bound = self._attention_parts(dec, conc, q, s, detail)
+        per_step = self.over_layers(*(None if part is None else np.bincount(step, weights=part, minlength=n_steps)
+                                      for part in parts))
         return per_step, _step_bound(step, bound, n_steps) if detail else None
+
+    def over_layers(self, full, windowed, recurrent):
+        """Every layer's attention from one layer's of each kind (`attention_layers`; None: the model has none)."""
+        full_layers, local_layers, linear_layers = self.attention_layers
+        total = full * full_layers
+        if windowed is not None:
+            total = total + windowed * local_layers
+        if recurrent is not None:
+            total = total + recurrent * linear_layers
+        return total
 
     def _attention_parts(self, dec, conc, q, s, detail: bool):
         """(a full-attention layer's ms, a local layer's ms or None, a gated delta-net layer's ms or None, what
@@ -484,7 +490,7 @@ class ShapeParts:
         self.model = model
         self.prices_prefills = model.prices_prefills
         self.counted: dict[tuple, tuple[float, ...]] = {}
-        self.entries: dict[ForwardKey, tuple[float, float]] = {}
+        self.entries: dict[ForwardKey, tuple[float, float, float]] = {}  # full, windowed, recurrent
 
     def __call__(self, shape: StepShape) -> float:
         m = self.model
@@ -501,12 +507,8 @@ class ShapeParts:
             full += one
             windowed += window
             recurrent += state
-        full_layers, local_layers, linear_layers = m.attention_layers
-        attention = full * full_layers
-        if local_layers:
-            attention = attention + windowed * local_layers
-        if linear_layers:
-            attention = attention + recurrent * linear_layers
+        _, local_layers, linear_layers = m.attention_layers
+        attention = m.over_layers(full, windowed if local_layers else None, recurrent if linear_layers else None)
         before, after, overhead = counted[:len(COUNTED_BEFORE)], counted[len(COUNTED_BEFORE):-1], counted[-1]
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
