@@ -31,10 +31,12 @@ def refuse_unknown(config: dict, name: str) -> None:
     types = set(config.get("layer_types") or ())
     sparse = {"deepseek_sparse_attention"} if config.get("index_topk") else set()  # nvidia's GLM-5.2 names them
     linear = {"linear_attention"} if LINEAR_KEYS <= config.keys() else set()  # Qwen3.5's gated delta-net
-    unknown = types - {"full_attention", "sliding_attention"} - sparse - linear
+    known = {"full_attention", "sliding_attention"} | sparse | linear
+    unknown = types - known
     if unknown:
         raise ValueError(f"model config {name!r} has layer_types {sorted(unknown)}: servesweep models "
-                         "full_attention and sliding_attention layers only")
+                         f"{', '.join(sorted(known))} layers only (linear_attention with the gated delta-net "
+                         "keys, deepseek_sparse_attention with index_topk)")
 
 
 def checkpoint_quantization(config: dict) -> str:
