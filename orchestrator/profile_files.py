@@ -29,9 +29,11 @@ def set_in_place(target: Path, values: dict[tuple[str, ...], object]) -> None:
 def _set_in_table(table, key: str, value) -> None:
     """`table[key] = value`, a new key placed after the table's last one, not after the comments that close it
     (they introduce what follows: the next table's)."""
-    body = table.value.body
-    closing = []
-    while key not in table and body and body[-1][0] is None:
+    if key in table:
+        table[key] = value
+        return
+    body, closing = table.value.body, []
+    while body and body[-1][0] is None:  # no key: whitespace and comments
         closing.insert(0, body.pop())
     table[key] = value
     body.extend(closing)
