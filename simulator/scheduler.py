@@ -300,27 +300,30 @@ class TokenBudget(Scheduler):
             check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, low=0)
 
     def plan_step(self, view: QueueView) -> StepPlan:
-        budget = view.max_batched_tokens
+        budget, qlen, ready, prefill = view.max_batched_tokens, view.decode_query_len, view.ready_decode, view.prefill
         seqs = self.max_num_seqs if self.max_num_seqs is not None else math.inf
-        decode = int(min(view.ready_decode, budget // view.decode_query_len, seqs))
-        budget -= decode * view.decode_query_len
+        decode = min(ready, budget // qlen, seqs)
+        if not prefill:
+            return StepPlan((), decode)
+        budget -= decode * qlen
         started = 0  # started requests keep their place at the FIFO front (depth-first)
-        for count, done, *_ in view.prefill:
-            if not done:
+        for group in prefill:
+            if not group[1]:
                 break
-            started += count
-        slots = seqs - view.ready_decode - started
+            started += group[0]
+        slots = seqs - ready - started
         cap = self.long_prefill_token_threshold or budget
+        effective = view.effective
         takes = []
-        for pos, group in enumerate(view.prefill):
-            count, done = group[0], group[1]
+        for pos, (count, done, _, kind) in enumerate(prefill):
             if budget <= 0:
                 break
             if done == 0:  # waiting requests: only as many as there are free slots are admitted
-                count = int(min(count, slots))
+                if count > slots:
+                    count = int(slots)
                 if count <= 0:
                     break
-            need = min(view.remaining(group), cap)
+            need = min(effective[kind] - done, cap)
             full = min(count, budget // need)
             if full:
                 takes.append((pos, full, need))
