@@ -108,9 +108,14 @@ class PlanState:
         """Timed: hand the scheduler the requests that reached it by the step about to start."""
         last_start = self.step_end[-1] - self.shape_ms[self.step_shape[-1]] if self.step_end else None
         self.clock, due = self.arrivals.arrived(self.clock, not self.queue and not self.pool.ready, last_start)
-        step = len(self.step_shape)
-        for t in due:
-            self.send(1, step - 1, t)
+        step = len(self.step_shape) - 1
+        if self.phase == "decode" or self.kinds.kind_of is not None:
+            for t in due:
+                self.send(1, step, t)
+            return
+        add, append = self.arrivals.add, self.queue.append
+        for t in due:  # `send` of one request of the one kind to the prefill FIFO
+            append((1, 0, add(1, step, t), 0))
 
     def answer(self):
         """The policy's answer for the next step (asked now unless a fast-forward asked it already)."""
@@ -246,6 +251,13 @@ def apply_takes(queue: deque, takes, scheduler, kinds, entries):
     """Advance the chosen prefill groups in the FIFO `queue` (in place; only the front groups up to
     the last one taken are touched, so a step costs its takes, not the queue's length); return the
     (requests, arrival event, kind) whose prompt is now complete, and the KV tokens the step added."""
+    if len(takes) == 1 and takes[0][0] == 0:
+        return _take_front(queue, takes[0], scheduler, kinds, entries)
+    return _take_each(queue, takes, scheduler, kinds, entries)
+
+
+def _take_each(queue: deque, takes, scheduler, kinds, entries):
+    """`apply_takes` of any takes: the groups up to the last one taken popped, advanced and put back."""
     by_pos: dict[int, list[tuple[int, int]]] = {}
     size = len(queue)
     for pos, n, tok in takes:
@@ -282,6 +294,29 @@ def apply_takes(queue: deque, takes, scheduler, kinds, entries):
     for group in back:
         push_back(queue, group)
     return firsts, kv_added
+
+
+def _take_front(queue: deque, take: tuple[int, int, int], scheduler, kinds, entries):
+    """`apply_takes` of one take from the front group, the step's only one (most steps): the same queue,
+    entries, first tokens and KV as `_take_each` gives (tests/simulator), without sorting takes by position."""
+    _, n, tok = take
+    if not queue or n < 1 or tok < 1:
+        raise RuntimeError(f"scheduler {scheduler.name!r} made an invalid take {take}")
+    count, done, event, kind = queue.popleft()
+    seq, left, need = done + tok, count - n, kinds.effective[kind]
+    if seq > need or left < 0:
+        raise RuntimeError(f"scheduler {scheduler.name!r} over-advanced group {(count, done)}")
+    entries[(tok, seq)] = entries.get((tok, seq), 0) + n
+    if left:
+        queue.appendleft((left, done, event, kind))
+    firsts = []
+    if seq == need:
+        firsts.append((n, event, kind))
+    elif scheduler.requeue:
+        push_back(queue, (n, seq, event, kind))
+    else:
+        queue.appendleft((n, seq, event, kind))
+    return firsts, n * tok + (n * kinds.cached[kind] if done == 0 else 0)
 
 
 def push_back(queue: deque, group: tuple[int, int, int, int]) -> None:

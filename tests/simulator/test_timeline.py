@@ -961,3 +961,27 @@ def test_a_closed_loop_that_outgrows_a_limit_early_is_not_played_to_its_end():
     whole = plan(w, TokenBudget())
     assert whole.peak_kv_tokens >= 1600
     assert plan(w, TokenBudget(), peak_limit=10_000).peak_kv_tokens == whole.peak_kv_tokens
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 59)), min_size=1, max_size=4),
+       st.integers(1, 4), st.integers(1, 60), st.booleans(), st.integers(0, 30))
+@settings(max_examples=examples(300), deadline=None)
+def test_a_lone_front_take_is_applied_as_any_takes_are(groups, n, tok, requeue, cached):
+    """A step's only take, from the front group (most steps), has its own path (`_take_front`): it leaves the
+    FIFO, the step's entries, the first tokens and the KV added as the general path (`_take_each`) does, for
+    requests that finish their prompt or not, all of the group or some, and both FIFO disciplines."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from simulator.planstate import _take_each, _take_front
+
+    kinds = SimpleNamespace(effective=(60,), cached=(cached,))
+    policy = SimpleNamespace(name="test", requeue=requeue)
+    fifo = [(count, done, event, 0) for event, (count, done) in enumerate(groups)]
+    take = (0, min(n, fifo[0][0]), min(tok, 60 - fifo[0][1]))
+    queues, entries = (deque(fifo), deque(fifo)), ({(5, 5): 1}, {(5, 5): 1})
+    fast = _take_front(queues[0], take, policy, kinds, entries[0])
+    plain = _take_each(queues[1], (take,), policy, kinds, entries[1])
+    assert fast == plain and queues[0] == queues[1] and entries[0] == entries[1]
+    with pytest.raises(RuntimeError, match="over-advanced"):
+        _take_front(deque(fifo), (0, fifo[0][0] + 1, 1), policy, kinds, {})
