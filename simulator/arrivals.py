@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 
 import numpy as np
 
@@ -17,6 +18,20 @@ FRONTEND_STREAM = 2
 DELAY_BLOCK = 1024
 #: share of a Poisson stream's first and last arrivals left out of the metrics (warm-up, drain)
 STEADY_MARGIN = 0.1
+
+
+def measured_span(w: Workload, total: int) -> tuple[float, float]:
+    """(first, end): requests first..end-1 are measured, an event of them steady (see `Arrivals`): a burst's
+    all, a benchmark's after its warm-up, a closed loop's but the first and last `concurrency`, a Poisson
+    stream's but the first and last STEADY_MARGIN."""
+    if w.arrival == "burst":
+        return -math.inf, math.inf
+    if w.measure == "all":  # a benchmark counts every request after its warm-up
+        return w.warmup_requests, math.inf
+    if w.arrival == "closed":
+        return w.concurrency, total - w.concurrency
+    margin = STEADY_MARGIN * total
+    return margin, total - margin
 
 
 class Arrivals:
@@ -46,26 +61,18 @@ class Arrivals:
         self.delivered: list[float] = []  # timed, streaming: when each step's chunks went out
         self.rng = None  # the client delays' seeded stream, made at the first delay (numpy.random costs ~10 ms to load)
         self.delays: list[float] = []  # client delays drawn ahead, in order (the stream drawn in pieces is the same)
+        self.steady_from, self.steady_to = measured_span(w, self.total)
         if w.arrival == "poisson":
             self.create(w.arrival_times_ms())
 
     def add(self, count: int, step: int, ms: float = 0.0) -> int:
         """Record `count` arrivals at the end of `step`; returns the event index."""
-        w, lo, hi = self.w, self.sent, self.sent + count
-        if w.arrival == "burst":
-            steady = True
-        elif w.measure == "all":  # a benchmark counts every request after its warm-up
-            steady = lo >= w.warmup_requests
-        elif w.arrival == "closed":
-            steady = lo >= w.concurrency and hi <= self.total - w.concurrency
-        else:
-            margin = STEADY_MARGIN * self.total
-            steady = lo >= margin and hi <= self.total - margin
+        lo = self.sent
+        self.sent = hi = lo + count
         self.steps.append(step)
         self.sizes.append(count)
         self.ms.append(ms)
-        self.steady.append(steady)
-        self.sent = hi
+        self.steady.append(lo >= self.steady_from and hi <= self.steady_to)
         return len(self.steps) - 1
 
     @property
@@ -85,8 +92,15 @@ class Arrivals:
 
     def create_at(self, ready_ms: float, count: int) -> None:
         """Timed: the client may send `count` requests at `ready_ms` (as `create` of that many times)."""
-        for _ in range(count):
-            self._make(ready_ms)
+        kinds = self.w.kinds
+        if kinds.kind_of is not None:
+            for _ in range(count):
+                self._make(ready_ms)
+            return
+        prompt, waiting, made = kinds.input[0], self.waiting, self.made
+        for i in range(made, made + count):  # `_make` of one kind of request
+            heapq.heappush(waiting, (ready_ms + self._delay(), i, prompt))
+        self.made = made + count
 
     def _make(self, ready_ms: float) -> None:
         kinds = self.w.kinds
@@ -109,19 +123,30 @@ class Arrivals:
         later can come before them: the client sends only at or after the clock). Where it streams at a
         cost, response chunks go first: a request starts only once the chunks before it are out, and by
         `until` (before it, when a step's chunks arrive then); the rest wait for a later call."""
-        waiting, streams = self.waiting, self.streams
+        waiting = self.waiting
+        if not waiting or waiting[0][0] > until:
+            return
+        if not self.streams:
+            self.free_ms = self._take(waiting, until, self.free_ms)
+            return
         while waiting and waiting[0][0] <= until:
-            if streams:
-                start = max(waiting[0][0], self.free_ms)
-                if start > until or (before_chunks and start == until):
-                    return
-            self._serve_next()
+            start = max(waiting[0][0], self.free_ms)
+            if start > until or (before_chunks and start == until):
+                return
+            self.free_ms = self._take(waiting, until, self.free_ms, most=1)
 
-    def _serve_next(self) -> None:
-        t, _, prompt = heapq.heappop(self.waiting)
-        self.free_ms = max(t, self.free_ms) + self.frontend.service_ms(prompt)
-        self.at.append(self.free_ms)
-        self.sent_ms.append(t)
+    def _take(self, waiting: list, until: float, free_ms: float, most: float = math.inf) -> float:
+        """The server, free from `free_ms`, takes the requests sent by `until` in send order (at most `most`);
+        returns when it is free again."""
+        service, at, sent = self.frontend.service_ms, self.at, self.sent_ms
+        taken = 0
+        while taken < most and waiting and waiting[0][0] <= until:
+            t, _, prompt = heapq.heappop(waiting)
+            free_ms = max(t, free_ms) + service(prompt)
+            at.append(free_ms)
+            sent.append(t)
+            taken += 1
+        return free_ms
 
     def stream(self, end_ms: float, chunks: int) -> None:
         """Timed: a step ending at `end_ms` hands the API server `chunks` response chunks, which it sends
