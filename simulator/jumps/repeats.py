@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate, repeat
+
 from simulator.jumps.base import Jump
 from simulator.planstate import mean_context, round_context
 
@@ -61,15 +64,20 @@ def _before_arrival(st, run: int, step_ms: float, decodes: int) -> int:
     end streams at a cost, their `decodes` chunks streamed as `PlanState.record` streams them (the next
     arrival asked again after each: a request sent meanwhile waits behind them)."""
     a = st.arrivals
-    next_arrival, clock, streams = a.next_time(), st.clock, a.streams
+    next_arrival, clock = a.next_time(), st.clock
+    if not a.streams:  # the clock of each step, added one by one as the loop adds them, then the first past the arrival
+        clocks = list(accumulate(repeat(step_ms, run), initial=clock))
+        j = run if next_arrival is None else bisect_left(clocks, next_arrival, 0, run)
+        st.step_end.extend(clocks[1:j + 1])
+        st.clock = clocks[j]
+        return j
     for j in range(run):
         if next_arrival is not None and next_arrival <= clock:
             st.clock = clock
             return j
         clock += step_ms
         st.step_end.append(clock)
-        if streams:
-            a.stream(clock, decodes)
-            next_arrival = a.next_time()
+        a.stream(clock, decodes)
+        next_arrival = a.next_time()
     st.clock = clock
     return run
