@@ -228,7 +228,7 @@ class RooflineModel:
         it costs more than the roof itself). `eff_m`: the memory efficiency (default the device's)."""
         compute = flops / (peak * eff_c) * 1e3
         memory = bytes_ / (self.device.hbm_bytes_per_s * (eff_m or self.device.eff_memory)) * 1e3
-        roof = np.maximum(compute, memory)
+        roof = _larger(compute, memory)
         if not detail:
             return roof + kernels_ms, None
         bound = np.where(compute >= memory, "compute", "memory")
@@ -522,8 +522,8 @@ class ShapeParts:
         n = np.concatenate((sampled + j, sampled + j))
         ops = self.model._counted_ops(t, n, np.full(len(t), prefills) if self.prices_prefills else 0, len(t), False)
         columns = [ops[op][0].tolist() for op in (*COUNTED_BEFORE, *COUNTED_AFTER, "overhead")]
-        for i, (tk, sp) in enumerate(zip(t.tolist(), n.tolist(), strict=True)):
-            self.counted.setdefault((tk, sp, prefills), tuple(c[i] for c in columns))
+        for tk, sp, parts in zip(t.tolist(), n.tolist(), zip(*columns, strict=True), strict=True):
+            self.counted.setdefault((tk, sp, prefills), parts)
         return self.counted[(tokens, sampled, prefills)]
 
     def _attend(self, keys: list) -> None:
@@ -540,6 +540,11 @@ def _gpu_ms(counted_before, attention, counted_after, overhead):
     """A step's GPU time (numbers, or arrays of steps): its ops added in the one order both pricing paths
     keep (attention after COUNTED_BEFORE), then its overhead."""
     return sum((*counted_before, attention, *counted_after)) + overhead
+
+
+def _larger(a, b):
+    """np.maximum(a, b) for arrays of entries; max(a, b) for one entry's numbers (numpy's cost a call)."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
 
 
 def _pick(cond, a, b):
