@@ -19,7 +19,7 @@ import numpy as np
 from latency.engine import EFFICIENCY_RANGE
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
-from orchestrator.optimize import can_fork, fork_pool
+from orchestrator.optimize import can_fork, fork_pool, stop
 from orchestrator.profile_files import to_toml
 from orchestrator.runs import Run, streamed
 
@@ -163,7 +163,7 @@ class Evaluator:
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown()
+            stop(self.pool)  # an interrupted fit leaves its jobs: shutting down would wait for them
             self.pool = None
 
 

@@ -9,12 +9,15 @@ from collections.abc import Callable
 from orchestrator.evaluate import evaluate_point, limit_margin, meets, timed, workload
 from orchestrator.jobs import Job, JobResult, OptimizeResult
 from orchestrator.modes import Aggregated, Mode
+from orchestrator.progress import SearchProgress
 from orchestrator.scenario import Scenario
 from orchestrator.search import drive, search
 
 log = logging.getLogger(__name__)
 #: evaluate a batch of concurrencies of one job -> rows (inline here; orchestrator.runner on Ray)
 BatchEvaluator = Callable[[Scenario, Job, list[int]], list[dict]]
+#: how often a search over forked processes redraws its bar while none of them finishes (s)
+PROGRESS_POLL_S = 0.25
 
 
 def inline_evaluator(s: Scenario, job: Job, ns: list[int]) -> list[dict]:
@@ -59,21 +62,27 @@ def job_search(s: Scenario, job: Job, width: int = 1):
 
 
 def optimize(s: Scenario, mode: Mode | None = None, evaluator: BatchEvaluator = inline_evaluator,
-             width: int = 1, processes: int = 1) -> OptimizeResult:
+             width: int = 1, processes: int = 1, progress: SearchProgress | None = None) -> OptimizeResult:
     """Search every job of the scenario, then let the mode assemble the answer. With `processes` > 1
     (and the inline evaluator) the jobs of a steady-load search are shared out over forked processes,
     those of one budget together (they share plans); the answer is the same, job for job. A burst
-    search stays in this process: it takes a fraction of a second, about what forking costs."""
+    search stays in this process: it takes a fraction of a second, about what forking costs. `progress`
+    hears of every point evaluated and every job done."""
     mode = mode or Aggregated()
     s.validate()
     mode.validate(s)
     jobs = list(mode.jobs(s))
     groups = _groups(s, jobs)
     steady = s.arrival != "burst"
+    progress = progress or SearchProgress(enabled=False)
+    progress.begin(len(jobs))
     if processes > 1 and steady and evaluator is inline_evaluator and len(groups) > 1 and can_fork():
-        results = _search_in_processes(s, jobs, groups, width, processes)
+        results = _search_in_processes(s, jobs, groups, width, processes, progress)
     else:
-        results = [_search(s, job, evaluator, width) for job in jobs]
+        results = []
+        for job in jobs:
+            results.append(_search(s, job, evaluator, width, progress.update))
+            progress.update(jobs=1)
     for job, result in zip(jobs, results, strict=True):
         log.info("%s tp%d B=%d: %d points, best concurrency per limit pair %s", job.role, job.layout.tp,
                  job.max_batched_tokens, len(result.points), [b["concurrency"] for b in result.best])
@@ -92,21 +101,52 @@ def _groups(s: Scenario, jobs: list[Job]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _search(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluator, width: int = 1) -> JobResult:
-    return drive(job_search(s, job, width), lambda ns: evaluator(s, job, ns))
+def _search(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
+            evaluated: Callable[[int], None] | None = None) -> JobResult:
+    """One job's search, `evaluated` told how many points each batch evaluated."""
+    def evaluate(ns: list[int]) -> list[dict]:
+        rows = evaluator(s, job, ns)
+        if evaluated is not None:
+            evaluated(len(ns))
+        return rows
+
+    return drive(job_search(s, job, width), evaluate)
+
+
+#: the points a forked search process has evaluated, shared with the process that forked it (made before the
+#: pool forks: a shared value reaches a forked process by inheritance, not as an argument)
+_evaluated = None
 
 
 def _search_group(s: Scenario, jobs: list[Job], width: int) -> list[JobResult]:
-    return [_search(s, job, width=width) for job in jobs]
+    return [_search(s, job, width=width, evaluated=_count_evaluated) for job in jobs]
+
+
+def _count_evaluated(n: int) -> None:
+    with _evaluated.get_lock():
+        _evaluated.value += n
 
 
 def _search_in_processes(s: Scenario, jobs: list[Job], groups: list[list[int]], width: int,
-                         processes: int) -> list[JobResult]:
+                         processes: int, progress: SearchProgress) -> list[JobResult]:
+    """The groups searched in forked processes, largest first; `progress` redrawn as their points come in."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    global _evaluated
     results: list[JobResult | None] = [None] * len(jobs)
     largest_first = sorted(groups, key=lambda g: -sum(_reach(s, jobs[i]) for i in g))
+    _evaluated = fork_context().Value("q", 0)
     with fork_pool(min(processes, len(groups))) as pool:
-        futures = [(g, pool.submit(_search_group, s, [jobs[i] for i in g], width)) for g in largest_first]
-        for g, future in futures:
+        try:
+            futures = {pool.submit(_search_group, s, [jobs[i] for i in g], width): g for g in largest_first}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)
+                progress.update(points=_evaluated.value - progress.points, jobs=sum(len(futures[f]) for f in done))
+        except BaseException:  # interrupted: leaving the pool would wait for every job to end
+            stop(pool)
+            raise
+        for future, g in futures.items():
             for i, result in zip(g, future.result(), strict=True):
                 results[i] = result
     return results
@@ -119,11 +159,32 @@ def _reach(s: Scenario, job: Job) -> int:
 
 
 def fork_pool(processes: int):
-    """A pool of `processes` forked processes (they start with this process's memos and imports)."""
-    import multiprocessing
+    """A pool of `processes` forked processes (they start with this process's memos and imports). They ignore
+    Ctrl-C: the process that forked them hears it and stops them (`stop`), so an interrupt prints one line, not
+    a traceback a process."""
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+    return ProcessPoolExecutor(processes, mp_context=fork_context(), initializer=_ignore_interrupts)
+
+
+def _ignore_interrupts() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop(pool) -> None:
+    """Stop a pool's processes now, their jobs unfinished (shutting it down would wait for them)."""
+    processes = list((pool._processes or {}).values())  # the executor has no public terminate before Python 3.14
+    for process in processes:
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def fork_context():
+    import multiprocessing
+
+    return multiprocessing.get_context("fork")
 
 
 def can_fork() -> bool:

@@ -1,8 +1,10 @@
-"""The progress bar on stderr: scenarios done / total, points evaluated, latency-cache hit rate."""
+"""Progress bars on stderr: a sweep's scenarios done / total, points evaluated and latency-cache hit rate; an
+optimize search's jobs done and points evaluated."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 
 class Progress:
@@ -29,3 +31,40 @@ class Progress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+#: how long an optimize search runs before its bar appears: most take a fraction of a second and pay neither
+#: tqdm's import nor a bar; a search that runs for minutes (small token budgets, no limits) shows where it is
+SHOW_AFTER_S = 1.0
+
+
+class SearchProgress:
+    """The bar on stderr of one optimize search: its jobs done of all, the points evaluated, the time; shown once
+    the search has run `show_after_s`."""
+
+    def __init__(self, enabled: bool = True, show_after_s: float = SHOW_AFTER_S):
+        self.enabled, self.show_after_s = enabled, show_after_s
+        self.started = time.perf_counter()
+        self.jobs = self.done = self.points = 0
+        self.bar = None
+
+    def begin(self, jobs: int) -> None:
+        self.jobs = jobs
+
+    def update(self, points: int = 0, jobs: int = 0) -> None:
+        """`points` more evaluated and `jobs` more done; the bar redrawn (made once it is due)."""
+        self.points += points
+        self.done += jobs
+        if not self.enabled or (self.bar is None and time.perf_counter() - self.started < self.show_after_s):
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.jobs, unit="job", desc="optimize", file=sys.stderr, dynamic_ncols=True,
+                            mininterval=0.2)
+        self.bar.set_postfix(points=self.points, refresh=False)
+        self.bar.update(self.done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--top-n", type=int, default=5, help="rows shown per limit pair (default: 5)")
     o.add_argument("--output", help="write every evaluated point to this Parquet file")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (it appears once a "
+                   "search has run a second)")
     o.add_argument("--processes", type=int, default=None, help="search in this many processes, the jobs of one "
                    "budget together (they share plans), a timed scenario's jobs apart (theirs are their own) "
                    "(default: the CPUs this process may use); 1 = this process only")
@@ -52,6 +54,7 @@ def _mode(a) -> Mode:
 
 def cmd_optimize(a) -> int:
     from orchestrator.optimize import optimize
+    from orchestrator.progress import SearchProgress
 
     s = scenario_from_args(a, "optimize")
     if a.top_n < 1:
@@ -59,7 +62,11 @@ def cmd_optimize(a) -> int:
     mode = _mode(a)
     started = time.perf_counter()
     processes = processes_of(a)
-    result = optimize(s, mode, processes=processes)
+    progress = SearchProgress(enabled=not a.no_progress)
+    try:
+        result = optimize(s, mode, processes=processes, progress=progress)
+    finally:
+        progress.close()
     elapsed = time.perf_counter() - started
     for note in s.default_notes + ([BURST_NOTE] if s.arrival == "burst" else []):
         print(f"note: {note}")

@@ -205,6 +205,47 @@ def test_timed_jobs_of_one_budget_spread_over_processes_and_answer_as_in_one():
         assert pd.DataFrame(a).equals(pd.DataFrame(b)) and len(a) > 0
 
 
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_search_bar_hears_of_every_point_and_job_in_this_process_and_in_forked_ones(processes, capsys):
+    """The bar of an optimize search counts the points evaluated and the jobs done, those searched in forked
+    processes included (a shared count they inherit); shown at once here, it ends at 2 of 2 jobs and every point.
+    A search shorter than its `show_after_s` draws nothing."""
+    from orchestrator.progress import SearchProgress
+
+    s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (2048,), tpot_limits=(20.0,), arrival="closed",
+                 num_prompts=64, engine="vllm", tp_sizes=(1, 2))
+    bar = SearchProgress(show_after_s=0.0)
+    result = optimize(s, processes=processes, progress=bar)
+    bar.close()
+    assert (bar.jobs, bar.done, bar.points) == (2, 2, len(result.points)) and len(result.points) > 4
+    assert "2/2 [" in capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    quiet = SearchProgress(show_after_s=60.0)
+    optimize(s, processes=processes, progress=quiet)
+    assert quiet.points == len(result.points) and quiet.bar is None and capsys.readouterr().err == ""
+
+
+def test_a_forked_pool_stops_at_once_its_jobs_unfinished():
+    """An interrupted search or fit stops its forked processes (`stop`): leaving the pool would wait for every job
+    to end, minutes for a long search. The processes ignore Ctrl-C (the one that forked them hears it)."""
+    import signal
+    import time
+
+    from orchestrator.optimize import fork_pool, stop
+
+    pool = fork_pool(1)
+    assert pool.submit(signal.getsignal, signal.SIGINT).result() is signal.SIG_IGN
+    job = pool.submit(time.sleep, 30)
+    while not job.running():
+        time.sleep(0.01)
+    processes = list(pool._processes.values())
+    started = time.perf_counter()
+    stop(pool)
+    for process in processes:
+        process.join(5)
+    assert not any(p.is_alive() for p in processes) and time.perf_counter() - started < 5
+    assert job.cancelled() or job.exception() is not None
+
+
 def test_a_point_of_scenarios_differing_only_in_limits_is_replayed_once_and_judged_per_limits(monkeypatch):
     """A sweep's limit grid repeats points: the second scenario reuses the first one's measured point
     and judges its requests against its own limits (goodput); every other column is the same, and
