@@ -14,6 +14,7 @@ it otherwise (`launch`)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 
@@ -223,9 +224,30 @@ def _default_budget(device: str, release: tuple[int, ...] | None = None) -> int:
     return engine_default_budget(load_device(device), release)
 
 
-def _int(cells: dict, column: str, default: int = 1) -> int:
+def _int(cells: dict, column: str, where: str, default: int = 1, low: int = 1) -> int:
+    """A layout or length cell as an integer >= `low` (`default` where empty; "2.0" is 2), else one line naming it
+    (an expert group of 0 is what some exports write for a dense model)."""
     text = cells.get(column, "").strip()
-    return int(float(text)) if text else default
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value) and value >= low):
+        raise InputError(f"{where}, column {column}", text, f"an integer >= {low}")
+    return int(value)
+
+
+def measured_ms(text: str, where: str) -> float | None:
+    """A measured time cell in ms: a number > 0, None where empty, else one line naming it."""
+    if not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(where, text, "a measured time in ms > 0")
+    return value
 
 
 #: the layout a run id names: its concurrency, tp and expert-parallel size (`..._c64_tp4_ep4_...`, `_tp4_0_ep4_0_`)
@@ -291,17 +313,16 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
                          "/".join(cells.get(c, "") for c in ("gemm_quant_mode", "moe_quant_mode", "precision")),
                          f"gemm_quant_mode one of {', '.join(GEMM_MODES)}; moe_quant_mode one of "
                          f"{', '.join(MOE_MODES)}; or precision {', '.join(p for p in PRECISION if p)}") from None
-    try:
-        batch, dp, tp = _int(cells, "batch_size"), _int(cells, "attention_dp_size"), _int(cells, "tp_size")
-        ep, moe_tp, pp = _int(cells, "moe_ep_size"), _int(cells, "moe_tp_size", 0), _int(cells, "pp_size")
-        isl, osl = _int(cells, "isl"), _int(cells, "osl")
-    except ValueError as err:
-        raise InputError(where, str(err).split(": ")[-1], "integers in the layout and length columns") from None
+    batch, dp, tp, pp, isl, osl = (_int(cells, c, where) for c in ("batch_size", "attention_dp_size", "tp_size",
+                                                                    "pp_size", "isl", "osl"))
+    ep, moe_tp = _int(cells, "moe_ep_size", where, low=0), _int(cells, "moe_tp_size", where, 0, low=0)
+    for column in MEASURED:
+        measured_ms(cells.get(column, ""), f"{where}, column {column}")
     model = our_model(cells["model_path"])
     try:
         dense = not load_model(model).is_moe
-    except ValueError:
-        dense = False
+    except ValueError as err:
+        raise InputError(f"{where}, column model_path", cells["model_path"], model_allowed(model, str(err))) from None
     if dense:  # a dense model's MoE columns mean nothing
         ep, moe_tp, dp = 1, 0, 1
     concurrency = batch * dp

@@ -287,10 +287,8 @@ def _positive(value, name: str, integer: bool = False):
 
 
 def _measured(text: str, where: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    """A measured time a run must have (`measured_runs.measured_ms`, an empty cell refused too)."""
+    value = measured_runs.measured_ms(text, where)
+    if value is None:
         raise InputError(where, text, "a measured time in ms > 0")
     return value

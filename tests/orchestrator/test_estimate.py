@@ -460,6 +460,16 @@ def test_an_engine_version_is_read_as_its_release(text, release):
      "line 2, column backend: 'tgi' is not allowed; expected one of vllm, sglang, trtllm"),
     ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,fp8,w4a8,w4a8,1024,128,8,1,1,1,1,1,100,10",
      "line 2, columns gemm_quant_mode/moe_quant_mode/precision: 'w4a8/w4a8/fp8' is not allowed"),
+    ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,8,2.5,1,1,1,1,100,10",
+     "line 2, column tp_size: '2.5' is not allowed; expected an integer >= 1"),  # not read as tp 2
+    ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,,,,0,128,8,1,1,1,1,1,100,10",
+     "line 2, column isl: '0' is not allowed; expected an integer >= 1"),
+    ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,8,1,1,1,1,1,fast,10",
+     "line 2, column silicon_ttft_ms: 'fast' is not allowed; expected a measured time in ms > 0"),  # was a traceback
+    ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,8,1,1,1,1,1,100,-10",
+     "line 2, column silicon_tpot_ms: '-10' is not allowed; expected a measured time in ms > 0"),  # was an error
+    ("a,vllm,0.1,Foo/Bar-7B,h100_sxm,,,,1024,128,8,1,1,1,1,1,100,10",
+     "line 2, column model_path: 'Foo/Bar-7B' is not allowed; expected a shipped model ("),  # was column moe_tp
 ])
 def test_a_measured_run_we_cannot_read_is_one_line_naming_row_and_column(tmp_path, cells, message):
     p, _ = estimate_measured(tmp_path, [cells])
