@@ -81,7 +81,7 @@ def optimize(s: Scenario, mode: Mode | None = None, evaluator: BatchEvaluator = 
     else:
         results = []
         for job in jobs:
-            results.append(_search(s, job, evaluator, width, progress.update))
+            results.append(search_job(s, job, evaluator, width, progress.update))
             progress.update(jobs=1)
     for job, result in zip(jobs, results, strict=True):
         log.info("%s tp%d B=%d: %d points, best concurrency per limit pair %s", job.role, job.layout.tp,
@@ -101,7 +101,7 @@ def _groups(s: Scenario, jobs: list[Job]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _search(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
+def search_job(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
             evaluated: Callable[[int], None] | None = None) -> JobResult:
     """One job's search, `evaluated` told how many points each batch evaluated."""
     def evaluate(ns: list[int]) -> list[dict]:
@@ -119,7 +119,7 @@ _evaluated = None
 
 
 def _search_group(s: Scenario, jobs: list[Job], width: int) -> list[JobResult]:
-    return [_search(s, job, width=width, evaluated=_count_evaluated) for job in jobs]
+    return [search_job(s, job, width=width, evaluated=_count_evaluated) for job in jobs]
 
 
 def _count_evaluated(n: int) -> None:

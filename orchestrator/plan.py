@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from orchestrator.evaluate import costs
 from orchestrator.jobs import Job
-from orchestrator.optimize import inline_evaluator, job_search
+from orchestrator.optimize import search_job
+from orchestrator.progress import SearchProgress
 from orchestrator.scenario import Layout, Scenario
-from orchestrator.search import drive
 
 #: vLLM's spelling of the quantisations it can apply itself at load time; others need a quantised checkpoint
 VLLM_QUANTIZATION = {"FP8": "fp8"}
@@ -103,8 +103,10 @@ class SplitOption(_Ranked):
         return costs(self.decode.usd_per_device_hour * self.devices, self.decode.output_tokens_per_s)
 
 
-def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = "agg") -> list[PlanOption]:
-    """Every layout of exactly k devices (one instance of `role`) and budget, with its Poisson capacity."""
+def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = "agg",
+                     evaluated: Callable[[int], None] | None = None) -> list[PlanOption]:
+    """Every layout of exactly k devices (one instance of `role`) and budget, with its Poisson capacity;
+    `evaluated` told how many points each step of the searches evaluated."""
     one = s.with_(device=device, num_devices=k, arrival="poisson")
     try:
         one.validate()
@@ -115,7 +117,7 @@ def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = 
     for layout in layouts:
         for budget in one.max_batched_tokens:
             job = Job(role, layout, budget)
-            found = drive(job_search(one, job), partial(inline_evaluator, one, job))
+            found = search_job(one, job, evaluated=evaluated)
             if not found.best:
                 continue
             row = found.best[0]
@@ -126,17 +128,23 @@ def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = 
 
 
 def plan_deployment(s: Scenario, devices: list[str], rate: float, max_devices: int,
-                    prices: dict[str, float] | None = None, pd: bool = False) -> list:
+                    prices: dict[str, float] | None = None, pd: bool = False,
+                    progress: SearchProgress | None = None) -> list:
     """Every feasible option over the device types and instance sizes, best first; with `pd`, the
     best prefill/decode split of each device type among them. `prices`: USD per device-hour by
-    device (else the device files')."""
+    device (else the device files'). `progress` hears of every point and every instance size searched."""
     options = []
+    roles = ("agg", "prefill", "decode") if pd else ("agg",)
+    progress = progress or SearchProgress(enabled=False)
+    progress.begin(len(devices) * len(roles) * max_devices)
     for device in devices:
         priced = s.with_(device_price=(prices or {}).get(device, 0.0))
         sides = {"agg": [], "prefill": [], "decode": []}
-        for role in sides if pd else ("agg",):
+        for role in roles:
             for k in range(1, max_devices + 1):
-                sides[role] += [o for o in instance_options(priced, device, k, rate, role) if o.devices <= max_devices]
+                found = instance_options(priced, device, k, rate, role, progress.update)
+                sides[role] += [o for o in found if o.devices <= max_devices]
+                progress.update(jobs=1)
         options += sides["agg"]
         if sides["prefill"] and sides["decode"]:
             split = SplitOption(*(min(sides[r], key=PlanOption.sort_key) for r in ("prefill", "decode")))

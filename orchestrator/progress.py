@@ -33,17 +33,18 @@ class Progress:
         self.bar.close()
 
 
-#: how long an optimize search runs before its bar appears: most take a fraction of a second and pay neither
+#: how long a search runs before its bar appears: most optimize searches take a fraction of a second and pay neither
 #: tqdm's import nor a bar; a search that runs for minutes (small token budgets, no limits) shows where it is
 SHOW_AFTER_S = 1.0
 
 
 class SearchProgress:
-    """The bar on stderr of one optimize search: its jobs done of all, the points evaluated, the time; shown once
-    the search has run `show_after_s`."""
+    """The bar on stderr of one search (optimize's jobs, plan's instance sizes): its `unit`s done of all, the points
+    evaluated, the time; shown once the search has run `show_after_s`."""
 
-    def __init__(self, enabled: bool = True, show_after_s: float = SHOW_AFTER_S):
-        self.enabled, self.show_after_s = enabled, show_after_s
+    def __init__(self, enabled: bool = True, show_after_s: float = SHOW_AFTER_S, desc: str = "optimize",
+                 unit: str = "job"):
+        self.enabled, self.show_after_s, self.desc, self.unit = enabled, show_after_s, desc, unit
         self.started = time.perf_counter()
         self.jobs = self.done = self.points = 0
         self.bar = None
@@ -60,7 +61,7 @@ class SearchProgress:
         if self.bar is None:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.jobs, unit="job", desc="optimize", file=sys.stderr, dynamic_ncols=True,
+            self.bar = tqdm(total=self.jobs, unit=self.unit, desc=self.desc, file=sys.stderr, dynamic_ncols=True,
                             mininterval=0.2)
         self.bar.set_postfix(points=self.points, refresh=False)
         self.bar.update(self.done - self.bar.n)

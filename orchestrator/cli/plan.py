@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
                    help="price per device-hour, overriding the device file's [cost] usd_per_hour")
     g.add_argument("--top-n", type=int, default=3, help="runner-up options shown (default: 3)")
     g.add_argument("--format", choices=("text", "json"), default="text", help="json: machine-readable, on stdout")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (it appears once the "
+                   "search has run a second)")
     g.add_argument("--disagg", action="store_true", help="also consider prefill/decode splits (vLLM disaggregated "
                    "serving): prefill instances judged on TTFT, decode instances on TPOT, each side as few devices "
                    "as serve the rate (KV transfer not priced); the best split and the best aggregated plan are "
@@ -51,6 +53,7 @@ def cmd_plan(a) -> int:
     import json
 
     from orchestrator.plan import option_dict, plan_deployment
+    from orchestrator.progress import SearchProgress
 
     if a.request_rate <= 0:
         raise InputError("--request-rate", a.request_rate, "a rate > 0 (req/s)")
@@ -63,7 +66,11 @@ def cmd_plan(a) -> int:
     for device in a.device:  # each device type is checked before the search starts
         s.with_(device=device).validate()
     prices = _prices(a.device_price, a.device)
-    options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices, pd=a.disagg)
+    progress = SearchProgress(enabled=not a.no_progress, desc="plan", unit="size")
+    try:
+        options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices, pd=a.disagg, progress=progress)
+    finally:
+        progress.close()
     limits = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", s.ttft_limits[0] if s.ttft_limits else None),
                                                        ("TPOT", s.tpot_limits[0] if s.tpot_limits else None)) if v)
     if not options:

@@ -174,3 +174,26 @@ def test_with_no_ttft_limit_a_plan_counts_only_rates_the_instance_keeps_up_with(
     assert option.capacity <= flooded["request_throughput"] / KEEPS_UP
     assert option.row["request_throughput"] >= KEEPS_UP * option.capacity
     assert first_failure(flooded, None, 50.0) == "the offered rate (the instance falls behind it)"
+
+
+def test_the_plan_s_bar_counts_each_instance_size_and_every_point(capsys):
+    """`plan` searches every instance size of every device type (and side, with --disagg); its bar, shown once the
+    search has run a second (here at once), counts those sizes and every point evaluated, and ends with them all:
+    as many points as the searches of every layout and budget of each size evaluate, searched again one by one."""
+    from orchestrator.jobs import Job
+    from orchestrator.optimize import search_job
+    from orchestrator.progress import SearchProgress
+
+    s = Scenario(**BASE)
+    bar = SearchProgress(show_after_s=0.0, desc="plan", unit="size")
+    options = plan_deployment(s, ["H100_SXM"], 14.0, max_devices=2, pd=True, progress=bar)
+    bar.close()
+    assert (bar.jobs, bar.done) == (6, 6) and options  # agg, prefill and decode instances of 1 and 2 devices
+    assert "6/6 [" in capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    points = 0
+    for role in ("agg", "prefill", "decode"):
+        for k in (1, 2):
+            one = s.with_(num_devices=k)
+            for layout in [lay for lay in one.layouts() if lay.devices == k]:
+                points += sum(len(search_job(one, Job(role, layout, b)).points) for b in one.max_batched_tokens)
+    assert bar.points == points > 6
