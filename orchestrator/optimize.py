@@ -102,8 +102,9 @@ def _groups(s: Scenario, jobs: list[Job]) -> list[list[int]]:
 
 
 def search_job(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluator, width: int = 1,
-            evaluated: Callable[[int], None] | None = None) -> JobResult:
+               evaluated: Callable[[int], None] | None = None) -> JobResult:
     """One job's search, `evaluated` told how many points each batch evaluated."""
+
     def evaluate(ns: list[int]) -> list[dict]:
         rows = evaluator(s, job, ns)
         if evaluated is not None:
@@ -177,7 +178,7 @@ def stop(pool) -> None:
     """Stop a pool's processes now, their jobs unfinished (shutting it down would wait for them)."""
     processes = list((pool._processes or {}).values())  # the executor has no public terminate before Python 3.14
     for process in processes:
-        process.terminate()
+        process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
 
 
