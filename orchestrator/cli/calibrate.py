@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from orchestrator.cli.common import add_field_flags, aligned, field_values, processes_of
+from orchestrator.cli.common import add_field_flags, aligned, check_writable, field_values, processes_of
 from orchestrator.fields import InputError
 
 
@@ -42,6 +42,7 @@ def cmd_calibrate(a) -> int:
 
     if not a.output.endswith(".toml"):
         raise InputError("--output", a.output, "a path ending in .toml")
+    check_writable("--output", a.output)
     processes = processes_of(a)
     flags = field_values(a, "estimate")
     runs = read_runs(a.runs, flags)

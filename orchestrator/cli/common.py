@@ -28,6 +28,26 @@ TABLE = [  # (header, column, format)
 ]
 
 
+def check_writable(flag: str, path: str) -> None:
+    """Before the work: `path`'s folder made where missing and a file written and removed beside it, else one line
+    naming the flag (a path that cannot be written would otherwise fail only after the search, fit or estimates)."""
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "a folder, not a file")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".check"):
+            pass
+    except (FileExistsError, NotADirectoryError):  # a file where its folder (or one above) would be
+        raise InputError(flag, path, "a file path that can be written (a file stands where its folder would be)") \
+            from None
+    except OSError as err:
+        raise InputError(flag, path, f"a file path that can be written ({err.strerror or err})") from None
+
+
 def processes_of(a) -> int:
     """--processes as given, else the CPUs this process may use; one line naming the flag below 1."""
     processes = a.processes if a.processes is not None else len(os.sched_getaffinity(0))

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.cli.common import BURST_NOTE, add_field_flags, aligned, field_values, layout_label, lengths_label
+from orchestrator.cli.common import (
+    BURST_NOTE,
+    add_field_flags,
+    aligned,
+    check_writable,
+    field_values,
+    layout_label,
+    lengths_label,
+)
 from orchestrator.fields import FIELD_BY_KEY, InputError
 
 
@@ -96,6 +104,7 @@ def cmd_estimate(a) -> int:
             raise InputError("--output", None, "a .csv or .parquet path (needed with --from-csv)")
         if not a.output.endswith((".csv", ".parquet")):
             raise InputError("--output", a.output, "a path ending in .csv or .parquet")
+        check_writable("--output", a.output)
         table, unknown = estimate_many(a.from_csv, values, progress=not a.no_progress)
         if unknown:
             print(f"servesweep estimate: columns kept but not read: {', '.join(unknown)}", file=sys.stderr)
@@ -115,6 +124,8 @@ def cmd_estimate(a) -> int:
         raise InputError("--output", a.output, "only with --from-csv (one configuration prints its answer)")
     if a.per_request and not a.per_request.endswith(".parquet"):
         raise InputError("--per-request", a.per_request, "a path ending in .parquet")
+    if a.per_request:
+        check_writable("--per-request", a.per_request)
     s = configure(values)
     row = estimate(s)
     if values.get("num_devices") is None and not values.get("tp_sizes"):

@@ -8,6 +8,7 @@ import time
 from orchestrator.cli.common import (
     BURST_NOTE,
     add_field_flags,
+    check_writable,
     layout_label,
     lengths_label,
     processes_of,
@@ -59,6 +60,8 @@ def cmd_optimize(a) -> int:
     s = scenario_from_args(a, "optimize")
     if a.top_n < 1:
         raise InputError("--top-n", a.top_n, "an integer >= 1")
+    if a.output:
+        check_writable("--output", a.output)
     mode = _mode(a)
     started = time.perf_counter()
     processes = processes_of(a)

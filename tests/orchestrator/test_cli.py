@@ -62,6 +62,33 @@ def test_bad_device_and_length(args, flag):
     assert p.returncode == 2 and flag in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+SILICON_HEADER = ("id,backend,backend_version,model_path,system,precision,isl,osl,batch_size,tp_size,pp_size,"
+                  "moe_tp_size,moe_ep_size,attention_dp_size,silicon_ttft_ms,silicon_tpot_ms")
+
+
+@pytest.mark.parametrize("command, flag", [
+    (["estimate", "--from-csv", "RUNS", "--output", "OUT.csv"], "--output"),
+    (["estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--num-devices", "1", "--input-length", "512",
+      "--output-length", "16", "--concurrency", "2", "--per-request", "OUT.parquet"], "--per-request"),
+    ([*BASE[:-2], "--tpot-limits", "1000", "--output", "OUT.parquet"], "--output"),
+    (["calibrate", "RUNS", "--output", "OUT.toml", "--no-progress"], "--output"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, command, flag):
+    """A file where the output's folder would be: one line naming the flag, exit 2, before the estimates, search or
+    fit (each wrote its answer last and failed there with a traceback); nothing written."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join([SILICON_HEADER, *(f"r{c},vllm,0.19.0,Qwen/Qwen3-8B,h100_sxm,,1024,128,{c},1,1,1,1,,"
+                                                 f"{100 + 40 * c},9" for c in (1, 4, 8))]) + "\n")
+    (tmp_path / "taken").write_text("a file, not a folder")
+    out = tmp_path / "taken" / "answer"
+    args = [a.replace("RUNS", str(runs)).replace("OUT", str(out)) for a in command]
+    p = run(*args)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and flag in err[0], p.stderr
+    assert "a file path that can be written" in err[0] and "Traceback" not in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["runs.csv", "taken"]
+
+
 def test_the_command_freezes_its_memos_out_of_the_last_collection(capsys):
     """`servesweep` (orchestrator.cli.run) answers as `main` does, then leaves what it made to the end
     of the process uncollected (the interpreter's last collection would walk it: 20-30 ms)."""
