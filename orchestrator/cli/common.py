@@ -29,23 +29,37 @@ TABLE = [  # (header, column, format)
 
 
 def check_writable(flag: str, path: str) -> None:
-    """Before the work: `path`'s folder made where missing and a file written and removed beside it, else one line
-    naming the flag (a path that cannot be written would otherwise fail only after the search, fit or estimates)."""
-    import tempfile
+    """Before the work: file `path`'s folder made where missing and a file written and removed beside it, else one
+    line naming the flag (a path that cannot be written would otherwise fail only after the search, fit or
+    estimates)."""
     from pathlib import Path
 
     target = Path(path)
+    _check_folder(flag, path, target.parent, "a file path", "a folder stands there" if target.is_dir() else "")
+
+
+def check_writable_folder(flag: str, path: str) -> None:
+    """`check_writable` of a folder the command writes files into (made where missing)."""
+    from pathlib import Path
+
+    target = Path(path)
+    _check_folder(flag, path, target, "a folder", "a file stands there" if target.is_file() else "")
+
+
+def _check_folder(flag: str, path: str, folder, what: str, wrong: str) -> None:
+    import tempfile
+
+    allowed = f"{what} that can be written"
+    if wrong:
+        raise InputError(flag, path, f"{allowed} ({wrong})")
     try:
-        if target.is_dir():
-            raise IsADirectoryError(21, "a folder, not a file")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".check"):
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".servesweep-", suffix=".check"):
             pass
-    except (FileExistsError, NotADirectoryError):  # a file where its folder (or one above) would be
-        raise InputError(flag, path, "a file path that can be written (a file stands where its folder would be)") \
-            from None
+    except (FileExistsError, NotADirectoryError):  # a file where the folder (or one above it) would be
+        raise InputError(flag, path, f"{allowed} (a file stands where a folder of it would be)") from None
     except OSError as err:
-        raise InputError(flag, path, f"a file path that can be written ({err.strerror or err})") from None
+        raise InputError(flag, path, f"{allowed} ({err.strerror or err})") from None
 
 
 def processes_of(a) -> int:

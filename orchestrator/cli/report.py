@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from orchestrator.cli.common import check_writable_folder
 from orchestrator.fields import InputError
 
 
@@ -43,6 +44,7 @@ def cmd_report(a) -> int:
         raise InputError("--max-plots", a.max_plots, "an integer >= 0")
     out = a.out or (f"report-{results.rstrip('/').rsplit('/', 1)[-1]}" if "://" in results
                     else str(Path(results) / "report"))
+    check_writable_folder("--out", out)
     try:
         files = write_report(results, out, a.max_plots)
     except ValueError as err:
@@ -63,6 +65,7 @@ def _report_run(a) -> int:
         if not Path(path).is_file():
             raise InputError("RESULTS", path, "a file written by `estimate --per-request` (and its .steps.parquet)")
     out = a.out or a.results[: -len(".parquet")] + "-report"
+    check_writable_folder("--out", out)
     files = write_run_report(a.results, steps_path(a.results), out)
     print(f"report: {out}/index.html ({len(files)} files)")
     return 0

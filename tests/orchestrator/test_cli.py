@@ -72,10 +72,16 @@ SILICON_HEADER = ("id,backend,backend_version,model_path,system,precision,isl,os
       "--output-length", "16", "--concurrency", "2", "--per-request", "OUT.parquet"], "--per-request"),
     ([*BASE[:-2], "--tpot-limits", "1000", "--output", "OUT.parquet"], "--output"),
     (["calibrate", "RUNS", "--output", "OUT.toml", "--no-progress"], "--output"),
+    (["report", "RUN.parquet", "--out", "OUT"], "--out"),
 ])
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, command, flag):
-    """A file where the output's folder would be: one line naming the flag, exit 2, before the estimates, search or
-    fit (each wrote its answer last and failed there with a traceback); nothing written."""
+    """A file where the output's folder would be: one line naming the flag, exit 2, before the estimates, search,
+    fit or report (each wrote its answer last and failed there with a traceback); nothing written."""
+    if command[0] == "report":  # the timeline of one run, written by estimate --per-request
+        made = run("estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--num-devices", "1", "--input-length",
+                   "512", "--output-length", "16", "--concurrency", "2", "--per-request", str(tmp_path / "run.parquet"))
+        assert made.returncode == 0, made.stderr
+        command = [a.replace("RUN.parquet", str(tmp_path / "run.parquet")) for a in command]
     runs = tmp_path / "runs.csv"
     runs.write_text("\n".join([SILICON_HEADER, *(f"r{c},vllm,0.19.0,Qwen/Qwen3-8B,h100_sxm,,1024,128,{c},1,1,1,1,,"
                                                  f"{100 + 40 * c},9" for c in (1, 4, 8))]) + "\n")
@@ -84,9 +90,10 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, c
     args = [a.replace("RUNS", str(runs)).replace("OUT", str(out)) for a in command]
     p = run(*args)
     err = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(err) == 1 and flag in err[0], p.stderr
-    assert "a file path that can be written" in err[0] and "Traceback" not in p.stderr
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["runs.csv", "taken"]
+    expected = "a folder that can be written" if command[0] == "report" else "a file path that can be written"
+    assert p.returncode == 2 and len(err) == 1 and flag in err[0] and expected in err[0], p.stderr
+    assert "Traceback" not in p.stderr
+    assert {x.name for x in tmp_path.iterdir()} - {"run.parquet", "run.steps.parquet"} == {"runs.csv", "taken"}
 
 
 def test_the_command_freezes_its_memos_out_of_the_last_collection(capsys):
