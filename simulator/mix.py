@@ -231,13 +231,27 @@ def _column(path, table, column) -> np.ndarray:
     if column == "cached_tokens":
         values = np.where(table[column].isna().to_numpy(), NOT_GIVEN, values)
         low = NOT_GIVEN
+    parsed = []
     for i, v in enumerate(values):
-        ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v) \
-            and v >= low and (not integer or float(v) == int(v))
-        if not ok:
+        number = _number(v)
+        if number is None or not (math.isfinite(number) and number >= low and (not integer or number == int(number))):
             kind = "an integer" if integer else "a number"
             shown = v.item() if isinstance(v, np.generic) else v
             raise MixError(f"trace {path} row {i + 2}, column {column}: {shown!r} is not allowed; expected {kind} "
                            f">= {low}")
-    return values.astype(np.int64 if integer else np.float64)
+        parsed.append(number)
+    return np.array(parsed, dtype=np.int64 if integer else np.float64)
+
+
+def _number(cell) -> float | None:
+    """A trace cell as a number: a numeric cell, or text that reads as one (a column with one bad cell is read as
+    text, its good cells too); None for anything else."""
+    if isinstance(cell, bool):
+        return None
+    if isinstance(cell, (int, float, np.integer, np.floating)):
+        return float(cell)
+    try:
+        return float(str(cell).strip())
+    except ValueError:
+        return None
 

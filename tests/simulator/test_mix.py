@@ -137,6 +137,9 @@ def test_an_untimed_trace_feeds_the_closed_loop_in_file_order_with_its_cached_to
 @pytest.mark.parametrize("text, message", [
     ("input_length\n5\n", "column output_length is missing"),
     ("input_length,output_length\n5,x\n", "row 2, column output_length: 'x' is not allowed; expected an integer >= 1"),
+    # a column with one bad cell is read as text, the good ones too: the bad one is named, not the first
+    ("input_length,output_length\n100,10\nabc,5\n", "row 3, column input_length: 'abc' is not allowed"),
+    ("input_length,output_length\n100,10\n7.5,5\n", "row 3, column input_length: 7.5 is not allowed"),
     ("input_length,output_length\n5,0\n", "row 2, column output_length: 0 is not allowed"),
     ("input_length,output_length,arrival_time\n5,2,1\n5,2,0.5\n", "row 3, column arrival_time: arrival times must "
                                                                   "not decrease"),
