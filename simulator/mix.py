@@ -171,7 +171,7 @@ class Trace:
     @classmethod
     def load(cls, path) -> Trace:
         """A CSV, JSONL or Parquet file with the TRACE_COLUMNS; MixError names the row and column
-        of a bad value."""
+        of a bad value (a CSV's rows counted with its header, a JSONL or Parquet file's from 1)."""
         import pandas as pd
 
         path = Path(path)
@@ -184,6 +184,7 @@ class Trace:
                 table = pd.read_json(path, lines=True)
             else:
                 table = pd.read_csv(path)
+            first = 2 if suffix not in (".parquet", ".jsonl", ".json") else 1  # the first request's row: a CSV's header
         except (OSError, ValueError) as err:
             raise MixError(f"trace {path}: not a readable CSV, JSONL or Parquet file ({err})") from None
         missing = [c for c in TRACE_COLUMNS[:2] if c not in table.columns]
@@ -194,14 +195,14 @@ class Trace:
         cols = {}
         for column in TRACE_COLUMNS:
             if column in table.columns:
-                cols[column] = _column(path, table, column)
+                cols[column] = _column(path, table, column, first)
         times = cols.get("arrival_time")
         if times is not None and (np.diff(times) < 0).any():
-            row = int(np.argmax(np.diff(times) < 0)) + 3  # header + 1-based + the later row
+            row = int(np.argmax(np.diff(times) < 0)) + first + 1  # the later of the two rows
             raise MixError(f"trace {path} row {row}, column arrival_time: arrival times must not decrease")
         cached = cols.get("cached_tokens")
         if cached is not None and (cached >= cols["input_length"]).any():
-            row = int(np.argmax(cached >= cols["input_length"])) + 2
+            row = int(np.argmax(cached >= cols["input_length"])) + first
             raise MixError(f"trace {path} row {row}, column cached_tokens: must be < input_length "
                            "(at least one prompt token is computed)")
         return cls(str(path), hashlib.sha256(data).hexdigest()[:12],
@@ -224,7 +225,8 @@ class Trace:
 NOT_GIVEN = -1
 
 
-def _column(path, table, column) -> np.ndarray:
+def _column(path, table, column, first: int) -> np.ndarray:
+    """A trace column as numbers; MixError names the row (`first`: the file's row of the first request)."""
     values = table[column].to_numpy()
     integer = column != "arrival_time"
     low = 1 if column in TRACE_COLUMNS[:2] else 0
@@ -237,7 +239,7 @@ def _column(path, table, column) -> np.ndarray:
         if number is None or not (math.isfinite(number) and number >= low and (not integer or number == int(number))):
             kind = "an integer" if integer else "a number"
             shown = v.item() if isinstance(v, np.generic) else v
-            raise MixError(f"trace {path} row {i + 2}, column {column}: {shown!r} is not allowed; expected {kind} "
+            raise MixError(f"trace {path} row {i + first}, column {column}: {shown!r} is not allowed; expected {kind} "
                            f">= {low}")
         parsed.append(number)
     return np.array(parsed, dtype=np.int64 if integer else np.float64)

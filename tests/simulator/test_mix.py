@@ -270,3 +270,15 @@ def test_a_prefill_instance_has_no_inter_token_latency_and_a_point_echoes_its_wo
     assert (m.itl_ms, m.itl_p50_ms, m.itl_p90_ms, m.itl_p99_ms) == (0.0, 0.0, 0.0, 0.0)
     assert (m.max_batched_tokens, m.arrival, m.request_rate, m.num_devices, m.effective_input_length) == \
         (64, "poisson", 3.0, 3, 75)
+
+
+def test_a_bad_jsonl_trace_line_is_named_by_its_own_line(tmp_path):
+    """A JSONL trace has no header: its second line is row 2 (a CSV's second request is its row 3)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"input_length": 100, "output_length": 10}\n{"input_length": "x", "output_length": 5}\n')
+    with pytest.raises(MixError, match=r"t.jsonl row 2, column input_length: 'x' is not allowed"):
+        Trace.load(path)
+    path.write_text('{"input_length": 5, "output_length": 2, "cached_tokens": 1}\n'
+                    '{"input_length": 5, "output_length": 2, "cached_tokens": 5}\n')
+    with pytest.raises(MixError, match=r"t.jsonl row 2, column cached_tokens: must be < input_length"):
+        Trace.load(path)
