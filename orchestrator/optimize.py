@@ -162,16 +162,31 @@ def _reach(s: Scenario, job: Job) -> int:
 def fork_pool(processes: int):
     """A pool of `processes` forked processes (they start with this process's memos and imports). They ignore
     Ctrl-C: the process that forked them hears it and stops them (`stop`), so an interrupt prints one line, not
-    a traceback a process."""
+    a traceback a process; and they end with it however it ends (killed, or by a scheduler's SIGTERM), not
+    after their jobs."""
+    import os
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(processes, mp_context=fork_context(), initializer=_ignore_interrupts)
+    return ProcessPoolExecutor(processes, mp_context=fork_context(), initializer=_follow, initargs=(os.getpid(),))
 
 
-def _ignore_interrupts() -> None:
+#: Linux's prctl option that signals a process when the one that forked it ends
+PR_SET_PDEATHSIG = 1
+
+
+def _follow(parent: int) -> None:
+    """A forked process's start: Ctrl-C ignored, and (Linux) killed when `parent` ends."""
+    import os
     import signal
+    import sys
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it ended before the line above
+            os._exit(1)
 
 
 def stop(pool) -> None:
