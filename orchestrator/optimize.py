@@ -119,37 +119,49 @@ def search_job(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluat
 _evaluated = None
 
 
-def _search_group(s: Scenario, jobs: list[Job], width: int) -> list[JobResult]:
-    return [search_job(s, job, width=width, evaluated=_count_evaluated) for job in jobs]
-
-
-def _count_evaluated(n: int) -> None:
+def count_evaluated(n: int) -> None:
+    """In a process `forked_map` forked: `n` more points evaluated (its bar hears of them)."""
     with _evaluated.get_lock():
         _evaluated.value += n
 
 
-def _search_in_processes(s: Scenario, jobs: list[Job], groups: list[list[int]], width: int,
-                         processes: int, progress: SearchProgress) -> list[JobResult]:
-    """The groups searched in forked processes, largest first; `progress` redrawn as their points come in."""
+def forked_map(fn: Callable, calls: list[tuple], processes: int, progress: SearchProgress,
+               jobs: list[int] | None = None) -> list:
+    """`fn(*call)` of each call, in forked processes, the answers in the calls' order; `progress` redrawn as the
+    points `fn` counts (`count_evaluated`) come in and as each call's `jobs` end (1 each by default). Interrupted,
+    the processes are stopped at once."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     global _evaluated
-    results: list[JobResult | None] = [None] * len(jobs)
-    largest_first = sorted(groups, key=lambda g: -sum(_reach(s, jobs[i]) for i in g))
+    jobs = jobs or [1] * len(calls)
     _evaluated = fork_context().Value("q", 0)
-    with fork_pool(min(processes, len(groups))) as pool:
+    with fork_pool(min(processes, len(calls))) as pool:
         try:
-            futures = {pool.submit(_search_group, s, [jobs[i] for i in g], width): g for g in largest_first}
+            futures = {pool.submit(fn, *call): i for i, call in enumerate(calls)}
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)
-                progress.update(points=_evaluated.value - progress.points, jobs=sum(len(futures[f]) for f in done))
+                progress.update(points=_evaluated.value - progress.points, jobs=sum(jobs[futures[f]] for f in done))
         except BaseException:  # interrupted: leaving the pool would wait for every job to end
             stop(pool)
             raise
-        for future, g in futures.items():
-            for i, result in zip(g, future.result(), strict=True):
-                results[i] = result
+        return [future.result() for future in futures]
+
+
+def _search_group(s: Scenario, jobs: list[Job], width: int) -> list[JobResult]:
+    return [search_job(s, job, width=width, evaluated=count_evaluated) for job in jobs]
+
+
+def _search_in_processes(s: Scenario, jobs: list[Job], groups: list[list[int]], width: int,
+                         processes: int, progress: SearchProgress) -> list[JobResult]:
+    """The groups searched in forked processes, largest first."""
+    results: list[JobResult | None] = [None] * len(jobs)
+    largest_first = sorted(groups, key=lambda g: -sum(_reach(s, jobs[i]) for i in g))
+    found = forked_map(_search_group, [(s, [jobs[i] for i in g], width) for g in largest_first], processes, progress,
+                       [len(g) for g in largest_first])
+    for g, group_results in zip(largest_first, found, strict=True):
+        for i, result in zip(g, group_results, strict=True):
+            results[i] = result
     return results
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from orchestrator.evaluate import costs
 from orchestrator.jobs import Job
-from orchestrator.optimize import search_job
+from orchestrator.optimize import can_fork, count_evaluated, forked_map, search_job
 from orchestrator.progress import SearchProgress
 from orchestrator.scenario import Layout, Scenario
 
@@ -129,28 +129,41 @@ def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = 
 
 def plan_deployment(s: Scenario, devices: list[str], rate: float, max_devices: int,
                     prices: dict[str, float] | None = None, pd: bool = False,
-                    progress: SearchProgress | None = None) -> list:
+                    progress: SearchProgress | None = None, processes: int = 1) -> list:
     """Every feasible option over the device types and instance sizes, best first; with `pd`, the
     best prefill/decode split of each device type among them. `prices`: USD per device-hour by
-    device (else the device files'). `progress` hears of every point and every instance size searched."""
-    options = []
+    device (else the device files'). `progress` hears of every point and every instance size searched;
+    with `processes` > 1 the sizes are searched in forked processes (the same options: each size's search
+    is its own)."""
     roles = ("agg", "prefill", "decode") if pd else ("agg",)
+    sizes = [(s.with_(device_price=(prices or {}).get(device, 0.0)), device, k, rate, role)
+             for device in devices for role in roles for k in range(1, max_devices + 1)]
     progress = progress or SearchProgress(enabled=False)
-    progress.begin(len(devices) * len(roles) * max_devices)
+    progress.begin(len(sizes))
+    if processes > 1 and len(sizes) > 1 and can_fork():
+        largest_first = sorted(range(len(sizes)), key=lambda i: -sizes[i][2])  # more devices, more layouts
+        found = dict(zip(largest_first, forked_map(_counted_options, [sizes[i] for i in largest_first], processes,
+                                                   progress), strict=True))
+    else:
+        found = {}
+        for i, size in enumerate(sizes):
+            found[i] = instance_options(*size, progress.update)
+            progress.update(jobs=1)
+    options = []
     for device in devices:
-        priced = s.with_(device_price=(prices or {}).get(device, 0.0))
-        sides = {"agg": [], "prefill": [], "decode": []}
-        for role in roles:
-            for k in range(1, max_devices + 1):
-                found = instance_options(priced, device, k, rate, role, progress.update)
-                sides[role] += [o for o in found if o.devices <= max_devices]
-                progress.update(jobs=1)
+        sides = {role: [o for i, size in enumerate(sizes) if size[1] == device and size[4] == role
+                        for o in found[i] if o.devices <= max_devices] for role in ("agg", "prefill", "decode")}
         options += sides["agg"]
         if sides["prefill"] and sides["decode"]:
             split = SplitOption(*(min(sides[r], key=PlanOption.sort_key) for r in ("prefill", "decode")))
             if split.devices <= max_devices:
                 options.append(split)
     return sorted(options, key=_Ranked.sort_key)
+
+
+def _counted_options(s: Scenario, device: str, k: int, rate: float, role: str) -> list[PlanOption]:
+    """`instance_options` in a forked process, its points counted for the bar of the process that forked it."""
+    return instance_options(s, device, k, rate, role, count_evaluated)
 
 
 def predicted(s: Scenario, option: PlanOption) -> dict:

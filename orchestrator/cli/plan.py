@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.cli.common import add_field_flags, field_values, layout_label, lengths_label
+from orchestrator.cli.common import add_field_flags, field_values, layout_label, lengths_label, processes_of
 from orchestrator.fields import InputError
 from orchestrator.scenario import Scenario
 
@@ -27,6 +27,8 @@ def add_parser(sub) -> None:
     g.add_argument("--format", choices=("text", "json"), default="text", help="json: machine-readable, on stdout")
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (it appears once the "
                    "search has run a second)")
+    g.add_argument("--processes", type=int, default=None, help="search the instance sizes in this many processes "
+                   "(default: the CPUs this process may use); 1 = this process only")
     g.add_argument("--disagg", action="store_true", help="also consider prefill/decode splits (vLLM disaggregated "
                    "serving): prefill instances judged on TTFT, decode instances on TPOT, each side as few devices "
                    "as serve the rate (KV transfer not priced); the best split and the best aggregated plan are "
@@ -68,7 +70,8 @@ def cmd_plan(a) -> int:
     prices = _prices(a.device_price, a.device)
     progress = SearchProgress(enabled=not a.no_progress, desc="plan", unit="size")
     try:
-        options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices, pd=a.disagg, progress=progress)
+        options = plan_deployment(s, a.device, a.request_rate, a.max_devices, prices, pd=a.disagg, progress=progress,
+                                  processes=processes_of(a))
     finally:
         progress.close()
     limits = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", s.ttft_limits[0] if s.ttft_limits else None),

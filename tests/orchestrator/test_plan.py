@@ -197,3 +197,18 @@ def test_the_plan_s_bar_counts_each_instance_size_and_every_point(capsys):
             for layout in [lay for lay in one.layouts() if lay.devices == k]:
                 points += sum(len(search_job(one, Job(role, layout, b)).points) for b in one.max_batched_tokens)
     assert bar.points == points > 6
+
+
+def test_a_plan_searched_in_two_processes_is_the_plan_searched_in_one():
+    """With --processes 2 the instance sizes are searched in forked processes, largest first: the same options in the
+    same order, split included, and the bar hears of every size and point."""
+    from orchestrator.optimize import can_fork
+    from orchestrator.progress import SearchProgress
+
+    assert can_fork()  # else plan falls back to one process and this test would compare a run with itself
+    s = Scenario(**BASE)
+    one, two = SearchProgress(enabled=False), SearchProgress(enabled=False)
+    alone = plan_deployment(s, ["H100_SXM", "H200_SXM"], 14.0, max_devices=2, pd=True, progress=one)
+    forked = plan_deployment(s, ["H100_SXM", "H200_SXM"], 14.0, max_devices=2, pd=True, progress=two, processes=2)
+    assert [repr(o) for o in forked] == [repr(o) for o in alone] and len(alone) > 2
+    assert (two.jobs, two.done, two.points) == (one.jobs, one.done, one.points) == (12, 12, one.points)
