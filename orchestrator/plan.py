@@ -18,6 +18,7 @@ import math
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from orchestrator.evaluate import costs
 from orchestrator.jobs import Job
@@ -127,6 +128,16 @@ def instance_options(s: Scenario, device: str, k: int, rate: float, role: str = 
     return out
 
 
+class Size(NamedTuple):
+    """One instance size to search: `instance_options`' arguments."""
+
+    s: Scenario
+    device: str
+    k: int
+    rate: float
+    role: str
+
+
 def plan_deployment(s: Scenario, devices: list[str], rate: float, max_devices: int,
                     prices: dict[str, float] | None = None, pd: bool = False,
                     progress: SearchProgress | None = None, processes: int = 1) -> list:
@@ -136,29 +147,35 @@ def plan_deployment(s: Scenario, devices: list[str], rate: float, max_devices: i
     with `processes` > 1 the sizes are searched in forked processes (the same options: each size's search
     is its own)."""
     roles = ("agg", "prefill", "decode") if pd else ("agg",)
-    sizes = [(s.with_(device_price=(prices or {}).get(device, 0.0)), device, k, rate, role)
+    sizes = [Size(s.with_(device_price=(prices or {}).get(device, 0.0)), device, k, rate, role)
              for device in devices for role in roles for k in range(1, max_devices + 1)]
-    progress = progress or SearchProgress(enabled=False)
-    progress.begin(len(sizes))
-    if processes > 1 and len(sizes) > 1 and can_fork():
-        largest_first = sorted(range(len(sizes)), key=lambda i: -sizes[i][2])  # more devices, more layouts
-        found = dict(zip(largest_first, forked_map(_counted_options, [sizes[i] for i in largest_first], processes,
-                                                   progress), strict=True))
-    else:
-        found = {}
-        for i, size in enumerate(sizes):
-            found[i] = instance_options(*size, progress.update)
-            progress.update(jobs=1)
+    found = _search_sizes(sizes, progress or SearchProgress(enabled=False), processes)
     options = []
     for device in devices:
-        sides = {role: [o for i, size in enumerate(sizes) if size[1] == device and size[4] == role
-                        for o in found[i] if o.devices <= max_devices] for role in ("agg", "prefill", "decode")}
+        sides = {role: [o for size, opts in zip(sizes, found, strict=True) if (size.device, size.role) == (device, role)
+                        for o in opts if o.devices <= max_devices] for role in ("agg", "prefill", "decode")}
         options += sides["agg"]
         if sides["prefill"] and sides["decode"]:
             split = SplitOption(*(min(sides[r], key=PlanOption.sort_key) for r in ("prefill", "decode")))
             if split.devices <= max_devices:
                 options.append(split)
     return sorted(options, key=_Ranked.sort_key)
+
+
+def _search_sizes(sizes: list[Size], progress: SearchProgress, processes: int) -> list[list[PlanOption]]:
+    """The options of each size, in the sizes' order: here, or in forked processes largest first (more devices,
+    more layouts)."""
+    progress.begin(len(sizes))
+    if processes > 1 and len(sizes) > 1 and can_fork():
+        order = sorted(range(len(sizes)), key=lambda i: -sizes[i].k)
+        found = dict(zip(order, forked_map(_counted_options, [sizes[i] for i in order], processes, progress),
+                         strict=True))
+        return [found[i] for i in range(len(sizes))]
+    found = []
+    for size in sizes:
+        found.append(instance_options(*size, progress.update))
+        progress.update(jobs=1)
+    return found
 
 
 def _counted_options(s: Scenario, device: str, k: int, rate: float, role: str) -> list[PlanOption]:
