@@ -244,4 +244,9 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
         filled = kept[column].fillna(metrics[column])
         kept[column] = filled.astype(metrics[column].dtype) if filled.notna().all() else filled
     metrics = metrics[[c for c in metrics.columns if c not in kept.columns]]
-    return pd.concat([kept, metrics], axis=1), unknown
+    measured = [c for c in unknown if c in measured_runs.MEASURED_SPEC]  # calibrate's form: our error beside them
+    for column in measured:
+        for i, text in enumerate(pd.read_csv(path, dtype=str, keep_default_na=False)[column]):
+            measured_runs.measured_ms(text, f"{path} line {i + 2}, column {column}")
+    table = measured_runs.add_errors(pd.concat([kept, metrics], axis=1), metrics, measured_runs.MEASURED_SPEC)
+    return table, [c for c in unknown if c not in measured]

@@ -27,6 +27,8 @@ from orchestrator.fields import FIELDS, InputError
 SIGNATURE = ("model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size")
 #: the measured metrics, and the error columns written beside our figures (ours / measured - 1)
 MEASURED = {"silicon_ttft_ms": ("ttft_ms", "ttft_error"), "silicon_tpot_ms": ("tpot_ms", "tpot_error")}
+#: the same of a CSV of spec-key columns (calibrate's second form): its measured metric, ours, our error
+MEASURED_SPEC = {"measured_ttft_ms": ("ttft_ms", "ttft_error"), "measured_tpot_ms": ("tpot_ms", "tpot_error")}
 #: the spec keys a run's own columns give (what it measured); the others `to_spec` reads (engine, launch, client,
 #: cache), and a flag given on the command line replaces such a reading
 COLUMN_KEYS = frozenset({"model", "device", "input_length", "output_length", "concurrency", "tp", "pp", "ep",
@@ -380,9 +382,9 @@ def named_layout(cells: dict, tp: int, ep: int, dp: int, batch: int) -> tuple[in
     return None
 
 
-def add_errors(table, metrics):
+def add_errors(table, metrics, measured_columns: dict = MEASURED):
     """`table` (the measured runs) with our error beside each measured metric it has."""
-    for measured, (ours, error) in MEASURED.items():
+    for measured, (ours, error) in measured_columns.items():
         if measured in table and ours in metrics:
             table[error] = metrics[ours] / table[measured].astype(float) - 1
     return table

@@ -27,7 +27,7 @@ from orchestrator.fields import InputError
 from simulator.benchmarks import AIPERF_DATASET_ENTRIES
 
 #: a spec-key CSV's measured metrics
-MEASURED_COLUMNS = ("measured_ttft_ms", "measured_tpot_ms")
+MEASURED_COLUMNS = tuple(measured_runs.MEASURED_SPEC)
 #: the launch a run may state (a spec key it gives) or leave to the profile: what calibrate may choose
 LAUNCH_CHOICES = ("max_batched_tokens", "max_num_seqs", "async_scheduling", "prefix_caching")
 #: what a spec-key CSV's runs are unless its columns say otherwise: a closed loop measured as `vllm bench

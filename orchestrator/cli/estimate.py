@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                    "isl, osl, batch_size per attention-DP rank, tp_size, ..., silicon_ttft_ms, silicon_tpot_ms) is "
                    "read as the runs it measured, as aiperf drove them (SGLang from 0.5.6 launched as AIConfigurator's "
                    "generator launches it: mixed chunks, budget input + 1500, as many running as in flight), and our "
-                   "error is written beside each measured metric (ttft_error, tpot_error: ours / measured - 1)")
+                   "error is written beside each measured metric (ttft_error, tpot_error: ours / measured - 1), as "
+                   "it is beside a spec-key CSV's measured_ttft_ms and measured_tpot_ms (calibrate's form)")
     o.add_argument("--output", help="where --from-csv writes its rows (.csv or .parquet): the input columns "
                    "kept, the metric columns added, one row per input row in order")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -42,19 +43,23 @@ def add_parser(sub) -> None:
 ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"), ("E2E ms", "e2e")]
 
 
-def print_errors(table, replaced: frozenset = frozenset()) -> None:
+def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True) -> None:
     """Median |error| against measured runs, in all and per engine where several ran them; `replaced`: the spec
-    keys a flag gave every run in place of its reading."""
+    keys a flag gave every run in place of its reading. A CSV of spec keys with measured_ttft_ms or measured_tpot_ms
+    (`silicon` False) gets the first line alone: its rows were not read, they say what ran."""
+    errors = [c for c in ("ttft_error", "tpot_error") if c in table]
+
     def said(rows) -> str:
-        rows = rows[rows[["ttft_error", "tpot_error"]].notna().any(axis=1)]
-        return (f"TTFT {rows['ttft_error'].abs().median():.1%}, TPOT {rows['tpot_error'].abs().median():.1%} over "
-                f"{len(rows)} runs ({int(rows['kv_bound'].sum())} bound by the KV cache)")
+        rows = rows[rows[errors].notna().any(axis=1)]
+        medians = ", ".join(f"{c.split('_')[0].upper()} {rows[c].abs().median():.1%}" for c in errors)
+        return f"{medians} over {len(rows)} runs ({int(rows['kv_bound'].sum())} bound by the KV cache)"
 
     print(f"against the measured runs: median |error| {said(table)}")
-    unmeasured = int(table[["ttft_error", "tpot_error"]].isna().all(axis=1).sum())
+    unmeasured = int(table[errors].isna().all(axis=1).sum())
     if unmeasured:
-        print(f"note: {unmeasured} runs have no measured TTFT or TPOT (empty silicon_ttft_ms and silicon_tpot_ms): "
-              "estimated, not compared")
+        print(f"note: {unmeasured} runs have no measured TTFT or TPOT (empty cells): estimated, not compared")
+    if not silicon:
+        return
     engines = table.groupby("engine", sort=True)
     if engines.ngroups > 1:
         for engine, rows in engines:
@@ -113,7 +118,9 @@ def cmd_estimate(a) -> int:
         else:
             table.to_csv(a.output, index=False)
         print(f"{len(table)} configurations estimated; written to {a.output}")
-        if "ttft_error" in table:
+        if "silicon_ttft_ms" not in table and {"ttft_error", "tpot_error"} & set(table.columns):
+            print_errors(table, silicon=False)
+        elif "ttft_error" in table:
             replaced = replaced_readings(values)
             print_errors(table, frozenset(replaced))
             if replaced:

@@ -62,6 +62,23 @@ def test_poisson_estimate_uses_the_rate():
     assert row["request_throughput"] == pytest.approx(2.0, rel=0.3)  # below capacity it serves what it is offered
 
 
+def test_from_csv_of_calibrate_s_spec_form_writes_our_error_beside_its_measured_times(tmp_path):
+    """A CSV of spec keys with measured_ttft_ms and measured_tpot_ms (what calibrate reads) gets our error beside
+    each measured time, as a silicon CSV does (they were columns kept but not read); an empty cell is estimated,
+    not compared; a cell that is not a time > 0 is one line naming its row and column."""
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text("concurrency,measured_ttft_ms,measured_tpot_ms\n2,400,30\n4,,45\n")
+    p = run(*BASE, "--from-csv", str(src), "--output", str(out), "--no-progress")
+    assert p.returncode == 0 and "kept but not read" not in p.stderr, p.stderr
+    got = pd.read_csv(out)
+    assert got["ttft_error"].tolist()[0] == pytest.approx(got["ttft_ms"][0] / 400 - 1) and pd.isna(got["ttft_error"][1])
+    assert got["tpot_error"].tolist() == pytest.approx([got["tpot_ms"][0] / 30 - 1, got["tpot_ms"][1] / 45 - 1])
+    assert "against the measured runs: median |error| TTFT" in p.stdout and "1 runs have no measured" not in p.stdout
+    src.write_text("concurrency,measured_ttft_ms\n2,soon\n")
+    bad = run(*BASE, "--from-csv", str(src), "--output", str(out), "--no-progress")
+    assert bad.returncode == 2 and "line 2, column measured_ttft_ms: 'soon' is not allowed" in bad.stderr
+
+
 def test_from_csv_keeps_rows_in_order_and_adds_metrics(tmp_path):
     src = tmp_path / "in.csv"
     pd.DataFrame({"id": ["a", "b", "c"], "concurrency": [1, 8, 4], "tp": [1, 2, 1],
