@@ -283,7 +283,7 @@ FIELDS: tuple[Field, ...] = (
        commands=("estimate",), column=None),
     Field("request_rate", float, 0.0, "poisson: requests per second offered to one instance", "req/s", low=0,
        group="load", commands=("estimate",), column=None,
-       default_help=f"{DEFAULT_REQUEST_RATE:g}; with a timed --trace: the trace's own times"),
+       default_help=f"{DEFAULT_REQUEST_RATE:g}, as is 0; with a timed --trace: the trace's own times"),
     Field("role", str, "agg", "what the instance does: agg (prefill and decode), prefill only, or decode only",
        choices=("agg", "prefill", "decode"), group="load", commands=("estimate",), column=None),
 )
