@@ -90,3 +90,7 @@ def print_calibration(c, engine: str, output: str) -> None:
     if len(c.runs) < 5:
         print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",
               file=sys.stderr)
+    deployments = sorted({(str(r.values.get("model", "")), str(r.values.get("device", ""))) for r in c.runs})
+    if len(deployments) > 1:  # one profile is fitted to them all: a run of another deployment may have slipped in
+        print(f"note: the runs are of {len(deployments)} deployments "
+              f"({'; '.join(f'{m} on {d}' for m, d in deployments)}): one profile is fitted to all of them")

@@ -783,6 +783,26 @@ def test_calibrate_says_which_streaming_times_its_runs_rule_out(capsys):
     assert f"note: {said}" in capsys.readouterr().out
 
 
+def test_calibrate_says_when_its_runs_are_of_several_deployments(capsys):
+    """One profile is fitted to every run given; where they are of more than one model or GPU, calibrate says which,
+    as a run of another deployment may have slipped in; runs of one deployment get no such line."""
+    from orchestrator.calibrate import Calibration, base_profile
+    from orchestrator.cli.calibrate import print_calibration
+    from orchestrator.runs import Run
+
+    def run(model: str, device: str) -> Run:
+        return Run({"model": model, "device": device, "concurrency": 8}, 100.0, 10.0, f"{model} {device}")
+
+    data, errors = base_profile("vllm"), np.zeros((3, 2))
+    one = [run("Qwen/Qwen3-8B", "H100_SXM")] * 3
+    print_calibration(Calibration(data, data, one, errors, errors, None), "vllm", "mine.toml")
+    assert "deployments" not in capsys.readouterr().out
+    mixed = [*one[:2], run("Qwen/Qwen3-32B", "H200_SXM")]
+    print_calibration(Calibration(data, data, mixed, errors, errors, None), "vllm", "mine.toml")
+    assert ("note: the runs are of 2 deployments (Qwen/Qwen3-32B on H200_SXM; Qwen/Qwen3-8B on H100_SXM): one "
+            "profile is fitted to all of them") in capsys.readouterr().out
+
+
 def test_a_silicon_campaign_served_from_the_prefix_cache_is_read_so_once_calibrated(tmp_path):
     """The silicon format records no prefix cache; its rows are read with it off (the shipped profiles were fitted
     on them so), a reading calibrate may overturn. Five aiperf loops of vLLM 0.19 whose clients' reused prompts
