@@ -230,10 +230,7 @@ def _int(cells: dict, column: str, where: str, default: int = 1, low: int = 1) -
     """A layout or length cell as an integer >= `low` (`default` where empty; "2.0" is 2), else one line naming it
     (an expert group of 0 is what some exports write for a dense model)."""
     text = cells.get(column, "").strip()
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        value = math.nan
+    value = _number(text) if text else default
     if not (math.isfinite(value) and value == int(value) and value >= low):
         raise InputError(f"{where}, column {column}", text, f"an integer >= {low}")
     return int(value)
@@ -243,13 +240,18 @@ def measured_ms(text: str, where: str) -> float | None:
     """A measured time cell in ms: a number > 0, None where empty, else one line naming it."""
     if not text.strip():
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise InputError(where, text, "a measured time in ms > 0")
     return value
+
+
+def _number(text: str) -> float:
+    """A cell's number; NaN where it reads as none (every check above refuses NaN)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 #: the layout a run id names: its concurrency, tp and expert-parallel size (`..._c64_tp4_ep4_...`, `_tp4_0_ep4_0_`)
