@@ -245,8 +245,9 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
         kept[column] = filled.astype(metrics[column].dtype) if filled.notna().all() else filled
     metrics = metrics[[c for c in metrics.columns if c not in kept.columns]]
     measured = [c for c in unknown if c in measured_runs.MEASURED_SPEC]  # calibrate's form: our error beside them
+    cells = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=measured) if measured else {}
     for column in measured:
-        for i, text in enumerate(pd.read_csv(path, dtype=str, keep_default_na=False)[column]):
+        for i, text in enumerate(cells[column]):
             measured_runs.measured_ms(text, f"{path} line {i + 2}, column {column}")
     table = measured_runs.add_errors(pd.concat([kept, metrics], axis=1), metrics, measured_runs.MEASURED_SPEC)
     return table, [c for c in unknown if c not in measured]
