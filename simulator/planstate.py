@@ -109,13 +109,8 @@ class PlanState:
         last_start = self.step_end[-1] - self.shape_ms[self.step_shape[-1]] if self.step_end else None
         self.clock, due = self.arrivals.arrived(self.clock, not self.queue and not self.pool.ready, last_start)
         step = len(self.step_shape) - 1
-        if self.phase == "decode" or self.kinds.kind_of is not None:
-            for t in due:
-                self.send(1, step, t)
-            return
-        add, append = self.arrivals.add, self.queue.append
-        for t in due:  # `send` of one request of the one kind to the prefill FIFO
-            append((1, 0, add(1, step, t), 0))
+        for t in due:
+            self.send(1, step, t)
 
     def answer(self):
         """The policy's answer for the next step (asked now unless a fast-forward asked it already)."""
