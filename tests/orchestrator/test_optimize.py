@@ -242,11 +242,10 @@ def test_a_forked_pool_stops_at_once_its_jobs_unfinished():
     while not job.running():
         time.sleep(0.01)
     processes = list(pool._processes.values())
-    started = time.perf_counter()
     stop(pool)
     for process in processes:
-        process.join(5)
-    assert not any(p.is_alive() for p in processes) and time.perf_counter() - started < 5
+        process.join(5)  # the job sleeps 30 s: alive after 5 s, it was left to end
+    assert not any(p.is_alive() for p in processes)
     assert job.cancelled() or job.exception() is not None
 
 
