@@ -1,8 +1,8 @@
 """Plans of this tree against another checkout's, workload for workload: speed work must not change a
 schedule. Random bursts and closed loops (mixes, phases, MTP, prefix hits, both policies, both
-decode-context rules), timed ones (Poisson streams, closed loops behind a front end, priced by a
-fixed affine function of the step) and KV-bound ones (a small pool of blocks); every step's shape,
-every finish record, the arrival events, the clock and the KV peak.
+decode-context rules), timed ones (Poisson streams, closed loops behind a front end, some streaming at
+a cost, priced by a fixed affine function of the step) and KV-bound ones (a small pool of blocks); every
+step's shape, every finish record, the arrival events, the clock and the KV peak.
 
     git worktree add /tmp/before <commit>
     python bench/same_plans.py /tmp/before [--workloads 2000] [--seed 0]
@@ -50,7 +50,7 @@ def cases(n: int, seed: int):
             "context": rnd.choice(["mean", "mid"]), "phase": rnd.choice(["both", "both", "prefill", "decode"]),
             "mix": rnd.choice([None, None, ("uniform:1:400", "uniform:2:90"),
                                ("bins:10-30@1,300-500@2", "bins:2-5@1,50-80@1")]),
-            "timed": rnd.choice([None, None, None, None, "poisson", "frontend"]),
+            "timed": rnd.choice([None, None, None, None, "poisson", "frontend", "streamed"]),
             "kv_blocks": rnd.choice([0, 0, 0, 0, 0, 40, 400]),
         }
 
@@ -64,10 +64,11 @@ def plan_of(tree, case: dict, seed: int):
     arrival, timing = case["arrival"], {"num_prompts": case["prompts"]}
     if case["timed"] == "poisson":
         arrival, timing = "poisson", {"num_prompts": 3 * case["concurrency"] + 5, "request_rate": 50.0}
-    elif case["timed"] == "frontend" and arrival == "closed":
+    elif case["timed"] in ("frontend", "streamed") and arrival == "closed":
         from simulator.frontend import Frontend
 
-        timing["frontend"] = Frontend(request_ms=0.5, return_ms=1.0, client_ms=2.0)
+        stream_us = 50.0 if case["timed"] == "streamed" else 0.0  # a server that streams at a cost
+        timing["frontend"] = Frontend(request_ms=0.5, return_ms=1.0, client_ms=2.0, stream_us=stream_us)
     kv = case["kv_blocks"] if case["policy"] != "decode-first" and not case["mtp"] and case["phase"] == "both" else 0
     w = workload.Workload(case["input"], case["output"], case["budget"], case["concurrency"], case["hit"], case["mtp"],
                           (0.6,) * case["mtp"], arrival=arrival,

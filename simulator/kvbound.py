@@ -294,8 +294,8 @@ class DecodeRun:
     and nobody was preempted, admitted or finished is followed by the same step, one token further,
     while nobody finishes, the running requests' blocks fit the pool (free blocks only shrink then,
     so a waiting request that did not fit still does not), the decode key's rounded mean context
-    holds and (timed) no request reaches the scheduler and the front end streams at no cost (its
-    server's backlog would move the next arrival step by step). `enabled = False` plays every step."""
+    holds and (timed) no request reaches the scheduler (behind a front end that streams at a cost, whose
+    backlog moves the next arrival step by step, asked before each step). `enabled = False` plays every step."""
 
     enabled = True
 
@@ -311,6 +311,8 @@ class DecodeRun:
             tokens = np.fromiter((r.tokens for r in running), dtype=np.int64, count=R)
             total, (filled, by_residue) = int(tokens.sum()), _filled(tokens)
             finish = min(r.output - r.out for r in running) - 1
+        if finish <= 0:  # before the pool's count, which costs a few numpy calls
+            return 0
         return max(0, min(finish, _fitting(R, filled, by_residue, planner.pool),
                           math.inf if fixed is not None else _same_context(total, R, ctx, round_to)))
 
@@ -329,9 +331,11 @@ def _filled(tokens: np.ndarray) -> tuple[int, np.ndarray]:
 def _fitting(R: int, filled: int, by_residue: np.ndarray, pool: int) -> int:
     """`_fitting_steps` of R requests whose tokens fill `filled` blocks, by_residue[a] of them with
     (t + B - 1) % B = a: sum ceil((t + j) / B) = filled + R m + #{a >= B - s} for j = B m + s."""
-    over = np.concatenate(([0], np.cumsum(np.asarray(by_residue)[::-1])[:-1]))  # #{a >= B - s}
-    m = np.maximum(0, (pool - filled - over) // R + 1)
-    return int((BLOCK_SIZE * m + np.arange(BLOCK_SIZE)).min())
+    counts, over, first = [int(n) for n in by_residue], 0, math.inf  # over: #{a >= B - s}
+    for s in range(BLOCK_SIZE):  # sixteen integers: a loop costs less than numpy's calls
+        first = min(first, BLOCK_SIZE * max(0, (pool - filled - over) // R + 1) + s)
+        over += counts[BLOCK_SIZE - 1 - s]
+    return first
 
 
 def _same_context(total: int, R: int, ctx: int, round_to: int) -> int:
@@ -401,11 +405,13 @@ class _KVPlan:
         return done
 
     def _decode_run(self, shape_id: int, d: int, ctx: int) -> None:
-        if self.timed and self.arrivals.streams:
-            return
         k = self.run.steps(self.planner, d, ctx, self.fixed, self.round_to)
-        if self.timed:
-            k = self._before_arrival(k)
+        if k > 0 and self.timed and self.arrivals.streams:
+            k = self._streamed_before_arrival(shape_id, d, k)
+        elif k > 0:
+            k = self._before_arrival(k) if self.timed else k
+            if k > 0:
+                self._record(shape_id, d, k, d)
         if k <= 0:
             return
         planner = self.planner
@@ -417,7 +423,18 @@ class _KVPlan:
                 r.out += k
                 planner._take(r, r.computed)
         planner.peak_blocks = max(planner.peak_blocks, planner.pool - planner.free)
-        self._record(shape_id, d, k, d)
+
+    def _streamed_before_arrival(self, shape_id: int, d: int, k: int) -> int:
+        """Of k steps behind a front end that streams at a cost, those that start before a request reaches the
+        scheduler, recorded: asked before each step as the loop asks (`arrive`; the chunks of the steps before
+        hold back the requests behind them), without planning the step."""
+        for j in range(k):
+            last_start = self.step_end[-1] - self.shape_ms[self.step_shape[-1]]
+            self.clock, due = self.arrivals.arrived(self.clock, False, last_start)
+            if due:
+                return j
+            self._record(shape_id, d, 1, d)
+        return k
 
     def _before_arrival(self, k: int) -> int:
         """Of k steps, those that start before the next request reaches the scheduler."""

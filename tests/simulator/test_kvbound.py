@@ -167,9 +167,12 @@ def test_a_pool_that_never_binds_streams_as_the_plain_planner(output):
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(case=bound_workloads(), seqs=st.integers(1, 6), timed=st.sampled_from([None, "closed", "poisson"]),
+@given(case=bound_workloads(), seqs=st.integers(1, 6),
+       timed=st.sampled_from([None, "closed", "streamed", "poisson"]),
        ctx=st.sampled_from(["mean", "mid"]), round_to=st.sampled_from([1, 8, 128]))
 def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx, round_to):
+    """Untimed, timed, and behind a front end that streams at a cost (each step's chunks hold back the
+    requests behind them, so the run asks before each step whether one reached the scheduler)."""
     import dataclasses
 
     from simulator import Frontend, StepPricer
@@ -177,9 +180,9 @@ def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx,
     from tests.simulator.test_timeline import affine
 
     w, blocks = case
-    if timed == "closed":
-        w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2),
-                                frontend=Frontend(return_ms=0.5, client_ms=2.0))
+    if timed in ("closed", "streamed"):
+        fe = Frontend(request_ms=0.2, return_ms=0.5, client_ms=2.0, stream_us=300.0 if timed == "streamed" else 0.0)
+        w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2), frontend=fe)
     elif timed == "poisson":
         w = dataclasses.replace(w, arrival="poisson", num_prompts=max(w.prompts, 2), request_rate=200.0)
     scheduler = TokenBudget(max_num_seqs=seqs)
