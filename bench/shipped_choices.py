@@ -5,7 +5,8 @@
 Some of what an engine profile says is not recorded in the silicon format: how many requests each aiperf
 client sent (AIConfigurator's `bench_run.sh` asks for 20; its AICONFIGURATOR_BENCH_MULTI_ROUND changes that;
 fewer weigh the first wave, every client's prompt sent at once, more in the mean TTFT: docs/fidelity.md), the
-API server's time per streamed chunk, the client's time to send the next request, async scheduling. For each
+API server's time per streamed chunk, the client's time to send the next request, async scheduling; and, to
+check them by campaign, constants fitted on some campaigns (a MoE layer's floor, the experts' bandwidth). For each
 engine, every run of its campaigns (both measured files) is estimated with the shipped profile at each value
 of `--choice` (CHOICES); then each campaign is left out in turn and the value with the least median |error|
 (TTFT plus TPOT, median over the other campaigns) predicts it, the shipped value kept unless another is lower by
@@ -48,6 +49,8 @@ CHOICES = {
     "stream_us": (STREAM_PLACE, FRONTEND_CHOICES[STREAM_PLACE]),
     "client_ms": (("frontend", "client_ms"), (0.0, 5.0, 10.0, 20.0, 40.0)),
     "async_scheduling": (("async_scheduling",), (False, True)),
+    "moe_layer_us": (("moe_layer_us",), (0.0, 14.0, 28.0, 40.0, 56.0)),
+    "moe_bandwidth": (("moe", "bandwidth"), (1.0, 0.65, 0.726, 0.8, 0.9)),
 }
 #: a value other than the shipped one is chosen where it lowers the other campaigns' figure by more than this
 #: share: a campaign whose runs do not depend on the value (SGLang 0.5.1's queue on the count) ties, and its
