@@ -5,9 +5,11 @@ input preparation, sampling, detokenisation), as measured end to end. One TOML f
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +60,7 @@ NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_l
 #: does outside the steps (the front end), how the engine was launched and admits requests, its memory share
 #: and KV dtype (the memory picture's, and the scenario's quantisation, which a price names on its own)
 UNPRICED = ("name", "source", "base", "frontend", "scheduler", "prefix_caching", "fp8_kv_cache", "max_batched_tokens",
-            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization")
+            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class EngineProfile:
     #: the share of each device's memory the engine takes for weights, activations and its KV pool
     #: (vLLM's --gpu-memory-utilization); 0: not named, DEFAULT_RESERVED_GIB stays free
     gpu_memory_utilization: float = 0.0
+    #: or what it leaves free by the device's memory (the [memory] table's reserved_gib: (HBM below, GiB free)
+    #: pairs, the first whose bound exceeds the device's HBM applies): SGLang's default memory fraction
+    reserved_by_hbm: tuple = ()
     #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
     #: token counts and pad to the busiest), on top of step_ms
     dp_step_ms: float = 0.0
@@ -149,8 +154,10 @@ class EngineProfile:
         return self.moe_fp4_bandwidth if native_fp4 and self.moe_fp4_bandwidth else self.moe_bandwidth
 
     def reserved_gib(self, hbm_gib: float) -> float:
-        """GiB of a device of `hbm_gib` the engine leaves to others: the rest of its utilisation, or
-        the reference tool's fixed reserve when the profile names none."""
+        """GiB of a device of `hbm_gib` the engine leaves to others: the rest of its utilisation, its reserve for
+        that much memory (`reserved_by_hbm`), or the reference tool's fixed reserve when the profile names none."""
+        if self.reserved_by_hbm:
+            return next((gib for below, gib in self.reserved_by_hbm if hbm_gib < below), self.reserved_by_hbm[-1][1])
         return (1 - self.gpu_memory_utilization) * hbm_gib if self.gpu_memory_utilization else DEFAULT_RESERVED_GIB
 
     def moe_prefill_ms(self, moe_layers: int) -> float:
@@ -262,10 +269,32 @@ def parse_profile(path: Path) -> EngineProfile:
     base = data.get("base", "")
     if base and (not isinstance(base, str) or base not in shipped_engines()):
         raise ValueError(f"{path.name}: base = {base!r} is not allowed; expected one of {', '.join(shipped_engines())}")
+    reserved = _reserved_by_hbm(path, data.get("memory", {}))
+    if reserved and values["gpu_memory_utilization"]:
+        raise ValueError(f"{path.name}: gpu_memory_utilization and [memory] reserved_gib both say what the engine "
+                         "leaves free; keep one")
     return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
-                         scheduler=scheduler, capacity_scheduler=capacity, base=base,
+                         scheduler=scheduler, capacity_scheduler=capacity, base=base, reserved_by_hbm=reserved,
                          efficiency=_efficiency(path, data.get("efficiency", {})),
                          **_launch(path, data.get("launch", {})), **switches, **values)
+
+
+def _reserved_by_hbm(path: Path, table: dict) -> tuple:
+    """The [memory] table's reserved_gib: [[HBM below (GiB), GiB left free], ...], the bounds rising."""
+    unknown = sorted(set(table) - {"reserved_gib"})
+    if unknown:
+        raise ValueError(f"{path.name}: [memory] has unknown keys {unknown}; known: reserved_gib")
+    pairs = table.get("reserved_gib", [])
+
+    def pair(p) -> bool:  # a bound > 0 (inf for the last class) and a finite GiB >= 0
+        return (isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                             for x in p) and p[0] > 0 and math.isfinite(p[1])
+                and p[1] >= 0)
+
+    if not (isinstance(pairs, list) and all(map(pair, pairs)) and all(a[0] < b[0] for a, b in pairwise(pairs))):
+        raise ValueError(f"{path.name}: [memory] reserved_gib = {pairs!r} is not allowed; expected [[HBM below (GiB), "
+                         "GiB left free], ...], the bounds > 0 and rising (the last may be inf), the GiB >= 0")
+    return tuple((float(below), float(gib)) for below, gib in pairs)
 
 
 def _efficiency(path: Path, table: dict) -> tuple:

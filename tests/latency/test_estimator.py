@@ -242,6 +242,27 @@ def test_an_engine_that_names_its_memory_utilisation_leaves_the_rest_free():
     assert lm.memory_for(8192).kv_capacity_tokens == int(pool // (64 * 2 * 8 * 128 * 2))  # bf16 K and V, 8 heads
 
 
+def test_sglang_leaves_free_what_its_default_memory_fraction_reserves_for_the_device():
+    """SGLang's --mem-fraction-static is (GPU memory - reserved) / GPU memory (its _handle_gpu_memory_settings):
+    reserved = 512 MiB + 1.5 MiB a token of its default chunk + 2 MiB a request of its largest CUDA graph + tp / 8
+    GiB, at least 10 GiB above 60 GiB. At tp 1: an H100 (8,192-token chunk, graphs to 256) 512 + 12,288 + 512 +
+    128 MiB = 13.125 GiB; an H200 the same; a B200 (16,384, 512) 512 + 24,576 + 1,024 + 128 MiB = 25.625 GiB; an
+    L40S (45 GiB: 4,096, 32) 512 + 6,144 + 64 + 128 MiB = 6.6875 GiB. The KV pool is what is left after weights
+    and activations, so SGLang's B200 pool is 15.6 GiB smaller than the fixed 10 GiB left it."""
+    from latency import load_engine
+
+    sglang = load_engine("sglang")
+    mib = {79.6: 512 + 8192 * 1.5 + 256 * 2 + 128, 140.4: 512 + 8192 * 1.5 + 256 * 2 + 128,
+           179.1: 512 + 16384 * 1.5 + 512 * 2 + 128, 45.0: 512 + 4096 * 1.5 + 32 * 2 + 128}
+    for hbm, reserved in mib.items():
+        assert sglang.reserved_gib(hbm) == reserved / 1024, hbm
+    assert sglang.gpu_memory_utilization == 0
+    kv = {gib: build_latency_model("Qwen/Qwen3-32B", "B200", reserved_memory_gb=gib).memory_for(8192)
+          for gib in (10.0, sglang.reserved_gib(179.1))}
+    per_token = 64 * 2 * 8 * 128 * 2  # bf16 K and V, 8 heads, 64 layers
+    assert kv[10.0].kv_capacity_tokens - kv[25.625].kv_capacity_tokens == pytest.approx(15.625 * GIB / per_token, abs=2)
+
+
 def test_fingerprint_names_the_pricing_code_version(monkeypatch):
     """A long-lived shared cache must not serve prices of another release of the pricing code."""
     import latency.estimator as estimator
@@ -262,7 +283,7 @@ def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_pr
     other = dataclasses.replace(
         base, name="theirs", source="elsewhere", frontend=(("request_ms", 6.0), ("stream_us", 50.0)),
         scheduler="prefill-first", prefix_caching=True, fp8_kv_cache=True, max_batched_tokens=4096, max_num_seqs=100,
-        capacity_scheduler="guaranteed-no-evict", gpu_memory_utilization=0.8)
+        capacity_scheduler="guaranteed-no-evict", gpu_memory_utilization=0.8, reserved_by_hbm=((60.0, 5.0),))
     assert {f for f in UNPRICED if getattr(other, f) == getattr(base, f)} == {"base"}
     keys = [ForwardKey(True, 3, 1500, 4000), ForwardKey(False, 40, 1, 6000)]
     shapes = [(keys[0],), (keys[1],), tuple(keys)]

@@ -272,6 +272,22 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
         greedy = r"greedy.toml: gpu_memory_utilization must be a number in \[0, 1\], got 1.2"
         with pytest.raises(ValueError, match=greedy):
             load_engine("greedy")
+        bad_tables = {"[[60, 5], [40, 9]]": "rising", "[[60, -1]]": "GiB >= 0", "[[0, 5]]": "bounds > 0",
+                      "[60, 5]": "HBM below", '[[60, "5"]]': "HBM below", "[[nan, 5]]": "bounds > 0"}
+        for i, (table, said) in enumerate(bad_tables.items()):
+            (tmp_path / f"spare{i}.toml").write_text(f'name = "spare"\n[memory]\nreserved_gib = {table}\n')
+            refused = rf"spare{i}.toml: \[memory\] reserved_gib = .* is not allowed; .*{said}"
+            with pytest.raises(ValueError, match=refused):
+                load_engine(f"spare{i}")
+        (tmp_path / "both.toml").write_text('name = "both"\ngpu_memory_utilization = 0.9\n[memory]\n'
+                                            'reserved_gib = [[inf, 8]]\n')
+        with pytest.raises(ValueError, match=r"both.toml: gpu_memory_utilization and \[memory\] reserved_gib both"):
+            load_engine("both")
+        (tmp_path / "odd2.toml").write_text('name = "odd2"\n[memory]\nreserve = 8\n')
+        with pytest.raises(ValueError, match=r"odd2.toml: \[memory\] has unknown keys \['reserve'\]"):
+            load_engine("odd2")
+        (tmp_path / "kept.toml").write_text('name = "kept"\n[memory]\nreserved_gib = [[60, 5], [inf, 12.5]]\n')
+        assert [load_engine("kept").reserved_gib(h) for h in (45.0, 60.0, 179.1)] == [5.0, 12.5, 12.5]
     finally:
         engine._load.cache_clear()
 
