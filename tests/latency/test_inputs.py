@@ -272,24 +272,38 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
         greedy = r"greedy.toml: gpu_memory_utilization must be a number in \[0, 1\], got 1.2"
         with pytest.raises(ValueError, match=greedy):
             load_engine("greedy")
-        bad_tables = {"[[60, 5], [40, 9]]": "rising", "[[60, -1]]": "GiB >= 0", "[[0, 5]]": "bounds > 0",
-                      "[60, 5]": "HBM below", '[[60, "5"]]': "HBM below", "[[nan, 5]]": "bounds > 0"}
-        for i, (table, said) in enumerate(bad_tables.items()):
-            (tmp_path / f"spare{i}.toml").write_text(f'name = "spare"\n[memory]\nreserved_gib = {table}\n')
-            refused = rf"spare{i}.toml: \[memory\] reserved_gib = .* is not allowed; .*{said}"
-            with pytest.raises(ValueError, match=refused):
-                load_engine(f"spare{i}")
-        (tmp_path / "both.toml").write_text('name = "both"\ngpu_memory_utilization = 0.9\n[memory]\n'
-                                            'reserved_gib = [[inf, 8]]\n')
-        with pytest.raises(ValueError, match=r"both.toml: gpu_memory_utilization and \[memory\] reserved_gib both"):
-            load_engine("both")
-        (tmp_path / "odd2.toml").write_text('name = "odd2"\n[memory]\nreserve = 8\n')
-        with pytest.raises(ValueError, match=r"odd2.toml: \[memory\] has unknown keys \['reserve'\]"):
-            load_engine("odd2")
-        (tmp_path / "kept.toml").write_text('name = "kept"\n[memory]\nreserved_gib = [[60, 5], [inf, 12.5]]\n')
-        assert [load_engine("kept").reserved_gib(h) for h in (45.0, 60.0, 179.1)] == [5.0, 12.5, 12.5]
     finally:
         engine._load.cache_clear()
+
+
+@pytest.mark.parametrize(("text", "refused"), [
+    ("reserved_gib = [[60, 5], [40, 9]]", r"reserved_gib = .* is not allowed; .*rising"),
+    ("reserved_gib = [[60, -1]]", r"reserved_gib = .* is not allowed; .*GiB >= 0"),
+    ("reserved_gib = [[0, 5]]", r"reserved_gib = .* is not allowed; .*bounds > 0"),
+    ("reserved_gib = [[nan, 5]]", r"reserved_gib = .* is not allowed; .*bounds > 0"),
+    ("reserved_gib = [60, 5]", r"reserved_gib = .* is not allowed; expected \[\[HBM below"),
+    ('reserved_gib = [[60, "5"]]', r"reserved_gib = .* is not allowed; expected \[\[HBM below"),
+    ("reserve = 8", r"\[memory\] has unknown keys \['reserve'\]"),
+    ("reserved_gib = [[inf, 8]]\n[launch]\nmax_num_seqs = 8", None),
+])
+def test_an_engine_profile_s_memory_table_is_checked(tmp_path, text, refused):
+    """[memory] reserved_gib, (HBM below, GiB left free) pairs: the bounds > 0 and rising (the last may be inf), the
+    GiB finite and >= 0; a bad one is refused naming the file and key, as is a profile that also names a memory
+    utilisation (two answers to one question). A good one applies the first class whose bound exceeds the HBM."""
+    from latency.engine import parse_profile
+
+    path = tmp_path / "spare.toml"
+    path.write_text(f'name = "spare"\n[memory]\n{text}\n')
+    if refused:
+        with pytest.raises(ValueError, match=rf"spare.toml: \[memory\] {refused}|spare.toml: {refused}"):
+            parse_profile(path)
+        return
+    assert parse_profile(path).reserved_gib(179.1) == 8.0
+    path.write_text('name = "spare"\ngpu_memory_utilization = 0.9\n[memory]\nreserved_gib = [[inf, 8]]\n')
+    with pytest.raises(ValueError, match=r"spare.toml: gpu_memory_utilization and \[memory\] reserved_gib both"):
+        parse_profile(path)
+    path.write_text('name = "spare"\n[memory]\nreserved_gib = [[60, 5], [inf, 12.5]]\n')
+    assert [parse_profile(path).reserved_gib(h) for h in (45.0, 60.0, 179.1)] == [5.0, 12.5, 12.5]
 
 
 def test_step_flash_slides_three_layers_of_four():
