@@ -44,8 +44,9 @@ EFFICIENCY_KEYS = ("gemm", "attention", "memory", "communication")
 #: the range a multiplier may take: a quarter to twice the device's own efficiency
 EFFICIENCY_RANGE = (0.25, 2.0)
 #: how an engine may admit requests into a full KV cache: the one vocabulary of profiles, scenarios and the
-#: KV-bound planner (simulator.blocks): vLLM's (and TensorRT-LLM's MAX_UTILIZATION), then GUARANTEED_NO_EVICT
-CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT = ("max-utilization", "guaranteed-no-evict")
+#: KV-bound planner (simulator.blocks): vLLM's (and TensorRT-LLM's MAX_UTILIZATION), GUARANTEED_NO_EVICT, SGLang's
+CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT, NEW_TOKEN_RATIO = ("max-utilization", "guaranteed-no-evict",
+                                                                    "new-token-ratio")
 #: a profile's [launch] table: how the engine was launched where the scenario does not say (0: the engine's
 #: default: its budget on the device; vLLM's max_num_seqs). A cap on requests in flight is the engine's or
 #: its clients' (an HTTP client's pool of connections): either way the others wait, and their wait is in TTFT

@@ -233,9 +233,12 @@ FIELDS: tuple[Field, ...] = (
     Field("capacity_scheduler", str, None, "how the engine admits requests when its KV cache is full: "
        "max-utilization (admit when the prompt's blocks fit, preempt the newest when a decode needs a block: vLLM, "
        "TensorRT-LLM's MAX_UTILIZATION) or guaranteed-no-evict (admit only when the request's KV to its last "
-       "token fits beside the running requests': TensorRT-LLM's GUARANTEED_NO_EVICT; never preempts)",
+       "token fits beside the running requests': TensorRT-LLM's GUARANTEED_NO_EVICT; never preempts) or "
+       "new-token-ratio (admit when the prompt and every token it may generate fit beside a tenth of what the "
+       "running requests have left to generate: SGLang's)",
        choices=CAPACITY_SCHEDULERS, group="scheduler",
-       default_help="the --engine's own (trtllm: guaranteed-no-evict; vllm, sglang, none: max-utilization)"),
+       default_help="the --engine's own (trtllm: guaranteed-no-evict; sglang: new-token-ratio; vllm, none: "
+                    "max-utilization)"),
     Field("slack_ratio", float, DEFAULT_SLACK_RATIO, "decode-first: a mixed step may hold floor(B * ratio) tokens",
        low=1, group="scheduler", scheduler="decode-first"),
     Field("max_num_seqs", int, None, "token-budget: requests running at once", low=1, group="scheduler",

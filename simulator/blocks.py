@@ -7,24 +7,39 @@ of KV_ADMISSIONS: "max-utilization" (vLLM's, and TensorRT-LLM's MAX_UTILIZATION:
 prompt's blocks fit, preempt the newest running request when a decode needs a block) or
 "guaranteed-no-evict" (TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler: admit a request only
 when its KV to the last token it may generate fits beside what every running request may reach; nothing
-is ever preempted)."""
+is ever preempted) or "new-token-ratio" (SGLang's PrefillAdder: admit a request when its prompt and every
+token it may generate, at most CLIP_NEW_TOKENS, fit in the free cache less NEW_TOKEN_RATIO of the tokens the
+running requests have left to generate; a decode that finds no block preempts as vLLM's does)."""
 
 import math
 from typing import NamedTuple
 
 from latency.engine import CAPACITY_SCHEDULERS as KV_ADMISSIONS
-from latency.engine import NO_EVICT
+from latency.engine import NEW_TOKEN_RATIO, NO_EVICT
 
-__all__ = ["BLOCK_SIZE", "KV_ADMISSIONS", "NO_EVICT", "KVPool", "held_kv_tokens", "kv_pool"]
+__all__ = ["BLOCK_SIZE", "CLIP_NEW_TOKENS", "KV_ADMISSIONS", "NEW_TOKEN_RATIO", "NEW_TOKEN_SHARE", "NO_EVICT", "KVPool",
+           "held_kv_tokens", "kv_pool"]
 
 BLOCK_SIZE = 16
+#: SGLang's new-token ratio once its scheduler has decoded SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (600) steps: its
+#: SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14 (sglang/srt/environ.py, 0.5.8.post1);
+#: a benchmark's warm-up decodes those steps before it measures. It rises again after a retraction: not followed
+NEW_TOKEN_SHARE = 0.7 * 0.14
+#: the most tokens SGLang reserves for one request's output (its SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION); here for
+#: the request admitted (the running ones' left to generate are counted whole)
+CLIP_NEW_TOKENS = 4096
 
 
 def held_kv_tokens(w, peak_kv_tokens: float, in_flight: int) -> float:
     """The KV tokens a load holds at its peak under its admission rule: what its plan without a pool held,
-    or, admitted by NO_EVICT, every request in flight reserved to its last token (typical lengths)."""
+    or, admitted by NO_EVICT, every request in flight reserved to its last token (typical lengths); admitted by
+    NEW_TOKEN_RATIO, as much and a block more each (and two for the null block and the rounding): SGLang's rule,
+    which counts free tokens where requests hold whole blocks, refuses nobody while that fits."""
+    whole = w.input_length + w.output_length
     if w.kv_admission == NO_EVICT:
-        return max(peak_kv_tokens, in_flight * (w.input_length + w.output_length))
+        return max(peak_kv_tokens, in_flight * whole)
+    if w.kv_admission == NEW_TOKEN_RATIO:  # its rule counts in tokens what is held in blocks: a block each to spare
+        return max(peak_kv_tokens, in_flight * (whole + BLOCK_SIZE) + 2 * BLOCK_SIZE)
     return peak_kv_tokens
 
 

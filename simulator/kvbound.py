@@ -19,7 +19,10 @@ One block is vLLM's null block, never handed out. Each step:
 With `workload.kv_admission` "guaranteed-no-evict" (TensorRT-LLM's default capacity scheduler) a waiting
 request is admitted only when the blocks of its prompt and every token it may generate fit beside those
 every running request may reach (their sum, `reserved`, never passes the pool): a running request's next
-block is always free, so step 1 never preempts.
+block is always free, so step 1 never preempts. With "new-token-ratio" (SGLang's) it is admitted only when
+its prompt's tokens still to compute and every token it may generate (at most CLIP_NEW_TOKENS) are fewer than
+the free blocks' tokens less NEW_TOKEN_SHARE of the tokens the running requests have left to generate
+(`to_generate`) and less the outputs of those admitted in the step before it; step 1 may still preempt.
 
 The group timeline (`simulator.timeline`) cannot express this (a request's progress depends on
 blocks, not only on counts), so a KV-bound workload is planned here, one request at a time, into
@@ -39,7 +42,7 @@ from itertools import islice
 import numpy as np
 
 from simulator.arrivals import Arrivals
-from simulator.blocks import BLOCK_SIZE, NO_EVICT
+from simulator.blocks import BLOCK_SIZE, CLIP_NEW_TOKENS, NEW_TOKEN_RATIO, NEW_TOKEN_SHARE, NO_EVICT
 from simulator.plans import Plan
 from simulator.planstate import round_context
 from simulator.scheduler import TokenBudget
@@ -83,6 +86,8 @@ class KVBoundPlanner:
         self.peak_blocks = 0
         self.no_evict = w.kv_admission == NO_EVICT
         self.reserved = 0  # guaranteed-no-evict: the blocks the running requests may reach
+        self.share = NEW_TOKEN_SHARE if w.kv_admission == NEW_TOKEN_RATIO else None
+        self.to_generate = 0  # new-token-ratio: the tokens the running requests have left to generate
         self.decoders = decoders or Decoders()
 
     def step(self) -> tuple[int, list[tuple[_Request, int]]]:
@@ -116,6 +121,7 @@ class KVBoundPlanner:
             budget -= n
         self.free = free
         seats, preempted = self.scheduler.max_num_seqs or math.inf, self.preemptions > before
+        promised = 0  # new-token-ratio: the outputs of the requests this step admitted
         while not preempted and self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
             n = min(r.tokens - r.computed, cap, budget)
@@ -124,6 +130,13 @@ class KVBoundPlanner:
                 if self.reserved + whole > self.pool:
                     break
                 self.reserved += whole
+            elif self.share is not None:  # its prompt and output beside a share of what the running have left
+                output = min(r.output - r.out, CLIP_NEW_TOKENS)
+                if r.tokens - r.computed + output >= (self.free * BLOCK_SIZE - self.share * self.to_generate
+                                                      - promised):
+                    break
+                promised += output if n == r.tokens - r.computed else 0  # a cut prompt's output: at its last chunk
+                self.to_generate += r.output - r.out
             elif blocks_for(r.tokens) - r.blocks > self.free:  # the whole prompt must fit to be admitted
                 break
             self.waiting.popleft()
@@ -147,6 +160,7 @@ class KVBoundPlanner:
         """Preempt the newest running request: its blocks freed, back to the front of the waiting queue."""
         victim = self.running.pop()
         self.free += victim.blocks
+        self.to_generate -= victim.output - victim.out
         victim.blocks, victim.computed = 0, victim.cached
         self.waiting.appendleft(victim)
         self.preemptions += 1
@@ -293,7 +307,8 @@ class DecodeRun:
     """Fast-forward over pure decode steps. Claim: a step in which every running request decoded
     and nobody was preempted, admitted or finished is followed by the same step, one token further,
     while nobody finishes, the running requests' blocks fit the pool (free blocks only shrink then,
-    so a waiting request that did not fit still does not), the decode key's rounded mean context
+    so a waiting request that did not fit still does not; under new-token-ratio admission, where the
+    share held for the running requests shrinks too, only while nobody waits), the decode key's rounded mean context
     holds and (timed) no request reaches the scheduler (behind a front end that streams at a cost, whose
     backlog moves the next arrival step by step, asked before each step). `enabled = False` plays every step."""
 
@@ -303,8 +318,8 @@ class DecodeRun:
         """How many such steps follow (0: none)."""
         running = planner.running
         R = len(running)
-        if not self.enabled or d != R or not R:
-            return 0
+        if not self.enabled or d != R or not R or (planner.share is not None and planner.waiting):
+            return 0  # (new-token-ratio: what the running have left shrinks each step, so a waiting request may fit)
         if planner.decoders.covers(planner):
             total, filled, by_residue, finish = planner.decoders.summary(planner)
         else:
@@ -396,6 +411,7 @@ class _KVPlan:
         head_context, head_done = decoders.run(self.planner, step, self.finished) if head else (0, 0)
         entries, d, context, sampled, done = _run(self.planner, scheduled, step, self.finished)
         d, context, sampled, done = d + head, context + head_context, sampled + head, done + head_done
+        self.planner.to_generate -= sampled
         decoders.extend(self.planner)
         ctx = 0 if not d else self.fixed if self.fixed is not None else self.round_context(context / d, self.round_to)
         shape_id = self.book.one(tuple(sorted(entries.items())), d, ctx)
@@ -415,6 +431,7 @@ class _KVPlan:
         if k <= 0:
             return
         planner = self.planner
+        planner.to_generate -= d * k
         if planner.decoders.covers(planner):
             planner.decoders.advance(planner, k)
         else:  # Decoders off: with it on, every request of an all-decode step joins its head run

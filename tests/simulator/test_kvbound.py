@@ -132,6 +132,24 @@ def test_kv_bound_refusals_name_what_is_not_modelled():
                           plan(Workload(16, 4, 64, 3), TokenBudget()).step_shape)
 
 
+def _plan_or_refusal(*args, **kwargs):
+    """plan_kv_bound's plan, or its refusal (a pool that cannot admit one request: under new-token-ratio admission
+    a pool of one request's exact size cannot, as SGLang's rule asks for fewer tokens than are free)."""
+    from simulator.kvbound import plan_kv_bound
+
+    try:
+        return plan_kv_bound(*args, **kwargs)
+    except RuntimeError as refused:
+        return str(refused)
+
+
+def _same_outcome(a, b) -> None:
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b and "cannot hold one request" in a
+    else:
+        _same_plan(a, b)
+
+
 def _same_plan(a, b) -> None:
     assert [a.shapes[i] for i in a.step_shape] == [b.shapes[i] for i in b.step_shape]
     for name in ("counts", "first_step", "finish_step", "arrival", "event_step", "step_decode", "kind"):
@@ -169,17 +187,19 @@ def test_a_pool_that_never_binds_streams_as_the_plain_planner(output):
 @settings(max_examples=examples(200), deadline=None)
 @given(case=bound_workloads(), seqs=st.integers(1, 6),
        timed=st.sampled_from([None, "closed", "streamed", "poisson"]),
-       ctx=st.sampled_from(["mean", "mid"]), round_to=st.sampled_from([1, 8, 128]))
-def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx, round_to):
+       ctx=st.sampled_from(["mean", "mid"]), round_to=st.sampled_from([1, 8, 128]),
+       admission=st.sampled_from(["max-utilization", "new-token-ratio"]))
+def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx, round_to, admission):
     """Untimed, timed, and behind a front end that streams at a cost (each step's chunks hold back the
     requests behind them, so the run asks before each step whether one reached the scheduler)."""
     import dataclasses
 
     from simulator import Frontend, StepPricer
-    from simulator.kvbound import DecodeRun, plan_kv_bound
+    from simulator.kvbound import DecodeRun
     from tests.simulator.test_timeline import affine
 
     w, blocks = case
+    w = dataclasses.replace(w, kv_admission=admission)
     if timed in ("closed", "streamed"):
         fe = Frontend(request_ms=0.2, return_ms=0.5, client_ms=2.0, stream_us=300.0 if timed == "streamed" else 0.0)
         w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2), frontend=fe)
@@ -188,9 +208,9 @@ def test_the_decode_run_fast_forward_plays_as_every_step(case, seqs, timed, ctx,
     scheduler = TokenBudget(max_num_seqs=seqs)
     off = DecodeRun()
     off.enabled = False
-    plans = [plan_kv_bound(w, scheduler, blocks, decode_context=ctx, context_round=round_to, run=run,
-                           step_ms=StepPricer(affine, scheduler) if w.timed else None) for run in (DecodeRun(), off)]
-    _same_plan(*plans)
+    plans = [_plan_or_refusal(w, scheduler, blocks, decode_context=ctx, context_round=round_to, run=run,
+                              step_ms=StepPricer(affine, scheduler) if w.timed else None) for run in (DecodeRun(), off)]
+    _same_outcome(*plans)
 
 
 @st.composite
@@ -207,17 +227,19 @@ def crowded_workloads(draw):
 @settings(max_examples=examples(200), deadline=None)
 @given(case=st.one_of(bound_workloads(), crowded_workloads()), seqs=st.integers(1, 64),
        timed=st.sampled_from([None, "closed", "streamed"]), cap=st.sampled_from([None, 4]),
-       ctx=st.sampled_from(["mean", "mid"]), run=st.booleans())
-def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap, ctx, run):
+       ctx=st.sampled_from(["mean", "mid"]), run=st.booleans(),
+       admission=st.sampled_from(["max-utilization", "new-token-ratio"]))
+def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap, ctx, run, admission):
     """Decoders (the head run of decoding requests kept as one step count) against every request played,
     with the decode-run fast-forward on or off, untimed, timed and behind a streaming front end."""
     import dataclasses
 
     from simulator import Frontend, StepPricer
-    from simulator.kvbound import Decoders, DecodeRun, plan_kv_bound
+    from simulator.kvbound import Decoders, DecodeRun
     from tests.simulator.test_timeline import affine
 
     w, blocks = case
+    w = dataclasses.replace(w, kv_admission=admission)
     if timed:
         fe = Frontend(return_ms=0.5, client_ms=2.0, stream_us=300.0 if timed == "streamed" else 0.0)
         w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2), frontend=fe)
@@ -226,9 +248,9 @@ def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap,
     for on in (True, False):
         decoders, decode_run = Decoders(), DecodeRun()
         decoders.enabled, decode_run.enabled = on, run
-        plans.append(plan_kv_bound(w, scheduler, blocks, decode_context=ctx, run=decode_run, decoders=decoders,
-                                   step_ms=StepPricer(affine, scheduler) if w.timed else None))
-    _same_plan(*plans)
+        plans.append(_plan_or_refusal(w, scheduler, blocks, decode_context=ctx, run=decode_run, decoders=decoders,
+                                      step_ms=StepPricer(affine, scheduler) if w.timed else None))
+    _same_outcome(*plans)
 
 
 def test_the_head_run_of_decoders_takes_all_but_the_cut_prompt_of_a_crowded_loop():
@@ -282,6 +304,22 @@ def test_guaranteed_no_evict_admits_only_what_fits_to_the_last_token_and_never_p
     assert vllm.preemptions > 0
 
 
+def test_new_token_ratio_admits_a_prompt_with_its_whole_output_beside_a_share_of_what_the_running_have_left():
+    """SGLang's admission, by hand, on the pool above (21 blocks: 336 tokens), requests of 100 + 60 tokens.
+    Step 0: the first needs 160 < 336 and is admitted (its prompt takes 7 blocks, its 60 tokens of output are
+    promised); the second needs 160, not < 224 - 0.098 x 60 - 60 = 158.1: refused. Step 1: the first has 59 left,
+    and 160 < 224 - 0.098 x 59 = 218.2 admits the second; the third needs 160, not < 112 - 0.098 x 119. So two
+    run, staggered by a step: the pairs start at steps 0, 60 and 120 (the third admitted when the first frees its
+    10 blocks: 160 < 176 - 0.098 x 1), 181 steps, and nothing is preempted."""
+    kw = {"input_length": 100, "output_length": 60, "max_batched_tokens": 512, "concurrency": 6, "kv_blocks": 22}
+    p = plan(Workload(**kw, kv_admission="new-token-ratio"), TokenBudget())
+    per_step = [sum(key.concurrency for key in p.shapes[i]) for i in p.step_shape]
+    prefills = [i for i, shape in enumerate(p.step_shape) if any(not k.is_decode for k in p.shapes[shape])]
+    assert (p.preemptions, p.num_steps, max(per_step), per_step[0]) == (0, 181, 2, 1)
+    assert prefills == [0, 1, 60, 61, 120, 121]
+    assert p.peak_kv_tokens == 320
+
+
 def test_a_request_whose_whole_kv_cannot_fit_is_refused_under_no_evict():
     w = Workload(100, 300, 512, 2, kv_blocks=20, kv_admission="guaranteed-no-evict")  # 25 blocks > 19
     with pytest.raises(RuntimeError, match="cannot hold one request"):
@@ -299,3 +337,25 @@ def test_the_pool_a_load_outgrows_hand_computed():
     assert kv_pool(Workload(60, 40, 64, 10), 1000, 10) == (62, 840)
     assert kv_pool(Workload(60, 40, 64, 10, kv_admission=NO_EVICT), 1000, 10) == (62, -math.inf)
     assert kv_pool(Workload(50, 30, 64, 10, kv_admission=NO_EVICT), 1000, 10) == (62, 840)
+    assert kv_pool(Workload(60, 40, 64, 10, kv_admission="new-token-ratio"), 1000, 10) == (62, -math.inf)
+    assert kv_pool(Workload(50, 30, 64, 10, kv_admission="new-token-ratio"), 1250, 10) == (78, 1090)  # 10 x 96 + 32
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(case=bound_workloads(), seqs=st.integers(1, 8))
+def test_new_token_ratio_refuses_nobody_while_every_request_in_flight_fits_whole(case, seqs):
+    """In the smallest pool `kv_pool` plans a load without (every request in flight, prompt and output, and two
+    blocks each to spare: `held_kv_tokens`), SGLang's rule refuses nobody: it admits as vLLM's does there."""
+    import dataclasses
+
+    from simulator.blocks import held_kv_tokens, kv_pool
+
+    w, _ = case
+    w = dataclasses.replace(w, kv_admission="new-token-ratio")
+    in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
+    capacity = held_kv_tokens(w, 0.0, in_flight) + BLOCK_SIZE * in_flight
+    assert kv_pool(w, capacity, in_flight).fits == held_kv_tokens(w, 0.0, in_flight)  # not bound: planned without
+    blocks = kv_pool(w, capacity, in_flight).blocks
+    sglang, vllm = (plan(dataclasses.replace(w, kv_blocks=blocks, kv_admission=rule), TokenBudget(max_num_seqs=seqs))
+                    for rule in ("new-token-ratio", "max-utilization"))
+    _same_plan(sglang, vllm)
