@@ -308,9 +308,10 @@ class DecodeRun:
     and nobody was preempted, admitted or finished is followed by the same step, one token further,
     while nobody finishes, the running requests' blocks fit the pool (free blocks only shrink then,
     so a waiting request that did not fit still does not; under new-token-ratio admission, where the
-    share held for the running requests shrinks too, only while nobody waits), the decode key's rounded mean context
-    holds and (timed) no request reaches the scheduler (behind a front end that streams at a cost, whose
-    backlog moves the next arrival step by step, asked before each step). `enabled = False` plays every step."""
+    share held for the running requests shrinks too, only while nobody waits), the decode key's rounded
+    mean context holds and (timed) no request reaches the scheduler (behind a front end that streams at
+    a cost, whose backlog moves the next arrival step by step, asked before each step). `enabled = False`
+    plays every step."""
 
     enabled = True
 
@@ -422,12 +423,13 @@ class _KVPlan:
 
     def _decode_run(self, shape_id: int, d: int, ctx: int) -> None:
         k = self.run.steps(self.planner, d, ctx, self.fixed, self.round_to)
-        if k > 0 and self.timed and self.arrivals.streams:
+        if k <= 0:
+            return
+        if self.timed and self.arrivals.streams:  # asked before each step; the steps taken are recorded
             k = self._streamed_before_arrival(shape_id, d, k)
-        elif k > 0:
+        else:
             k = self._before_arrival(k) if self.timed else k
-            if k > 0:
-                self._record(shape_id, d, k, d)
+            self._record(shape_id, d, k, d)
         if k <= 0:
             return
         planner = self.planner
