@@ -286,16 +286,20 @@ def _reserved_by_hbm(path: Path, table: dict) -> tuple:
     if unknown:
         raise ValueError(f"{path.name}: [memory] has unknown keys {unknown}; known: reserved_gib")
     pairs = table.get("reserved_gib", [])
-
-    def pair(p) -> bool:  # a bound > 0 (inf for the last class) and a finite GiB >= 0
-        return (isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                             for x in p) and p[0] > 0 and math.isfinite(p[1])
-                and p[1] >= 0)
-
-    if not (isinstance(pairs, list) and all(map(pair, pairs)) and all(a[0] < b[0] for a, b in pairwise(pairs))):
+    if not (isinstance(pairs, list) and all(map(_memory_class, pairs))
+            and all(a[0] < b[0] for a, b in pairwise(pairs))):
         raise ValueError(f"{path.name}: [memory] reserved_gib = {pairs!r} is not allowed; expected [[HBM below (GiB), "
                          "GiB left free], ...], the bounds > 0 and rising (the last may be inf), the GiB >= 0")
     return tuple((float(below), float(gib)) for below, gib in pairs)
+
+
+def _memory_class(pair) -> bool:
+    """Whether `pair` is [HBM below, GiB left free]: a bound > 0 (inf for the last class), a finite GiB >= 0."""
+    if not (isinstance(pair, list) and len(pair) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair)):
+        return False
+    below, gib = pair
+    return below > 0 and math.isfinite(gib) and gib >= 0
 
 
 def _efficiency(path: Path, table: dict) -> tuple:
