@@ -15,7 +15,7 @@ from latency import load_engine
 from latency.memory import GIB
 from orchestrator.jobs import Job
 from orchestrator.scenario import Layout, Scenario
-from simulator import PRICERS, Frontend, TokenBudget, Workload, plan, price, step_times
+from simulator import PRICERS, Frontend, PrefillFirst, TokenBudget, Workload, plan, price, step_times
 from simulator.benchmarks import protocol
 from simulator.blocks import KVPool, kv_pool
 from simulator.metrics import goodput, measure
@@ -223,10 +223,11 @@ def take_plans_made() -> list[str]:
 def _kv_pool(w: Workload, scheduler, job: Job, lm) -> KVPool | None:
     """The engine's KV pool a load is admitted into where its cache may bind (`kv_pool`). None: admission is
     not modelled here (decode-first, MTP, a prefill or decode instance)."""
-    if not isinstance(scheduler, TokenBudget) or job.role != "agg" or w.mtp_tokens:
+    if not isinstance(scheduler, (TokenBudget, PrefillFirst)) or job.role != "agg" or w.mtp_tokens:
         return None
     in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
-    running = min(in_flight, scheduler.max_num_seqs or in_flight)  # each holding a recurrent state, if any
+    seats = getattr(scheduler, "max_num_seqs", None) or in_flight  # (prefill-first has no cap)
+    running = min(in_flight, seats)  # each holding a recurrent state, if any
     return kv_pool(w, lm.memory_for(w.max_batched_tokens).tokens_left(running), in_flight)
 
 

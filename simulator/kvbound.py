@@ -27,9 +27,10 @@ the free blocks' tokens less NEW_TOKEN_SHARE of the tokens the running requests 
 The group timeline (`simulator.timeline`) cannot express this (a request's progress depends on
 blocks, not only on counts), so a KV-bound workload is planned here, one request at a time, into
 the same `Plan`: each step's unbroken run of decoding requests at the head of the running list kept as
-one (`Decoders`), pure decode stretches fast-forwarded (`DecodeRun`); both switchable. Only the
-token-budget policy is modelled (decode-first is the RFC's window policy, which has no admission rule) and
-one decode token per step (no MTP).
+one (`Decoders`), pure decode stretches fast-forwarded (`DecodeRun`); both switchable. The token-budget
+policy is modelled, and SGLang's prefill-first (a step is a prefill batch of the started prompts and then
+the requests admitted, nobody decoding; with none, every running request decodes); not decode-first (the
+RFC's window policy, which has no admission rule), and one decode token per step (no MTP).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from simulator.arrivals import Arrivals
 from simulator.blocks import BLOCK_SIZE, CLIP_NEW_TOKENS, NEW_TOKEN_RATIO, NEW_TOKEN_SHARE, NO_EVICT
 from simulator.plans import Plan
 from simulator.planstate import round_context
-from simulator.scheduler import TokenBudget
+from simulator.scheduler import PrefillFirst, TokenBudget
 from simulator.shapebook import ShapeBook
 
 __all__ = ["DecodeRun", "Decoders", "KVBoundPlanner", "plan_kv_bound"]
@@ -89,17 +90,40 @@ class KVBoundPlanner:
         self.share = NEW_TOKEN_SHARE if w.kv_admission == NEW_TOKEN_RATIO else None
         self.to_generate = 0  # new-token-ratio: the tokens the running requests have left to generate
         self.decoders = decoders or Decoders()
+        self.prefill_first = isinstance(scheduler, PrefillFirst)
 
     def step(self) -> tuple[int, list[tuple[_Request, int]]]:
         """(decoders of the head run, the (request, tokens) of the others) of one step, in the order the
         scheduler assigns them: the head's decoders (`Decoders`) take a token each when all of them do."""
+        if self.prefill_first:
+            return self._prefill_first_step()
         budget = self.w.max_batched_tokens
         cap = self.scheduler.long_prefill_token_threshold or budget
         before = self.preemptions
         head = self.decoders.schedule(self, budget)
-        budget -= head
-        scheduled, running, free = [], self.running, self.free
-        for r in islice(running, head, None):  # per request per step; the list's iterator sees a preemption pop its end
+        scheduled, budget = self._schedule(islice(self.running, head, None), budget - head, cap)
+        self._admit(scheduled, budget, cap, self.preemptions > before)
+        return head, scheduled
+
+    def _prefill_first_step(self) -> tuple[int, list[tuple[_Request, int]]]:
+        """SGLang's default step: a prefill batch of the started prompts and then the requests admitted, up to
+        the budget, nobody decoding; where there is none, every running request decodes."""
+        budget, before = self.w.max_batched_tokens, self.preemptions
+        started = [r for r in islice(self.running, self.decoders.size, None)  # not decoding: prompt (or recompute) left
+                   if r.out == 0 or r.computed < r.tokens - 1]
+        scheduled, budget = self._schedule(started, budget, budget)
+        self._admit(scheduled, budget, budget, self.preemptions > before)
+        if scheduled:
+            return 0, scheduled
+        head = self.decoders.schedule(self, math.inf)
+        scheduled, _ = self._schedule(islice(self.running, head, None), math.inf, math.inf)
+        return head, scheduled
+
+    def _schedule(self, requests, budget, cap) -> tuple[list[tuple[_Request, int]], int]:
+        """Each running request of `requests` in turn gets min(what it needs, `cap`, the budget left), its blocks
+        taken (preempting the newest where they do not fit); returns (the scheduled, the budget left)."""
+        scheduled, free = [], self.free
+        for r in requests:  # per request per step; the list's iterator sees a preemption pop its end
             if budget <= 0:
                 break
             n = r.prompt + r.out - r.computed
@@ -120,7 +144,12 @@ class KVBoundPlanner:
             scheduled.append((r, n))
             budget -= n
         self.free = free
-        seats, preempted = self.scheduler.max_num_seqs or math.inf, self.preemptions > before
+        return scheduled, budget
+
+    def _admit(self, scheduled: list, budget, cap, preempted: bool) -> None:
+        """Waiting requests in FIFO order, while the budget lasts, seats are free and each fits by the
+        admission rule (none after a preemption), each given min(its prompt left, `cap`, the budget left)."""
+        seats = getattr(self.scheduler, "max_num_seqs", None) or math.inf
         promised = 0  # new-token-ratio: the outputs of the requests this step admitted
         while not preempted and self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
@@ -145,7 +174,6 @@ class KVBoundPlanner:
             scheduled.append((r, n))
             budget -= n
         self.peak_blocks = max(self.peak_blocks, self.pool - self.free)
-        return head, scheduled
 
     def _fit(self, r: _Request, tokens: int) -> bool:
         """Give `r` the blocks of `tokens`, preempting the newest running requests until they fit;
@@ -526,9 +554,9 @@ def plan_kv_bound(w, scheduler, kv_blocks: int, *, phase: str = "both", decode_c
 
 
 def _check(w, scheduler, kv_blocks: int, phase: str) -> None:
-    if not isinstance(scheduler, TokenBudget):
-        raise ValueError(f"KV-bound admission is modelled for the token-budget policy (vLLM V1's), not "
-                         f"{scheduler.name!r}")
+    if not isinstance(scheduler, (TokenBudget, PrefillFirst)):
+        raise ValueError(f"KV-bound admission is modelled for the token-budget (vLLM V1's) and prefill-first "
+                         f"(SGLang's) policies, not {scheduler.name!r}")
     if w.mtp_tokens:
         raise ValueError("KV-bound admission with MTP draft tokens is not modelled")
     if phase != "both":

@@ -122,7 +122,7 @@ def test_a_pool_too_small_queues_requests_hand_computed():
 def test_kv_bound_refusals_name_what_is_not_modelled():
     from simulator import DecodeFirstWithSlack
 
-    with pytest.raises(ValueError, match="token-budget policy"):
+    with pytest.raises(ValueError, match="token-budget .* and prefill-first .* policies, not .decode-first"):
         plan(Workload(16, 4, 64, 3, kv_blocks=3), DecodeFirstWithSlack())
     with pytest.raises(ValueError, match="MTP"):
         plan(Workload(16, 4, 64, 3, kv_blocks=3, mtp_tokens=1, mtp_acceptance_rates=(0.5,)), TokenBudget())
@@ -159,6 +159,40 @@ def _same_plan(a, b) -> None:
         assert np.allclose(a.step_end_ms, b.step_end_ms) and np.allclose(a.event_ms, b.event_ms)
     if a.step_delivered_ms is not None or b.step_delivered_ms is not None:
         assert np.allclose(a.step_delivered_ms, b.step_delivered_ms)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(case=bound_workloads(), timed=st.sampled_from([None, "closed", "streamed"]))
+def test_a_pool_that_never_binds_plays_prefill_first_as_the_plain_planner(case, timed):
+    """SGLang's default policy in the KV-bound planner, in a pool every request holds whole: the same steps as
+    the group timeline's PrefillFirst (a prefill batch of the started prompts then whole ones, the last cut to the
+    budget, nobody decoding; else every ready request decodes), the same first tokens and finishes, untimed,
+    timed and behind a streaming front end."""
+    import dataclasses
+
+    from simulator import Frontend, PrefillFirst, StepPricer, per_request
+    from simulator.kvbound import plan_kv_bound
+    from tests.simulator.test_timeline import affine
+
+    w, _ = case
+    w = dataclasses.replace(w, prefix_cache_hit_rate=0.0)  # (the plain planner shares cached prefixes by group)
+    if timed:
+        fe = Frontend(request_ms=0.3, return_ms=0.5, client_ms=1.0, stream_us=300.0 if timed == "streamed" else 0.0)
+        w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2), measure="all", frontend=fe)
+    scheduler = PrefillFirst()
+    step_ms = StepPricer(affine, scheduler) if w.timed else None
+    plain = plan(w, scheduler, step_ms=step_ms)
+    bound = plan_kv_bound(w, scheduler, 10_000, step_ms=step_ms)
+    assert [plain.shapes[i] for i in plain.step_shape] == [bound.shapes[i] for i in bound.step_shape]
+    assert bound.preemptions == 0
+    if w.timed:
+        times = [per_request(p, np.diff(np.concatenate(([0.0], p.step_end_ms)))) for p in (plain, bound)]
+        for key in ("arrival_ms", "first_token_ms", "finish_ms"):
+            assert np.allclose(np.sort(times[0][key]), np.sort(times[1][key])), key
+    else:
+        for p in (plain, bound):
+            assert p.counts.sum() == w.prompts
+        assert sorted(np.repeat(plain.finish_step, plain.counts)) == sorted(np.repeat(bound.finish_step, bound.counts))
 
 
 @pytest.mark.parametrize("output", [2, 3, 9])
@@ -228,13 +262,14 @@ def crowded_workloads(draw):
 @given(case=st.one_of(bound_workloads(), crowded_workloads()), seqs=st.integers(1, 64),
        timed=st.sampled_from([None, "closed", "streamed"]), cap=st.sampled_from([None, 4]),
        ctx=st.sampled_from(["mean", "mid"]), run=st.booleans(),
-       admission=st.sampled_from(["max-utilization", "new-token-ratio"]))
-def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap, ctx, run, admission):
+       admission=st.sampled_from(["max-utilization", "new-token-ratio"]), prefill_first=st.booleans())
+def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap, ctx, run, admission, prefill_first):
     """Decoders (the head run of decoding requests kept as one step count) against every request played,
-    with the decode-run fast-forward on or off, untimed, timed and behind a streaming front end."""
+    with the decode-run fast-forward on or off, untimed, timed and behind a streaming front end, under either
+    admission and either policy that has one (token budget; SGLang's prefill-first)."""
     import dataclasses
 
-    from simulator import Frontend, StepPricer
+    from simulator import Frontend, PrefillFirst, StepPricer
     from simulator.kvbound import Decoders, DecodeRun
     from tests.simulator.test_timeline import affine
 
@@ -243,7 +278,7 @@ def test_the_head_run_of_decoders_plays_as_every_request(case, seqs, timed, cap,
     if timed:
         fe = Frontend(return_ms=0.5, client_ms=2.0, stream_us=300.0 if timed == "streamed" else 0.0)
         w = dataclasses.replace(w, arrival="closed", num_prompts=max(w.prompts, 2), frontend=fe)
-    scheduler = TokenBudget(max_num_seqs=seqs, long_prefill_token_threshold=cap)
+    scheduler = PrefillFirst() if prefill_first else TokenBudget(max_num_seqs=seqs, long_prefill_token_threshold=cap)
     plans = []
     for on in (True, False):
         decoders, decode_run = Decoders(), DecodeRun()
