@@ -109,8 +109,8 @@ class KVBoundPlanner:
         """SGLang's default step: a prefill batch of the started prompts and then the requests admitted, up to
         the budget, nobody decoding; where there is none, every running request decodes."""
         budget, before = self.w.max_batched_tokens, self.preemptions
-        started = [r for r in islice(self.running, self.decoders.size, None)  # not decoding: prompt (or recompute) left
-                   if r.out == 0 or r.computed < r.tokens - 1]
+        started = (r for r in islice(self.running, self.decoders.size, None)  # not decoding: prompt (or recompute)
+                   if r.out == 0 or r.computed < r.tokens - 1)  # left; lazily, past what a preemption pops
         scheduled, budget = self._schedule(started, budget, budget)
         self._admit(scheduled, budget, budget, self.preemptions > before)
         if scheduled:
