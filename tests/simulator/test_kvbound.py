@@ -195,6 +195,23 @@ def test_a_pool_that_never_binds_plays_prefill_first_as_the_plain_planner(case, 
         assert sorted(np.repeat(plain.finish_step, plain.counts)) == sorted(np.repeat(bound.finish_step, bound.counts))
 
 
+def test_a_prefill_batch_does_not_schedule_a_started_prompt_its_first_preempted():
+    """Two started prompts of 100 tokens in a pool of 7 blocks, the second holding one: the first's 7 blocks
+    preempt the second (the newest), which goes back to the queue holding nothing, and only the first is in the
+    batch."""
+    from simulator import PrefillFirst
+    from simulator.kvbound import KVBoundPlanner, _Request
+
+    planner = KVBoundPlanner(Workload(100, 10, 512, 2), PrefillFirst(), kv_blocks=8)
+    first, second = _Request(0, 100, 10, 0, 0), _Request(0, 100, 10, 0, 0)
+    planner.running += [first, second]
+    planner._take(second, 16)
+    head, scheduled = planner.step()
+    assert (head, scheduled) == (0, [(first, 100)])
+    assert list(planner.waiting) == [second] and second.blocks == 0 and planner.preemptions == 1
+    assert first.blocks == 7 and planner.free == 0
+
+
 @pytest.mark.parametrize("output", [2, 3, 9])
 def test_a_pool_that_never_binds_streams_as_the_plain_planner(output):
     """The KV-bound planner's front end streams each step's chunks and sends replacements when the last
