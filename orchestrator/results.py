@@ -40,7 +40,8 @@ POINT_COLUMNS = {
     "num_steps": "forward steps simulated", "prefill_num_chunks": "chunks per prompt",
     "decoding_requests": "mean requests decoding per step, time-weighted, all attention ranks (below the "
                          "concurrency when the KV cache bound admission)",
-    "kv_bound": "the KV cache bound admission: requests waited for blocks as vLLM queues them",
+    "kv_bound": "the KV cache bound admission: requests waited for blocks, as the engine's capacity scheduler "
+                "admits them",
     "preemptions": "running requests preempted for KV blocks (freed, recomputed later)",
     "effective_input_length": "prompt tokens left after the prefix cache",
     "peak_kv_tokens": "KV tokens held at the fullest step",

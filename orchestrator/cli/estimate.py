@@ -173,7 +173,7 @@ def cmd_estimate(a) -> int:
         print(f"prefix cache: {hits[0]:.0%} of the {hits[1]} requests found their prompt cached (the cache kept "
               f"{hits[2]} prompt tokens beside the requests in flight)")
     if row["kv_bound"]:
-        print(f"KV cache bound the load: requests waited for blocks as vLLM queues them; "
+        print(f"KV cache bound the load: requests waited for blocks, admitted by {s.capacity_scheduler}; "
               f"{row['decoding_requests']:.1f} decoding on average of {row['concurrency']} in flight, "
               f"{row['preemptions']} preemptions (recomputed)")
     table = breakdown(s, row)

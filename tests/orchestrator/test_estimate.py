@@ -688,6 +688,28 @@ def test_tensorrt_llm_admits_as_its_guaranteed_no_evict_capacity_scheduler_and_m
         "guaranteed-no-evict" in p.stderr
 
 
+def test_sglang_queues_a_load_its_cache_cannot_hold_by_its_own_admission_and_says_so():
+    """SGLang on one H100 (13.1 GiB left free by its memory fraction: ~16,100 tokens of Qwen3-32B's KV), 64 clients
+    of 4,096 + 2,048 tokens: its prefill-first policy is played KV-bound (it was refused as not fitting), admitted
+    by its new-token-ratio rule, which runs fewer and preempts less than vLLM's rule on the same pool (2.4 against
+    2.7 decoding, 26 against 120 preemptions); estimate names the rule."""
+    base = {"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "tp_sizes": (1,), "input_length": 4096,
+            "output_length": 2048, "concurrency": 64, "arrival": "closed", "num_prompts": 128, "engine": "sglang"}
+    own = configure(base)
+    assert (own.capacity_scheduler, own.scheduler, own.reserved_memory_gb) == ("new-token-ratio", "prefill-first",
+                                                                              13.125)
+    sglang = estimate(own)
+    vllm_rule = estimate(configure({**base, "capacity_scheduler": "max-utilization"}))
+    assert sglang["kv_bound"] and sglang["fits_memory"] and sglang["decoding_requests"] < 3
+    assert vllm_rule["kv_bound"] and sglang["decoding_requests"] < vllm_rule["decoding_requests"]
+    assert sglang["preemptions"] < vllm_rule["preemptions"]  # a prompt is admitted with room for its output
+    p = run("estimate", "Qwen/Qwen3-32B", "--device", "H100_SXM", "--tp-sizes", "1", "--engine", "sglang",
+            "--input-length", "4096", "--output-length", "2048", "--concurrency", "64", "--arrival", "closed",
+            "--num-prompts", "128")
+    assert p.returncode == 0 and "KV cache bound the load: requests waited for blocks, admitted by new-token-ratio;" \
+        in p.stdout and "DOES NOT FIT" not in p.stdout
+
+
 def test_a_hundred_million_clients_answer_with_their_queue_in_ttft_and_columns_apart():
     """A closed loop of 10^8 clients on one H200 (vLLM seats 1024, its KV pool fewer): planned as a loop of
     2048 that keeps the engine as busy, the others' wait in TTFT (Little's law: clients = throughput x E2E,
