@@ -203,6 +203,9 @@ def read_configs(path: Path, defaults: dict):
         unknown = []
     else:
         unknown = [c for c in table.columns if c not in FIELD_BY_KEY]
+        for column in [c for c in unknown if c in measured_runs.MEASURED_SPEC]:  # calibrate's form: checked first
+            for i, text in enumerate(table[column]):
+                measured_runs.measured_ms(text, f"{path} line {i + 2}, column {column}")
     configs = []
     for i, cells in enumerate(rows):
         values = dict(defaults)
@@ -244,10 +247,5 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
         filled = kept[column].fillna(metrics[column])
         kept[column] = filled.astype(metrics[column].dtype) if filled.notna().all() else filled
     metrics = metrics[[c for c in metrics.columns if c not in kept.columns]]
-    measured = [c for c in unknown if c in measured_runs.MEASURED_SPEC]  # calibrate's form: our error beside them
-    cells = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=measured) if measured else {}
-    for column in measured:
-        for i, text in enumerate(cells[column]):
-            measured_runs.measured_ms(text, f"{path} line {i + 2}, column {column}")
     table = measured_runs.add_errors(pd.concat([kept, metrics], axis=1), metrics, measured_runs.MEASURED_SPEC)
-    return table, [c for c in unknown if c not in measured]
+    return table, [c for c in unknown if c not in measured_runs.MEASURED_SPEC]  # calibrate's form: errors beside
