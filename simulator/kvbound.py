@@ -423,11 +423,15 @@ class _KVPlan:
 
     def arrive(self, step: int) -> None:
         """Timed: hand the scheduler what reached it (jumping the clock when the engine is idle)."""
-        last_start = self.step_end[-1] - self.shape_ms[self.step_shape[-1]] if self.step_end else None
-        idle = not self.planner.waiting and not self.planner.running
-        self.clock, due = self.arrivals.arrived(self.clock, idle, last_start)
-        for t in due:
+        for t in self._reached(not self.planner.waiting and not self.planner.running):
             self.send(1, step - 1, t)
+
+    def _reached(self, idle: bool) -> list[float]:
+        """Timed: the send times of the requests that reached the scheduler by the step about to start (the clock
+        moved as `Arrivals.arrived` moves it)."""
+        last_start = self.step_end[-1] - self.shape_ms[self.step_shape[-1]] if self.step_end else None
+        self.clock, due = self.arrivals.arrived(self.clock, idle, last_start)
+        return due
 
     def play(self) -> int:
         """One step (and the decode run after it); returns the requests that finished."""
@@ -476,9 +480,7 @@ class _KVPlan:
         scheduler, recorded: asked before each step as the loop asks (`arrive`; the chunks of the steps before
         hold back the requests behind them), without planning the step."""
         for j in range(k):
-            last_start = self.step_end[-1] - self.shape_ms[self.step_shape[-1]]
-            self.clock, due = self.arrivals.arrived(self.clock, False, last_start)
-            if due:
+            if self._reached(idle=False):
                 return j
             self._record(shape_id, d, 1, d)
         return k
