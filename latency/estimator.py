@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import cache, cached_property
 from pathlib import Path
 
@@ -79,6 +79,18 @@ COUNTED_BEFORE = ("qkv_proj", "o_proj")
 COUNTED_AFTER = ("mlp", "moe", "elementwise", "lm_head", "tp_comm", "ep_comm", "pp_comm")
 
 
+@dataclass(frozen=True)
+class HeadShape:
+    """What one attention layer keeps and computes a head: its KV cache's elements a token on a device, and
+    the query-key and value widths its prefill and its decode attend over (MLA's decode: the latent's)."""
+
+    kv_elems: float
+    qk_prefill: int
+    v_prefill: int
+    qk_decode: int
+    v_decode: int
+
+
 class RooflineModel:
     """Latency and memory of one model instance (tp x pp devices) on one device type."""
 
@@ -110,21 +122,16 @@ class RooflineModel:
             self.kv_b_params = m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / tp
             self.qkv_params = q_in + h * (m.kv_lora_rank + m.qk_rope_head_dim) + self.kv_b_params
             self.o_params = m.num_heads * m.v_head_dim * h / tp
-            self.kv_elems_per_token_layer = m.kv_lora_rank + m.qk_rope_head_dim  # latent, every TP rank
-            self.d_qk_prefill = m.qk_nope_head_dim + m.qk_rope_head_dim
-            self.d_v_prefill = m.v_head_dim
-            self.d_qk_decode = m.kv_lora_rank + m.qk_rope_head_dim  # absorbed
-            self.d_v_decode = m.kv_lora_rank
+            # the latent on every TP rank; prefill attends over expanded heads, decode over the absorbed latent
+            self.full_heads = self.local_heads = HeadShape(
+                m.kv_lora_rank + m.qk_rope_head_dim, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim,
+                m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank)
             if m.is_sparse:  # the indexer's projections, on every TP rank, spread over the layers
                 self.qkv_params += self._index_params * m.num_index_layers / m.num_layers
         else:
-            kv_dev = max(m.num_kv_heads / tp, 1.0)  # KV heads are replicated when tp > kv heads
             self.kv_b_params = 0.0
-            queries = self.heads * (2 if m.attention_output_gate else 1)  # a gate as wide as the queries
-            self.qkv_params = h * m.head_dim * (queries + 2 * kv_dev)
-            self.o_params = self.heads * m.head_dim * h
-            self.kv_elems_per_token_layer = 2 * kv_dev * m.head_dim
-            self.d_qk_prefill = self.d_v_prefill = self.d_qk_decode = self.d_v_decode = m.head_dim
+            self._derive_gqa()
+        self.kv_elems_per_token_layer = self.full_heads.kv_elems  # the KV cache holds the full layers'
         self._derive_linear()
         #: layers by how their attention is priced: whole context, a window or chunk, a recurrent state
         self.attention_layers = (m.num_full_layers, m.num_local_layers, m.num_linear_layers)
@@ -143,6 +150,27 @@ class RooflineModel:
         upcast = self.quant.weight_only_experts or (self.quant.experts_dtype == "fp4" and not self.native_fp4_experts)
         self.weight_only_share = self.device.eff_weight_only_experts if upcast else 1.0
         self.lm_head_params = m.vocab_size * h / tp
+
+    def _derive_gqa(self) -> None:
+        """Grouped-query layers' share of a device: projections and a head's widths of the sliding and the full
+        layers (alike but in Gemma 4 and MiMo-V2), their projections averaged over those layers."""
+        m, h = self.model, self.model.hidden_size
+        queries = self.heads * (2 if m.attention_output_gate else 1)  # a gate as wide as the queries
+        local = (m.num_kv_heads, m.head_dim, m.values_dim, False)
+        full = (m.full_kv_heads or m.num_kv_heads, m.full_head_dim or m.head_dim,
+                m.full_v_head_dim or m.full_head_dim or m.values_dim, m.full_values_from_keys)
+        parts = {}
+        for kind, (kv, width, values, from_keys) in (("local", local), ("full", full)):
+            kv_dev = max(kv / self.parallel.tp, 1.0)  # KV heads are replicated when tp > kv heads
+            projected = kv_dev * (width + (0 if from_keys else values))
+            parts[kind] = (h * (queries * width + projected), self.heads * values * h,
+                           HeadShape(kv_dev * (width + values), width, values, width, values))
+        (self.qkv_params, self.o_params, self.local_heads), full_parts = parts["local"], parts["full"]
+        self.full_heads = full_parts[2]
+        if full != local:
+            n_full, n_local = m.num_full_layers, m.num_local_layers
+            self.qkv_params = (n_full * full_parts[0] + n_local * self.qkv_params) / (n_full + n_local)
+            self.o_params = (n_full * full_parts[1] + n_local * self.o_params) / (n_full + n_local)
 
     def _derive_linear(self) -> None:
         """Gated delta-net layers' share of a device (their heads split over tp): projections in (queries, keys,
@@ -330,9 +358,9 @@ class RooflineModel:
         per head) add no cost worth pricing."""
         m, peak = self.model, self.device.peak_flops("bf16")
         _, local_layers, linear_layers = self.attention_layers
-        full, bound = self._attention_entries(dec, conc, q, s, peak, detail)
-        windowed = (self._attention_entries(dec, conc, q, s, peak, False, m.sliding_window, m.attention_chunk)[0]
-                    if local_layers else None)
+        full, bound = self._attention_entries(dec, conc, q, s, peak, detail, self.full_heads)
+        windowed = (self._attention_entries(dec, conc, q, s, peak, False, self.local_heads, m.sliding_window,
+                                            m.attention_chunk)[0] if local_layers else None)
         return full, windowed, self._recurrent(conc, q) if linear_layers else None, bound
 
     def _recurrent(self, conc, q):
@@ -345,21 +373,22 @@ class RooflineModel:
         return self._roof(flops, bytes_, d.peak_flops("bf16"), d.eff_attention,
                           LINEAR_KERNELS * d.kernel_overhead_us * 1e-3, False)[0]
 
-    def _attention_entries(self, dec, conc, q, s, peak, detail: bool, window: int = 0, chunk: int = 0):
-        """One layer's attention ms of each entry (and what bounds it, with `detail`); with a `window`
-        each query sees at most that many keys and the step reads at most that much of each request's KV;
-        with a `chunk`, the keys of its own chunk, reading those of the chunks its queries are in.
+    def _attention_entries(self, dec, conc, q, s, peak, detail: bool, heads: HeadShape, window: int = 0,
+                           chunk: int = 0):
+        """One layer's attention ms of each entry (and what bounds it, with `detail`), its heads `heads`; with a
+        `window` each query sees at most that many keys and the step reads at most that much of each request's
+        KV; with a `chunk`, the keys of its own chunk, reading those of the chunks its queries are in.
         Entries are arrays, or numbers for one (the same float operations, without numpy's cost a call)."""
         d, m = self.device, self.model
-        kv_bytes_tok = self.kv_elems_per_token_layer * self.quant.kv_bytes
+        kv_bytes_tok = heads.kv_elems * self.quant.kv_bytes
         window = window or m.index_topk  # sparse attention: a query attends to the keys its indexer picks
         if chunk:
             pairs, keys_read = _chunked_pairs(q, s, chunk), s - (s - q) // chunk * chunk
         else:
             pairs = _causal_pairs(q, s, window)
             keys_read = np.minimum(s, window) if window else s
-        d_qk = self.d_qk_decode if m.is_sparse else _pick(dec, self.d_qk_decode, self.d_qk_prefill)
-        d_v = self.d_v_decode if m.is_sparse else _pick(dec, self.d_v_decode, self.d_v_prefill)
+        d_qk = heads.qk_decode if m.is_sparse else _pick(dec, heads.qk_decode, heads.qk_prefill)
+        d_v = heads.v_decode if m.is_sparse else _pick(dec, heads.v_decode, heads.v_prefill)
         flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
         if m.is_mla and not m.is_sparse:  # dense prefill expands the earlier context's latent into K and V
             flops = flops + _pick(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)

@@ -20,6 +20,7 @@ UNMODELLED = {
     "sparse_attention_config": "sparse attention",
     "global_head_dim": "layers of two head sizes (global layers wider than the local ones)",
     "num_kv_shared_layers": "layers that read another layer's KV cache",
+    "per_layer_input_embeddings": "per-layer input embeddings (Gemma's E models)",
 }
 
 
@@ -176,18 +177,99 @@ def chunked(config: dict, layers: int, name: str) -> dict:
 
 def sparse(config: dict, layers: int, name: str) -> dict:
     """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): an indexer of `index_n_heads` x `index_head_dim`
-    scores every earlier key of each query and MLA attends to the `index_topk` best. GLM-5.2's
-    `indexer_types` lets a "shared" layer reuse an earlier layer's pick: only "full" ones run an indexer."""
+    scores every earlier key of each query and MLA attends to the `index_topk` best (grouped-query heads in
+    MiniMax-M3). GLM-5.2's `indexer_types` lets a "shared" layer reuse an earlier layer's pick: only "full" ones
+    run an indexer."""
     topk = config.get("index_topk") or 0
     if not topk:
         return {}
-    if not config.get("kv_lora_rank"):
-        raise ValueError(f"model config {name!r} has 'index_topk' without MLA (kv_lora_rank): servesweep models "
-                         "sparse attention over MLA layers only")
     kinds = config.get("indexer_types")
     indexed = sum(1 for kind in kinds if kind == "full") if kinds else layers
     return {"index_topk": int(topk), "index_heads": int(config.get("index_n_heads") or 0),
             "index_head_dim": int(config.get("index_head_dim") or 0), "num_index_layers": indexed}
+
+
+#: the keys the Gemma 4 and MiMo-V2 readers state their full-attention layers' own shape under (not config keys
+#: of any family): KV heads, query-key width, value width, values read from the keys' projection
+FULL_KEYS = ("_full_kv_heads", "_full_head_dim", "_full_v_head_dim", "_full_values_from_keys")
+
+
+def full_attention(config: dict) -> dict:
+    """The full-attention layers' own shape, where a reader stated one (`FULL_KEYS`)."""
+    kv, width, values, from_keys = (config.get(key) for key in FULL_KEYS)
+    if not (kv or width):
+        return {}
+    return {"full_kv_heads": int(kv or 0), "full_head_dim": int(width or 0), "full_v_head_dim": int(values or 0),
+            "full_values_from_keys": bool(from_keys)}
+
+
+def gemma4(config: dict) -> dict:
+    """Gemma 4's text config in the keys the other families use: sliding layers of `head_dim` x
+    `num_key_value_heads`, global (full) ones of `global_head_dim` x `num_global_key_value_heads` whose values
+    are their keys' projection (`attention_k_eq_v`: no value projection, K and V both cached); in the MoE
+    (`enable_moe_block`) a dense MLP `intermediate_size` wide beside the routed experts on every layer, read as
+    a shared expert. Per-layer input embeddings and layers that share another's KV are refused."""
+    if config.get("model_type") != "gemma4_text":
+        return config
+    out = {k: v for k, v in config.items() if k not in ("global_head_dim", "num_global_key_value_heads",
+                                                         "attention_k_eq_v", "top_k_experts")}
+    if not config.get("num_kv_shared_layers"):
+        out.pop("num_kv_shared_layers", None)
+    if config.get("hidden_size_per_layer_input"):
+        out["per_layer_input_embeddings"] = config["hidden_size_per_layer_input"]  # refused below, by name
+    moe = bool(config.get("enable_moe_block") and config.get("num_experts"))
+    return {**out, "num_experts": config.get("num_experts") if moe else 0,
+            "num_experts_per_tok": config.get("top_k_experts") if moe else 0,
+            "shared_expert_intermediate_size": config.get("intermediate_size") if moe else None,
+            "_full_kv_heads": config.get("num_global_key_value_heads") or config.get("num_key_value_heads"),
+            "_full_head_dim": config.get("global_head_dim") or config.get("head_dim"),
+            "_full_values_from_keys": bool(config.get("attention_k_eq_v"))}
+
+
+def mimo_v2(config: dict, name: str) -> dict:
+    """MiMo-V2-Flash's config in the keys the other families use: `hybrid_layer_pattern` 1 a sliding layer of
+    the `swa_*` heads (window `sliding_window`), 0 a full one of the model-wide heads, keys and values of their
+    own widths (`head_dim`, `v_head_dim`); `moe_layer_freq` 0 a dense layer."""
+    if config.get("model_type") != "mimo_v2_flash":
+        return config
+    pattern = config.get("hybrid_layer_pattern") or []
+    if set(pattern) - {0, 1} or len(pattern) != config.get("num_hidden_layers"):
+        raise ValueError(f"model config {name!r} has hybrid_layer_pattern {pattern}: servesweep reads one 0 (full) "
+                         "or 1 (sliding window) a layer")
+    if config.get("swa_num_attention_heads", config.get("num_attention_heads")) != config.get("num_attention_heads"):
+        raise ValueError(f"model config {name!r} has sliding layers of {config['swa_num_attention_heads']} query "
+                         f"heads beside {config['num_attention_heads']}: servesweep models one query head count")
+    out = {k: v for k, v in config.items() if k not in ("hybrid_layer_pattern", "attention_chunk_size")}
+    freq = config.get("moe_layer_freq")
+    dense = [i for i, f in enumerate(freq) if not f] if isinstance(freq, list) else []
+    return {**out, "layer_types": ["sliding_attention" if kind else "full_attention" for kind in pattern],
+            "num_key_value_heads": config.get("swa_num_key_value_heads") or config.get("num_key_value_heads"),
+            "head_dim": config.get("swa_head_dim") or config.get("head_dim"),
+            "v_head_dim": config.get("swa_v_head_dim") or config.get("v_head_dim"),
+            "mlp_only_layers": dense,
+            "_full_kv_heads": config.get("num_key_value_heads"), "_full_head_dim": config.get("head_dim"),
+            "_full_v_head_dim": config.get("v_head_dim")}
+
+
+def minimax_m3(config: dict) -> dict:
+    """MiniMax-M3's sparse attention (`sparse_attention_config`) in DeepSeek's keys: grouped-query layers attend
+    to the `sparse_topk_blocks` blocks of `sparse_block_size` tokens an indexer of `sparse_num_index_heads` x
+    `sparse_index_dim` picks, and the query's own (local) block; its dense layers are `dense_intermediate_size`
+    wide. The layers `sparse_attention_freq` leaves dense (its first 3 of 60) are priced as the sparse ones, with
+    no indexer, as AIConfigurator prices them: below the top-k's 2,176 keys they cost the same."""
+    msa = config.get("sparse_attention_config")
+    if not isinstance(msa, dict) or "sparse_topk_blocks" not in msa:  # (NVIDIA's copy names no model_type)
+        return config
+    out = {k: v for k, v in config.items() if k != "sparse_attention_config"}
+    blocks = msa.get("sparse_topk_blocks", 0) + msa.get("sparse_local_block", 0) + msa.get("sparse_init_block", 0)
+    freq, moe = msa.get("sparse_attention_freq"), config.get("moe_layer_freq")
+    if isinstance(moe, list):
+        out["first_k_dense_replace"] = moe.index(1) if 1 in moe else len(moe)
+    return {**out, "intermediate_size": config.get("dense_intermediate_size") or config.get("intermediate_size"),
+            "moe_intermediate_size": config.get("moe_intermediate_size") or config.get("intermediate_size"),
+            "index_topk": blocks * msa.get("sparse_block_size", 0), "index_n_heads": msa.get("sparse_num_index_heads"),
+            "index_head_dim": msa.get("sparse_index_dim"),
+            "indexer_types": ["full" if f else "shared" for f in freq] if isinstance(freq, list) else None}
 
 
 def context_length(config: dict) -> int:

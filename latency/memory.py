@@ -41,6 +41,13 @@ class MemoryPicture:
         running request)."""
         return math.ceil(self.state_bytes_per_request / self.kv_bytes_per_token)
 
+    def requests_held(self, requests: int, context_tokens: float) -> int:
+        """How many of `requests` (at least one) the pool holds at once, each its state and `context_tokens` of
+        KV: where states are large (Gemma 4's windows) fewer than are sent run, and the rest queue."""
+        if not self.state_tokens:
+            return requests
+        return max(1, min(requests, int(self.kv_capacity_tokens // (self.state_tokens + context_tokens))))
+
     def tokens_left(self, in_flight: float) -> int:
         """KV tokens left for the context of `in_flight` requests once each holds its recurrent state."""
         return max(0, self.kv_capacity_tokens - int(in_flight) * self.state_tokens)
@@ -75,7 +82,7 @@ class MemoryAccount:
     def kv_bytes_per_token(self) -> float:
         """KV of one token of context on the fullest stage. Sliding-window layers hold only their
         window per request (vLLM's hybrid allocator frees older blocks), so a token of context costs
-        the full-attention layers' KV; the window's few blocks per request are left out. A sparse-attention
+        the full-attention layers' KV; the window is a request's own (`state_bytes_per_request`). A sparse-attention
         model keeps every token's indexer key too, in each layer that runs an indexer."""
         layers = -(-self.model.num_full_layers // self.parallel.pp)
         indexed = -(-self.model.num_index_layers // self.parallel.pp)  # sparse attention's index cache
@@ -83,9 +90,17 @@ class MemoryAccount:
 
     @property
     def state_bytes_per_request(self) -> float:
-        """A request's recurrent state on the fullest stage: each gated delta-net layer's (none elsewhere)."""
-        layers = -(-self.model.num_linear_layers // self.parallel.pp)
-        return layers * self.share.state_bytes_layer
+        """What a request holds on the fullest stage whatever its context: each gated delta-net layer's
+        recurrent state, and each local layer's KV of its window or chunk (held whole: a context shorter than
+        it holds less; Gemma 4's 25 sliding layers keep 1,024 tokens each, 200 MiB a request at bf16)."""
+        m, pp = self.model, self.parallel.pp
+        linear = -(-m.num_linear_layers // pp) * self.share.state_bytes_layer
+        if not m.num_local_layers:
+            return linear
+        window_tokens = (m.num_sliding_layers * m.sliding_window + m.num_chunked_layers * m.attention_chunk) \
+            / m.num_local_layers  # a local layer's, on average
+        local = -(-m.num_local_layers // pp) * window_tokens * self.share.local_heads.kv_elems * self.quant.kv_bytes
+        return linear + local
 
     def activation_bytes(self, tokens: int) -> float:
         """Peak transient activations of a step of `tokens` tokens (largest intermediate + logits)."""

@@ -53,6 +53,10 @@ class ModelSpec:
     linear_conv_kernel: int = 0
     linear_state_bytes: int = 0
     attention_output_gate: bool = False  # full-attention layers project a gate as wide as their queries (Qwen3.5)
+    full_kv_heads: int = 0             # full-attention layers' own KV heads, query-key and value widths and
+    full_head_dim: int = 0             # whether their values are their keys (no value projection), where they
+    full_v_head_dim: int = 0           # differ from the sliding layers' (Gemma 4's global layers, MiMo-V2's
+    full_values_from_keys: bool = False  # full ones); 0: as every layer's
     mlp_matrices: int = 3              # an MLP's (and an expert's) matrices: gate, up, down; 2 where ungated (relu2)
     moe_latent_size: int = 0           # routed experts' width in and out where they work in a latent (0: hidden)
     num_mlp_free_layers: int = 0       # layers whose block has no MLP (Nemotron-H's attention blocks)
@@ -105,6 +109,11 @@ class ModelSpec:
         return self.num_sliding_layers + self.num_chunked_layers
 
     @property
+    def values_dim(self) -> int:
+        """A (non-MLA) head's value width: `v_head_dim` where it differs from the keys' (MiMo-V2), else head_dim."""
+        return self.v_head_dim or self.head_dim
+
+    @property
     def num_full_layers(self) -> int:
         """Layers whose attention (and KV) spans the whole context."""
         return self.num_layers - self.num_local_layers - self.num_linear_layers
@@ -118,7 +127,8 @@ class ModelSpec:
         if isinstance(config.get("text_config"), dict) and "hidden_size" not in config:
             config = {**config["text_config"], "quantization_config": config["text_config"].get(
                 "quantization_config", config.get("quantization_config"))}
-        config = families.nemotron_h(families.llama4(config))
+        config = families.mimo_v2(families.gemma4(families.nemotron_h(families.llama4(config))), name)
+        config = families.minimax_m3(config)
         families.refuse_unknown(config, name)
 
         def need(key):
@@ -175,6 +185,7 @@ class ModelSpec:
             moe_latent_size=int(config.get("moe_latent_size") or 0) if experts else 0,
             num_mlp_free_layers=int(config.get(families.MLP_FREE, 0)),
             **families.sparse(config, layers, name),
+            **families.full_attention(config),
         )
         spec.validate()
         return spec
@@ -184,6 +195,9 @@ class ModelSpec:
                       "intermediate_size", "vocab_size"):
             if getattr(self, field) < 1:
                 raise ValueError(f"model {self.name!r}: {field} must be >= 1, got {getattr(self, field)}")
+        for field in ("full_kv_heads", "full_head_dim", "full_v_head_dim", "v_head_dim"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"model {self.name!r}: {field} must be >= 0, got {getattr(self, field)}")
         if self.is_moe and not 1 <= self.experts_per_token <= self.num_experts:
             raise ValueError(f"model {self.name!r}: experts_per_token must be in [1, {self.num_experts}]")
         if self.is_moe and self.moe_intermediate_size < 1:

@@ -67,9 +67,9 @@ class ParallelSpec:
             raise ValueError(f"tp*pp*attention_dp*dp = {self.num_devices} does not match {num_devices} devices")
         if model.num_heads % self.tp:
             raise ValueError(f"tp={self.tp} must divide the {model.num_heads} attention heads of {model.name}")
-        kv = model.num_kv_heads
-        if not model.is_mla and kv % self.tp and self.tp % kv:
-            raise ValueError(f"tp={self.tp} and the {kv} KV heads of {model.name} must divide one another")
+        for kv in {model.num_kv_heads, model.full_kv_heads or model.num_kv_heads}:
+            if not model.is_mla and kv % self.tp and self.tp % kv:
+                raise ValueError(f"tp={self.tp} and the {kv} KV heads of {model.name} must divide one another")
         if model.num_linear_layers and (model.linear_key_heads % self.tp or model.linear_value_heads % self.tp):
             raise ValueError(f"tp={self.tp} must divide the {model.linear_key_heads} key and "
                              f"{model.linear_value_heads} value heads of {model.name}'s gated delta-net layers")

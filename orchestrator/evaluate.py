@@ -144,7 +144,8 @@ def with_prompt_cache(w: Workload, lm) -> Workload:
     the KV pool beyond its requests in flight (a typical request each), least recently used out."""
     if w.prompt_pool is None or not w.prompt_pool.cached:
         return w
-    capacity = lm.memory_for(w.max_batched_tokens).tokens_left(w.concurrency)
+    mem = lm.memory_for(w.max_batched_tokens)
+    capacity = mem.tokens_left(mem.requests_held(w.concurrency, w.typical_context))
     in_flight = w.concurrency * (w.input_length + w.output_length)
     return replace(w, prompt_pool=replace(w.prompt_pool, cache_tokens=max(0, int(capacity - in_flight))))
 
@@ -227,8 +228,9 @@ def _kv_pool(w: Workload, scheduler, job: Job, lm) -> KVPool | None:
         return None
     in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
     seats = getattr(scheduler, "max_num_seqs", None) or in_flight  # (prefill-first has no cap)
-    running = min(in_flight, seats)  # each holding a recurrent state, if any
-    return kv_pool(w, lm.memory_for(w.max_batched_tokens).tokens_left(running), in_flight)
+    mem = lm.memory_for(w.max_batched_tokens)
+    running = mem.requests_held(min(in_flight, seats), w.typical_context)  # each holding its state, if any
+    return kv_pool(w, mem.tokens_left(running), in_flight)
 
 
 def point_key(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple:
@@ -317,8 +319,9 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
     dp = s.num_devices // layout.devices
     kv_gib = m.peak_kv_tokens * mem.kv_bytes_per_token / GIB
     in_flight = m.request_throughput * m.e2e_ms / 1000.0  # Little's law
-    held = round(in_flight) if m.arrival == "poisson" else m.concurrency  # requests holding a recurrent state
-    kv_tokens = mem.tokens_left(held)  # what their states (linear-attention layers') leave
+    held = round(in_flight) if m.arrival == "poisson" else m.concurrency  # requests holding a state
+    held = mem.requests_held(held, s.typical("input_length") + s.typical("output_length") / 2)  # (at once)
+    kv_tokens = mem.tokens_left(held)  # what their states (linear-attention layers', windows) leave
     return {
         "role": role, "tp": layout.tp, "pp": layout.pp, "dp": dp, "ep": layout.ep,
         "attention_dp": ranks, "moe_tp": layout.moe_tp,

@@ -107,7 +107,8 @@ def is_measured(columns) -> bool:
 
 def our_model(path: str) -> str:
     """The shipped model a checkpoint's name stands for: its format suffix dropped, and another
-    publisher's copy (nvidia/Llama-3.1-8B-Instruct-FP8) read as the shipped original of that name;
+    publisher's copy (nvidia/Llama-3.1-8B-Instruct-FP8; nvidia/Gemma-4-31B-IT-NVFP4, in its own capitals) read as
+    the shipped original of that name;
     a name we do not ship is kept (the model's own check names it)."""
     name = path
     for suffix in FORMAT_SUFFIXES:
@@ -115,7 +116,7 @@ def our_model(path: str) -> str:
     shipped = known_models()
     if name in shipped:
         return name
-    same = [m for m in shipped if m.split("/")[-1] == name.split("/")[-1]]
+    same = [m for m in shipped if m.split("/")[-1].lower() == name.split("/")[-1].lower()]
     return same[0] if len(same) == 1 else path
 
 

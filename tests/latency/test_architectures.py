@@ -324,10 +324,24 @@ def test_sparse_attention_parsed_with_its_indexer():
     glm = load_model("zai-org/GLM-5.2")
     assert (glm.index_topk, glm.index_heads, glm.num_index_layers, glm.num_layers) == (2048, 32, 21, 78)
     assert load_model("zai-org/GLM-5.1").num_index_layers == 78
-    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
-              "vocab_size": 100, "index_topk": 16}
-    with pytest.raises(ValueError, match="sparse attention over MLA layers only"):
-        ModelSpec.from_config(config, "odd")
+
+
+def test_minimax_m3_sparse_attention_over_grouped_query_heads():
+    """MiniMax-M3: 60 grouped-query layers (64 query heads, 4 KV heads of 128) attend to 16 picked blocks of 128
+    tokens and their own, 2,176 keys; 57 run an indexer of 4 x 128; 3 dense layers 12,288 wide, 57 MoE layers of
+    128 experts 3,072 wide (top 4) and a shared one. A decode token's attention costs the same at 64k and 128k
+    tokens of context but for its indexer's scores; the KV cache holds every token, and its index key."""
+    m = load_model("MiniMaxAI/MiniMax-M3")
+    assert (m.index_topk, m.index_heads, m.index_head_dim, m.num_index_layers) == (2176, 4, 128, 57)
+    assert not m.is_mla and (m.num_heads, m.num_kv_heads, m.head_dim, m.num_full_layers) == (64, 4, 128, 60)
+    assert (m.num_dense_layers, m.intermediate_size, m.num_experts, m.experts_per_token, m.num_shared_experts) == \
+        (3, 12288, 128, 4, 1)
+    lm = build_latency_model("MiniMaxAI/MiniMax-M3", device="B200", tp=4)
+    assert lm.memory.kv_bytes_per_token == 60 * 2 * 1 * 128 * 2 + 57 * (128 + 4)
+    short = lm._attention_parts(True, 64.0, 1.0, 65536.0, False)[0]
+    long_ = lm._attention_parts(True, 64.0, 1.0, 131072.0, False)[0]
+    index = (lm._indexer(64.0, 1.0, 131072.0) - lm._indexer(64.0, 1.0, 65536.0)) * 57 / 60
+    assert long_ - short == pytest.approx(index)
 
 
 def test_sparse_attention_reads_its_top_k_and_an_index_key_of_every_token():
@@ -339,7 +353,7 @@ def test_sparse_attention_reads_its_top_k_and_an_index_key_of_every_token():
     peak = lm.device.peak_flops("bf16")
 
     def core(s):  # one layer's attention without its indexer
-        return lm._attention_entries(True, 64.0, 1.0, s, peak, False)[0] - lm._indexer(64.0, 1.0, s)
+        return lm._attention_entries(True, 64.0, 1.0, s, peak, False, lm.full_heads)[0] - lm._indexer(64.0, 1.0, s)
 
     assert core(4096.0) == pytest.approx(core(2048.0)) == pytest.approx(core(131072.0))
     assert core(1024.0) < core(2048.0)
@@ -531,3 +545,83 @@ def test_a_dense_nemotron_h_prices_its_mlp_blocks_and_refuses_more_mlps_than_mix
     assert lm.dense_layers == 2 and lm.mlp_params == 2 * 64 * 128  # up and down, no gate
     with pytest.raises(ValueError, match="hybrid state-space"):
         ModelSpec.from_config({**config, "hybrid_override_pattern": "M--"}, "odd")
+
+
+def test_gemma4_layers_of_two_head_sizes_hand_computed():
+    """Gemma-4-26B-A4B: 25 sliding layers (16 query heads and 8 KV heads of 256, over 1,024 tokens) and 5 global
+    ones (2 KV heads of 512, values from the keys' projection: no value weights); every layer's dense MLP 2,112
+    wide beside 128 experts 704 wide (top 8), read as 3 shared experts; tied 262,144-token embeddings. 25.2B
+    weights, as Google publishes it; KV a token in the 5 global layers alone, and a request's 1,024-token window
+    in the 25 others (200 MiB in bf16)."""
+    m = load_model("google/gemma-4-26B-A4B")
+    assert (m.num_sliding_layers, m.num_full_layers, m.sliding_window) == (25, 5, 1024)
+    assert (m.num_kv_heads, m.head_dim, m.full_kv_heads, m.full_head_dim, m.full_values_from_keys) == \
+        (8, 256, 2, 512, True)
+    assert (m.num_experts, m.experts_per_token, m.num_shared_experts, m.num_dense_layers) == (128, 8, 3, 0)
+    lm = build_latency_model("google/gemma-4-26B-A4B", device="H200_SXM", tp=1)
+    h = 2816
+    sliding = h * (16 * 256 + 8 * 2 * 256) + 16 * 256 * h
+    glob = h * (16 * 512 + 2 * 512) + 16 * 512 * h  # queries and keys only: the values are the keys
+    moe = 128 * 3 * h * 704 + 3 * 3 * h * 704 + h * 128
+    params = 25 * sliding + 5 * glob + 30 * moe + 262144 * h
+    assert lm.memory_account.weights_bytes == pytest.approx(2 * params, rel=1e-12)
+    assert params == pytest.approx(25.2e9, rel=0.01)
+    mem = lm.memory
+    assert mem.kv_bytes_per_token == 5 * 2 * 2 * 512 * 2
+    assert mem.state_bytes_per_request == 25 * 1024 * 2 * 8 * 256 * 2 == 200 * 2**20
+
+
+def test_gemma4_global_layers_attend_with_their_own_heads():
+    """A decode token's global layer reads 2 KV heads of 512 (K and V) a token, a sliding one 8 of 256 over at
+    most 1,024 tokens: from 64k to 128k tokens of context only the global layers' reads double, and a global
+    layer priced with the sliding layers' heads would read twice its KV (decode attention is memory-bound)."""
+    lm = build_latency_model("google/gemma-4-26B-A4B", device="H200_SXM", tp=1)
+    assert (lm.full_heads.kv_elems, lm.local_heads.kv_elems) == (2 * 1024, 8 * 512)
+    assert (lm.full_heads.qk_decode, lm.local_heads.qk_decode) == (512, 256)
+    full, local, _, _ = lm._attention_parts(True, 64.0, 1.0, 65536.0, False)
+    full2, local2, _, _ = lm._attention_parts(True, 64.0, 1.0, 131072.0, False)
+    assert local == pytest.approx(local2) and full2 > 1.8 * full
+    peak = lm.device.peak_flops("bf16")
+    as_sliding = lm._attention_entries(True, 64.0, 1.0, 65536.0, peak, False, lm.local_heads)[0]
+    assert 0.45 < full / as_sliding < 0.55  # 2 x 1,024 elements a token against 8 x 512
+
+
+def test_a_model_s_full_layers_alike_its_sliding_ones_price_as_one_shape():
+    """full_* fields naming the sliding layers' own shape change no price (gpt-oss-120b, to the bit)."""
+    from dataclasses import replace
+
+    from latency import ParallelSpec, RooflineModel, load_device, parse_quantization
+
+    plain = load_model("openai/gpt-oss-120b")
+    same = replace(plain, full_kv_heads=plain.num_kv_heads, full_head_dim=plain.head_dim)
+    keys = [ForwardKey(True, 64, 1, 4096), ForwardKey(False, 1, 2048, 2048)]
+    prices = [RooflineModel(m, load_device("H200_SXM"), ParallelSpec(tp=2), parse_quantization("bf16+mxfp4"))
+              for m in (plain, same)]
+    assert prices[0].latency_ms(keys).tolist() == prices[1].latency_ms(keys).tolist()
+    assert prices[0].memory.kv_capacity_tokens == prices[1].memory.kv_capacity_tokens
+
+
+def test_mimo_v2_flash_hybrid_pattern_read_as_sliding_and_full_layers():
+    """MiMo-V2-Flash: `hybrid_layer_pattern` 1 a sliding layer (39, 8 KV heads over 128 tokens), 0 a full one
+    (9, 4 KV heads); keys 192 wide and values 128 in both; the first layer's MLP dense; 309B weights, as
+    Xiaomi publishes it."""
+    m = load_model("XiaomiMiMo/MiMo-V2-Flash")
+    assert (m.num_sliding_layers, m.num_full_layers, m.sliding_window) == (39, 9, 128)
+    assert (m.num_kv_heads, m.full_kv_heads, m.head_dim, m.values_dim, m.full_v_head_dim) == (8, 4, 192, 128, 128)
+    assert (m.num_experts, m.experts_per_token, m.num_dense_layers, m.num_moe_layers) == (256, 8, 1, 47)
+    lm = build_latency_model("XiaomiMiMo/MiMo-V2-Flash", device="H200_SXM", tp=4)
+    assert lm.memory.kv_bytes_per_token == 9 * (4 / 4) * (192 + 128) * 2  # one KV head a device, K and V
+    h = 4096
+    sliding = h * (64 * 192 + 8 * (192 + 128)) + 64 * 128 * h
+    full = h * (64 * 192 + 4 * (192 + 128)) + 64 * 128 * h
+    params = 39 * sliding + 9 * full + 3 * h * 16384 + 47 * (256 * 3 * h * 2048 + h * 256) + 2 * 152576 * h
+    assert params == pytest.approx(309e9, rel=0.01)
+
+
+@pytest.mark.parametrize(("key", "value", "what"), [("num_kv_shared_layers", 2, "another layer's KV"),
+                                                     ("hidden_size_per_layer_input", 256, "per-layer input")])
+def test_a_gemma4_part_we_do_not_price_is_named(key, value, what):
+    config = json.loads((Path(__file__).parents[2] / "latency/data/models/google--gemma-4-31B-it.json").read_text())
+    with pytest.raises(ValueError, match=what):
+        ModelSpec.from_config({**config, key: value}, "gemma-e")
+    assert ModelSpec.from_config({**config, key: 0}, "gemma").full_head_dim == 512

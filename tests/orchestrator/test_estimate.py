@@ -847,7 +847,8 @@ def test_profiles_that_move_only_the_front_end_share_their_step_prices_and_rows_
 def test_each_request_in_flight_holds_its_recurrent_state_beside_its_kv():
     """Qwen3.5-27B on one H100: each request's delta-net state (147 MiB, 2,349 KV tokens' worth) comes out of
     the pool its context shares, so 96 clients of 1,100 tokens (106k of context, 326k with their states) are
-    bound by the cache where 32 are not, and the row's capacity is what their states leave."""
+    bound by the cache where 32 are not: 95 of them, each its state and 1,050 tokens on average, fit the pool at
+    once, and the row's capacity is what their states leave."""
     from latency import build_latency_model
 
     common = {"model": "Qwen/Qwen3.5-27B", "device": "H100_SXM", "engine": "vllm", "input_length": 1000,
@@ -857,9 +858,10 @@ def test_each_request_in_flight_holds_its_recurrent_state_beside_its_kv():
     state = mem.state_tokens
     # 48 layers x (48 x 128 x 128 float32 + 10,240 x 3 bf16 convolution inputs) = 153,944,064 bytes, over the
     # 65,536 of a token of KV: 2,349 tokens
-    assert state == 2349 and few["kv_capacity_tokens"] - many["kv_capacity_tokens"] == 64 * state
+    assert state == 2349 and few["kv_capacity_tokens"] - many["kv_capacity_tokens"] == 63 * state
     held = [r["available_gib"] + r["kv_gib"] for r in (few, many)]  # the HBM the states leave
-    assert held[0] - held[1] == pytest.approx(64 * mem.state_bytes_per_request / 1024**3)
-    pool = many["kv_capacity_tokens"] + 96 * state  # the KV pool before any state
+    assert held[0] - held[1] == pytest.approx(63 * mem.state_bytes_per_request / 1024**3)
+    pool = many["kv_capacity_tokens"] + 95 * state  # the KV pool before any state
+    assert pool // (state + 1050) == 95  # the requests it holds at once
     assert 96 * 1100 < pool and many["kv_bound"] and not few["kv_bound"]
     assert many["peak_kv_tokens"] <= many["kv_capacity_tokens"] and many["fits_memory"]
