@@ -41,7 +41,7 @@ NEW = [("Qwen/Qwen3.5-27B", 2, "", LOADS), ("Qwen/Qwen3.5-35B-A3B", 1, "", LOADS
        ("deepseek-ai/DeepSeek-V3.2", 8, "bf16", SMALL), ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 4, "", LOADS),
        ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 1, "", LOADS), ("XiaomiMiMo/MiMo-7B-Base", 1, "", LOADS),
        ("google/gemma-4-26B-A4B", 1, "", LOADS), ("XiaomiMiMo/MiMo-V2-Flash", 4, "fp8", LOADS),
-       ("MiniMaxAI/MiniMax-M3", 8, "", SMALL)]
+       ("MiniMaxAI/MiniMax-M3", 8, "", SMALL), ("deepseek-ai/DeepSeek-V4-Flash", 4, "", LOADS)]
 RELEASES = {"vllm": "0.24.0", "sglang": "0.5.14"}
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from latency.device import DeviceSpec
 from latency.engine import EngineProfile
+from latency.families import DENSE_RATIO, SPARSE_RATIO
 from latency.keys import ForwardKey, StepShape, keys_to_arrays, shape_columns
 from latency.memory import (
     ACT_BYTES,
@@ -130,7 +131,7 @@ class RooflineModel:
                 self.qkv_params += self._index_params * m.num_index_layers / m.num_layers
         else:
             self.kv_b_params = 0.0
-            self._derive_gqa()
+            self._derive_compressed() if m.compress_ratios else self._derive_gqa()
         self.kv_elems_per_token_layer = self.full_heads.kv_elems  # the KV cache holds the full layers'
         self._derive_linear()
         #: layers by how their attention is priced: whole context, a window or chunk, a recurrent state
@@ -171,6 +172,19 @@ class RooflineModel:
             n_full, n_local = m.num_full_layers, m.num_local_layers
             self.qkv_params = (n_full * full_parts[0] + n_local * self.qkv_params) / (n_full + n_local)
             self.o_params = (n_full * full_parts[1] + n_local * self.o_params) / (n_full + n_local)
+
+    def _derive_compressed(self) -> None:
+        """DeepSeek-V4's layers' share of a device, averaged over them: queries through their low rank to every
+        head, one KV entry (on every rank), each compressed layer's gated compressor (over two windows in a CSA
+        layer) and a CSA layer's indexer, the output projection in `o_groups` groups through `o_lora_rank`."""
+        m, h, tp = self.model, self.model.hidden_size, self.parallel.tp
+        w, L = m.head_dim, m.num_layers
+        sparse, dense = m.compressed_layers(SPARSE_RATIO), m.compressed_layers(DENSE_RATIO)
+        queries = h * m.q_lora_rank + m.q_lora_rank * m.num_heads * w / tp
+        compressors = (sparse * 2 * h * 2 * w + dense * 2 * h * w + sparse * self._index_params) / L
+        self.qkv_params = queries + h * w + compressors
+        self.o_params = (m.num_heads * w * m.o_lora_rank + m.o_groups * m.o_lora_rank * h) / tp
+        self.full_heads = self.local_heads = HeadShape(w, w, w, w, w)
 
     def _derive_linear(self) -> None:
         """Gated delta-net layers' share of a device (their heads split over tp): projections in (queries, keys,
@@ -358,6 +372,9 @@ class RooflineModel:
         per head) add no cost worth pricing."""
         m, peak = self.model, self.device.peak_flops("bf16")
         _, local_layers, linear_layers = self.attention_layers
+        if m.compress_ratios:  # one layer's on average: over_layers counts them all full
+            full, bound = self._compressed_attention(dec, conc, q, s, peak, detail)
+            return full, None, None, bound
         full, bound = self._attention_entries(dec, conc, q, s, peak, detail, self.full_heads)
         windowed = (self._attention_entries(dec, conc, q, s, peak, False, self.local_heads, m.sliding_window,
                                             m.attention_chunk)[0] if local_layers else None)
@@ -402,17 +419,42 @@ class RooflineModel:
             ms = ms + self._indexer(conc, q, s) * (m.num_index_layers / m.num_layers)
         return ms, bound
 
-    def _indexer(self, conc, q, s):
+    def _indexer(self, conc, q, s, ratio: int = 1):
         """One indexer's ms: every query scores every earlier key (FP8 dot products over its heads, where the
         device computes FP8), reading the layer's index cache and writing and reading a score a pair, then
-        picks the best `index_topk` (a second kernel)."""
+        picks the best `index_topk` (a second kernel); over a compressed layer's entries, one every `ratio`
+        tokens."""
         d, m = self.device, self.model
-        pairs = _causal_pairs(q, s)
+        pairs = _causal_pairs(q, s) / ratio
         peak = d.peak_flops("fp8" if d.computes("fp8") else "bf16")
         flops = 2 * conc * pairs * m.index_heads * m.index_head_dim
-        bytes_ = conc * (s * m.index_key_bytes + pairs * INDEX_SCORE_BYTES)
+        bytes_ = conc * (s / ratio * m.index_key_bytes + pairs * INDEX_SCORE_BYTES)
         return self._roof(flops, bytes_, peak, d.eff_attention, INDEX_KERNELS * d.kernel_overhead_us * 1e-3,
                           False)[0]
+
+    def _compressed_attention(self, dec, conc, q, s, peak, detail: bool):
+        """DeepSeek-V4's attention of one layer on average (and what bounds its CSA layers', with `detail`):
+        every layer attends to its window's latest tokens, a CSA layer also to the `index_topk` entries its
+        indexer picks of one every SPARSE_RATIO tokens, an HCA layer to all of one every DENSE_RATIO; an entry
+        is one head_dim wide, its key and its value, read by every head of the rank."""
+        m, d = self.model, self.device
+        entry, width = self.full_heads.kv_elems * self.quant.kv_bytes, self.heads * 2 * m.head_dim
+        kernel = (KERNELS["attention"] * d.kernel_overhead_us + _pick(dec, 0.0, d.prefill_attention_overhead_us)) * 1e-3
+        total, bound = 0.0, None
+        for ratio in (SPARSE_RATIO, DENSE_RATIO, 0):
+            if not (layers := m.compressed_layers(ratio)):
+                continue
+            pairs, keys = _causal_pairs(q, s, m.sliding_window), np.minimum(s, m.sliding_window)
+            if ratio:
+                cap = ratio * m.index_topk if ratio == SPARSE_RATIO else 0  # the picked entries' tokens
+                pairs = pairs + _causal_pairs(q, s, cap) / ratio
+                keys = keys + (np.minimum(s, cap) if cap else s) / ratio
+            ms, kind = self._roof(2 * conc * pairs * width, conc * (keys * entry + q * width * ACT_BYTES), peak,
+                                  d.eff_attention, kernel, detail, d.kv_memory_efficiency(self.quant.kv_bytes))
+            if ratio == SPARSE_RATIO:
+                ms = ms + self._indexer(conc, q, s, ratio)
+            total, bound = total + ms * layers, kind if bound is None else bound
+        return total / m.num_layers, bound
 
     def _moe(self, tokens, peak, detail: bool):
         """`tokens` are one attention rank's; every rank runs a step of the same size in lockstep, so

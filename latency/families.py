@@ -42,15 +42,16 @@ def refuse_unknown(config: dict, name: str) -> None:
 
 def checkpoint_quantization(config: dict) -> str:
     """The format a checkpoint's `quantization_config` declares, as a quantisation name: block FP8
-    (fp8), MXFP4 experts (bf16+mxfp4, gpt-oss), 4-bit groups of compressed-tensors (int4_wo for
-    integers, nvfp4 for floats), the linear layers kept in bf16 when attention is left out."""
+    (fp8; fp8+mxfp4 where its `expert_dtype` is fp4, DeepSeek-V4), MXFP4 experts (bf16+mxfp4, gpt-oss), 4-bit
+    groups of compressed-tensors (int4_wo for integers, nvfp4 for floats), the linear layers kept in bf16 when
+    attention is left out."""
     qc = config.get("quantization_config") or {}
     method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
     ignored = " ".join(str(x) for x in (qc.get("ignore") or qc.get("exclude_modules")
                                         or qc.get("modules_to_not_convert") or []))
     kept = "bf16+" if "self_attn" in ignored else ""
-    if method == "fp8":
-        return kept + "fp8" if kept else "fp8"
+    if method == "fp8":  # DeepSeek-V4's experts FP4 (MXFP4 scales) beside it
+        return kept + "fp8" if kept else ("fp8+mxfp4" if config.get("expert_dtype") == "fp4" else "fp8")
     if method == "mxfp4":
         return "bf16+mxfp4"
     if method == "nvfp4":
@@ -270,6 +271,41 @@ def minimax_m3(config: dict) -> dict:
             "index_topk": blocks * msa.get("sparse_block_size", 0), "index_n_heads": msa.get("sparse_num_index_heads"),
             "index_head_dim": msa.get("sparse_index_dim"),
             "indexer_types": ["full" if f else "shared" for f in freq] if isinstance(freq, list) else None}
+
+
+#: DeepSeek-V4's compressed layers: a KV entry every SPARSE_RATIO tokens, of which an indexer picks `index_topk`
+#: (CSA), or every DENSE_RATIO tokens, all attended (HCA); 0 a layer of its window alone (AIConfigurator's three)
+SPARSE_RATIO, DENSE_RATIO = 4, 128
+#: the keys DeepSeek-V4's reader hands `compressed` (not config keys of any family)
+COMPRESSED_KEYS = ("_compress_ratios", "_window")
+
+
+def deepseek_v4(config: dict, name: str) -> dict:
+    """DeepSeek-V4's config in the keys the other families use: one KV head of `head_dim` (keys and values one
+    entry) in every layer over a `sliding_window` of its latest tokens, and per `compress_ratios` (the first
+    `num_hidden_layers`; the last is its MTP layer's) a compressed cache beside it; the CSA layers' indexer is
+    DeepSeek's sparse attention's (`index_topk` entries). Its hyper-connections' residual streams (`hc_mult`) mix
+    with a few small matrices, not priced."""
+    if "compress_ratios" not in config or "o_groups" not in config:
+        return config
+    layers = config.get("num_hidden_layers") or 0
+    ratios = tuple(config["compress_ratios"][:layers])
+    if set(ratios) - {0, SPARSE_RATIO, DENSE_RATIO} or len(ratios) != layers:
+        raise ValueError(f"model config {name!r} has compress_ratios {sorted(set(ratios))} over {len(ratios)} of "
+                         f"{layers} layers: servesweep reads 0, {SPARSE_RATIO} and {DENSE_RATIO}, one a layer")
+    out = {k: v for k, v in config.items() if k not in ("compress_ratios", "hc_mult", "hc_eps", "hc_sinkhorn_iters")}
+    return {**out, "_compress_ratios": ratios, "_window": config.get("sliding_window") or 0,
+            "use_sliding_window": False,
+            "indexer_types": ["full" if r == SPARSE_RATIO else "shared" for r in ratios]}
+
+
+def compressed(config: dict) -> dict:
+    """DeepSeek-V4's compressed layers and grouped output projection, where its reader stated them."""
+    ratios, window = (config.get(key) for key in COMPRESSED_KEYS)
+    if not ratios:
+        return {}
+    return {"compress_ratios": tuple(ratios), "sliding_window": int(window), "o_groups": int(config["o_groups"]),
+            "o_lora_rank": int(config.get("o_lora_rank") or 0)}
 
 
 def context_length(config: dict) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from latency.families import DENSE_RATIO, SPARSE_RATIO
+
 GIB = 1024**3
 #: bf16 activations between ops
 ACT_BYTES = 2
@@ -84,9 +86,14 @@ class MemoryAccount:
         window per request (vLLM's hybrid allocator frees older blocks), so a token of context costs
         the full-attention layers' KV; the window is a request's own (`state_bytes_per_request`). A sparse-attention
         model keeps every token's indexer key too, in each layer that runs an indexer."""
-        layers = -(-self.model.num_full_layers // self.parallel.pp)
-        indexed = -(-self.model.num_index_layers // self.parallel.pp)  # sparse attention's index cache
-        return layers * self.share.kv_elems_per_token_layer * self.quant.kv_bytes + indexed * self.model.index_key_bytes
+        m, pp = self.model, self.parallel.pp
+        indexed = -(-m.num_index_layers // pp)  # sparse attention's index cache
+        if m.compress_ratios:  # DeepSeek-V4: an entry (and a CSA layer's index key) every few tokens
+            entry = self.share.kv_elems_per_token_layer * self.quant.kv_bytes
+            return (indexed * (entry + m.index_key_bytes) / SPARSE_RATIO
+                    + -(-m.compressed_layers(DENSE_RATIO) // pp) * entry / DENSE_RATIO)
+        layers = -(-m.num_full_layers // pp)
+        return layers * self.share.kv_elems_per_token_layer * self.quant.kv_bytes + indexed * m.index_key_bytes
 
     @property
     def state_bytes_per_request(self) -> float:
@@ -95,6 +102,9 @@ class MemoryAccount:
         it holds less; Gemma 4's 25 sliding layers keep 1,024 tokens each, 200 MiB a request at bf16)."""
         m, pp = self.model, self.parallel.pp
         linear = -(-m.num_linear_layers // pp) * self.share.state_bytes_layer
+        if m.compress_ratios:  # DeepSeek-V4: every layer's window
+            return linear + -(-m.num_layers // pp) * m.sliding_window * self.share.kv_elems_per_token_layer \
+                * self.quant.kv_bytes
         if not m.num_local_layers:
             return linear
         window_tokens = (m.num_sliding_layers * m.sliding_window + m.num_chunked_layers * m.attention_chunk) \

@@ -57,6 +57,9 @@ class ModelSpec:
     full_head_dim: int = 0             # whether their values are their keys (no value projection), where they
     full_v_head_dim: int = 0           # differ from the sliding layers' (Gemma 4's global layers, MiMo-V2's
     full_values_from_keys: bool = False  # full ones); 0: as every layer's
+    compress_ratios: tuple = ()        # DeepSeek-V4: each layer's tokens a KV entry (0: its window alone)
+    o_groups: int = 0                  # ... its output projection: the heads in groups, each to o_lora_rank,
+    o_lora_rank: int = 0               #     then all to the hidden width
     mlp_matrices: int = 3              # an MLP's (and an expert's) matrices: gate, up, down; 2 where ungated (relu2)
     moe_latent_size: int = 0           # routed experts' width in and out where they work in a latent (0: hidden)
     num_mlp_free_layers: int = 0       # layers whose block has no MLP (Nemotron-H's attention blocks)
@@ -113,6 +116,10 @@ class ModelSpec:
         """A (non-MLA) head's value width: `v_head_dim` where it differs from the keys' (MiMo-V2), else head_dim."""
         return self.v_head_dim or self.head_dim
 
+    def compressed_layers(self, ratio: int) -> int:
+        """DeepSeek-V4's layers that keep a KV entry every `ratio` tokens (0: their window alone)."""
+        return sum(1 for r in self.compress_ratios if r == ratio)
+
     @property
     def num_full_layers(self) -> int:
         """Layers whose attention (and KV) spans the whole context."""
@@ -128,7 +135,7 @@ class ModelSpec:
             config = {**config["text_config"], "quantization_config": config["text_config"].get(
                 "quantization_config", config.get("quantization_config"))}
         config = families.mimo_v2(families.gemma4(families.nemotron_h(families.llama4(config))), name)
-        config = families.minimax_m3(config)
+        config = families.deepseek_v4(families.minimax_m3(config), name)
         families.refuse_unknown(config, name)
 
         def need(key):
@@ -186,6 +193,7 @@ class ModelSpec:
             num_mlp_free_layers=int(config.get(families.MLP_FREE, 0)),
             **families.sparse(config, layers, name),
             **families.full_attention(config),
+            **families.compressed(config),
         )
         spec.validate()
         return spec

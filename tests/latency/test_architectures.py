@@ -625,3 +625,49 @@ def test_a_gemma4_part_we_do_not_price_is_named(key, value, what):
     with pytest.raises(ValueError, match=what):
         ModelSpec.from_config({**config, key: value}, "gemma-e")
     assert ModelSpec.from_config({**config, key: 0}, "gemma").full_head_dim == 512
+
+
+def test_deepseek_v4_compressed_layers_parsed_and_weighed_as_published():
+    """DeepSeek-V4-Flash: 43 layers of one 512-wide KV entry over a 128-token window, 21 CSA layers (an entry
+    every 4 tokens, an indexer of 64 x 128 picking 512), 20 HCA layers (an entry every 128 tokens), 2 of their
+    window alone; queries through a 1,024 rank, the output in 8 groups through 1,024; 256 experts 2,048 wide
+    (top 6) and a shared one; FP8 with FP4 experts. 287B weights (published: 284B); Pro 1.59T (1.6T)."""
+    m = load_model("deepseek-ai/DeepSeek-V4-Flash")
+    assert tuple(m.compressed_layers(r) for r in (4, 128, 0)) == (21, 20, 2) and m.num_index_layers == 21
+    assert (m.num_kv_heads, m.head_dim, m.sliding_window, m.index_topk, m.o_groups, m.o_lora_rank) == \
+        (1, 512, 128, 512, 8, 1024)
+    assert m.checkpoint_quantization == "fp8+mxfp4" and not m.is_mla and m.num_sliding_layers == 0
+    lm = build_latency_model("deepseek-ai/DeepSeek-V4-Flash", device="B200", tp=1, quantization="bf16")
+    h, w, rank = 4096, 512, 1024
+    index = rank * 64 * 128 + h * (128 + 64)
+    attention = 43 * (h * rank + rank * 64 * w + h * w + 64 * w * rank + 8 * rank * h) \
+        + 21 * (2 * h * 2 * w + index) + 20 * 2 * h * w
+    moe = 43 * (256 * 3 * h * 2048 + 3 * h * 2048 + h * 256)
+    params = attention + moe + 2 * 129280 * h
+    assert lm.memory_account.weights_bytes == pytest.approx(2 * params, rel=1e-9)
+    assert params == pytest.approx(284e9, rel=0.015)
+    pro = build_latency_model("deepseek-ai/DeepSeek-V4-Pro", device="B200", tp=8, quantization="bf16")
+    assert pro.memory_account.weights_bytes * 8 / 2 == pytest.approx(1.6e12, rel=0.015)
+
+
+def test_deepseek_v4_kv_a_token_is_its_compressed_entries_and_a_request_holds_its_windows():
+    """A token of context costs a quarter of an entry and of an index key in each CSA layer and 1/128 of an
+    entry in each HCA layer; every layer's window of 128 entries is a request's own."""
+    lm = build_latency_model("deepseek-ai/DeepSeek-V4-Flash", device="B200", tp=4, kv_cache_dtype="fp8")
+    mem = lm.memory
+    assert mem.kv_bytes_per_token == 21 * (512 + 128 + 4) / 4 + 20 * 512 / 128
+    assert mem.state_bytes_per_request == 43 * 128 * 512
+
+
+def test_deepseek_v4_decode_attention_reads_its_window_and_compressed_entries():
+    """A decode token at 64k tokens of context reads 128 + 512 entries in a CSA layer (its indexer scanning
+    16k), 128 + 512 in an HCA layer, 128 in a window layer; at 128k the HCA layers read 512 more each and the
+    indexers scan twice as much, nothing else: the difference is those bytes at the KV cache's bandwidth."""
+    lm = build_latency_model("deepseek-ai/DeepSeek-V4-Flash", device="B200", tp=4, kv_cache_dtype="fp8")
+    short = lm._attention_parts(True, 64.0, 1.0, 65536.0, False)[0]
+    long_ = lm._attention_parts(True, 64.0, 1.0, 131072.0, False)[0]
+    bandwidth = lm.device.hbm_bytes_per_s * lm.device.kv_memory_efficiency(1.0)
+    hca = 20 * 64 * 512 * 512 / bandwidth * 1e3  # 512 more entries of 512 FP8 bytes, 64 requests, 20 layers
+    index = 21 * (lm._indexer(64.0, 1.0, 131072.0, 4) - lm._indexer(64.0, 1.0, 65536.0, 4))
+    assert (long_ - short) * 43 == pytest.approx(hca + index, rel=1e-6)
+    assert short * 43 > 21 * lm._indexer(64.0, 1.0, 65536.0, 4)  # the entries' reads beside the indexers'

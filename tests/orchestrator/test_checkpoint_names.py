@@ -39,10 +39,11 @@ READ = {
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4", "google/gemma-4-26B-A4B", "nvidia/Gemma-4-26B-A4B-NVFP4",
-    "nvidia/Gemma-4-31B-IT-NVFP4", "XiaomiMiMo/MiMo-V2-Flash", "MiniMaxAI/MiniMax-M3", "nvidia/MiniMax-M3-NVFP4"}
+    "nvidia/Gemma-4-31B-IT-NVFP4", "XiaomiMiMo/MiMo-V2-Flash", "MiniMaxAI/MiniMax-M3", "nvidia/MiniMax-M3-NVFP4",
+    "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro", "nvidia/DeepSeek-V4-Flash-NVFP4",
+    "nvidia/DeepSeek-V4-Pro-NVFP4", "sgl-project/DeepSeek-V4-Flash-FP8", "sgl-project/DeepSeek-V4-Pro-FP8"}
 #: the matrix's checkpoints with a part we do not price: (name, the part named)
-REFUSED = [("deepseek-ai/DeepSeek-V4-Flash", "compressed attention"), ("nvidia/DeepSeek-V4-Pro-NVFP4", "compressed"),
-           ("moonshotai/Kimi-K3", "linear")]
+REFUSED = [("moonshotai/Kimi-K3", "linear")]
 
 
 def their_config(name: str) -> dict:
