@@ -122,6 +122,8 @@ class RooflineModel:
                     / tp) if m.q_lora_rank else h * m.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) / tp
             self.kv_b_params = m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / tp
             self.qkv_params = q_in + h * (m.kv_lora_rank + m.qk_rope_head_dim) + self.kv_b_params
+            if m.attention_output_gate:  # a gate on each head's output (Kimi-K3's MLA layers)
+                self.qkv_params += h * m.num_heads * m.v_head_dim / tp
             self.o_params = m.num_heads * m.v_head_dim * h / tp
             # the latent on every TP rank; prefill attends over expanded heads, decode over the absorbed latent
             self.full_heads = self.local_heads = HeadShape(

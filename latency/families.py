@@ -59,6 +59,8 @@ def checkpoint_quantization(config: dict) -> str:
     if method == "compressed-tensors" or (not method and qc.get("config_groups")):
         weights = [g.get("weights") or {} for g in (qc.get("config_groups") or {}).values()]
         if weights and all(w.get("num_bits") == 4 for w in weights):
+            if "mxfp4" in str(qc.get("format")):  # Kimi-K3's experts: MXFP4 groups of 32
+                return kept + "mxfp4"
             return kept + ("nvfp4" if weights[0].get("type") == "float" else "int4_wo")
     return ""
 
@@ -306,6 +308,27 @@ def compressed(config: dict) -> dict:
         return {}
     return {"compress_ratios": tuple(ratios), "sliding_window": int(window), "o_groups": int(config["o_groups"]),
             "o_lora_rank": int(config.get("o_lora_rank") or 0)}
+
+
+def kimi_linear(config: dict) -> dict:
+    """Kimi-K3's config (Kimi Linear) in the keys the other families use: `linear_attn_config` names its KDA
+    layers and its full (MLA) ones, counted from 1; a KDA layer (Kimi Delta Attention) is a gated delta-net of
+    `num_heads` key and value heads of `head_dim` (a state of head_dim x head_dim each, in float32) after a short
+    convolution of `short_conv_kernel_size`; its MLA layers gate their output (`mla_use_output_gate`); its
+    routed experts work in a `routed_expert_hidden_size` latent beside `num_shared_experts` at the hidden width."""
+    linear = config.get("linear_attn_config")
+    if config.get("model_type") != "kimi_linear" or not isinstance(linear, dict):
+        return config
+    kda, layers = set(linear.get("kda_layers") or ()), config.get("num_hidden_layers") or 0
+    out = {k: v for k, v in config.items() if k != "linear_attn_config"}
+    width, heads = linear.get("head_dim"), linear.get("num_heads")
+    return {**out, "layer_types": ["linear_attention" if i + 1 in kda else "full_attention" for i in range(layers)],
+            "linear_num_key_heads": heads, "linear_num_value_heads": heads, "linear_key_head_dim": width,
+            "linear_value_head_dim": width, "linear_conv_kernel_dim": linear.get("short_conv_kernel_size"),
+            "mamba_ssm_dtype": "float32", "attn_output_gate": bool(config.get("mla_use_output_gate")),
+            "num_experts_per_tok": config.get("num_experts_per_token"),
+            "n_shared_experts": config.get("num_shared_experts"),
+            "moe_latent_size": config.get("routed_expert_hidden_size")}
 
 
 def context_length(config: dict) -> int:

@@ -135,7 +135,7 @@ class ModelSpec:
             config = {**config["text_config"], "quantization_config": config["text_config"].get(
                 "quantization_config", config.get("quantization_config"))}
         config = families.mimo_v2(families.gemma4(families.nemotron_h(families.llama4(config))), name)
-        config = families.deepseek_v4(families.minimax_m3(config), name)
+        config = families.deepseek_v4(families.minimax_m3(families.kimi_linear(config)), name)
         families.refuse_unknown(config, name)
 
         def need(key):

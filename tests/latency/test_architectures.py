@@ -671,3 +671,21 @@ def test_deepseek_v4_decode_attention_reads_its_window_and_compressed_entries():
     index = 21 * (lm._indexer(64.0, 1.0, 131072.0, 4) - lm._indexer(64.0, 1.0, 65536.0, 4))
     assert (long_ - short) * 43 == pytest.approx(hca + index, rel=1e-6)
     assert short * 43 > 21 * lm._indexer(64.0, 1.0, 65536.0, 4)  # the entries' reads beside the indexers'
+
+
+def test_kimi_k3_kda_and_mla_layers_and_latent_experts():
+    """Kimi-K3: of 93 layers (counted from 1 in `linear_attn_config`), 69 KDA layers read as gated delta-nets of 96
+    key and value heads of 128 (a float32 state of 128 x 128 each, a 4-wide convolution) and 24 MLA layers with an
+    output gate; 896 experts 3,072 wide (top 16) in a 3,584 latent, two shared at the hidden width, the first
+    layer dense; its experts MXFP4. 2.79T weights (published: 2.8T); KV a token in the 24 MLA layers alone."""
+    m = load_model("moonshotai/Kimi-K3")
+    assert (m.num_linear_layers, m.num_full_layers, m.is_mla, m.attention_output_gate) == (69, 24, True, True)
+    assert (m.linear_key_heads, m.linear_value_dim, m.linear_conv_kernel, m.linear_state_bytes) == (96, 128, 4, 4)
+    assert (m.num_experts, m.experts_per_token, m.moe_latent_size, m.num_shared_experts, m.num_dense_layers) == \
+        (896, 16, 3584, 2, 1)
+    assert m.checkpoint_quantization == "bf16+mxfp4"
+    lm = build_latency_model("moonshotai/Kimi-K3", device="B200", tp=8, quantization="bf16")
+    assert lm.memory_account.weights_bytes * 8 / 2 == pytest.approx(2.8e12, rel=0.01)
+    mem = lm.memory
+    assert mem.kv_bytes_per_token == 24 * (512 + 64) * 2
+    assert mem.state_bytes_per_request == 69 * (96 / 8 * 128 * 128 * 4 + 3 * 96 * 128 / 8 * 3 * 2)
