@@ -45,7 +45,8 @@ POINT_COLUMNS = {
     "preemptions": "running requests preempted for KV blocks (freed, recomputed later)",
     "effective_input_length": "prompt tokens left after the prefix cache",
     "peak_kv_tokens": "KV tokens held at the fullest step",
-    "kv_capacity_tokens": "KV tokens that fit per instance (beside its requests' recurrent states, if any)",
+    "kv_capacity_tokens": "KV tokens that fit per instance (beside what each request it holds keeps whatever its "
+                          "context: recurrent states, sliding windows)",
     "weights_gib": "weights per device", "kv_gib": "KV at the fullest step per device",
     "activation_gib": "activation peak per device", "available_gib": "HBM left at the fullest step",
     "fits_memory": "peak KV within capacity",
