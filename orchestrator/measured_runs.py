@@ -57,11 +57,17 @@ PRECISION = {"": "bf16", "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "fl
 #: the KV cache a label brings: NVIDIA's NVFP4 checkpoints declare an FP8 one (hf_quant_config.json:
 #: kv_cache_quant_algo FP8)
 LABEL_KV = {"bf16+nvfp4": "fp8"}
-#: the label whose KV-cache dtype is read from the engine profile pricing the run (`kv_cache`; --engine where
-#: given, else the backend's): vLLM's `--kv-cache-dtype auto` keeps an FP8 checkpoint's cache in bf16, a launch
-#: may ask for FP8, and where the measured MiniMax-M2.5 FP8 campaigns start to queue says both happened (on H100
-#: with 0.18 as a bf16 cache would, on B200 with 0.19 as an FP8 one; docs/calibration.md)
+#: the linear layers' format whose KV-cache dtype is read from the engine profile pricing the run (`kv_cache`;
+#: --engine where given, else the backend's), with its experts in any format (fp8+mxfp4: DeepSeek-V4's): vLLM's
+#: `--kv-cache-dtype auto` keeps an FP8 checkpoint's cache in bf16, a launch may ask for FP8, and where the
+#: measured MiniMax-M2.5 FP8 campaigns start to queue says both happened (on H100 with 0.18 as a bf16 cache
+#: would, on B200 with 0.19 as an FP8 one; docs/calibration.md)
 READ_KV_LABEL = "fp8"
+
+
+def kv_read(label: str) -> bool:
+    """Whether a run of quantisation `label` leaves its KV-cache dtype to a reading (READ_KV_LABEL)."""
+    return label.partition("+")[0] == READ_KV_LABEL
 #: (the label's experts format, the checkpoint's) where a label names the checkpoint's 4-bit float
 #: by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4
 SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
@@ -163,7 +169,7 @@ def quantization(label: str, model: str) -> str:
 def kv_cache(label: str, engine: str) -> str:
     """The KV-cache dtype a run used: the label's where its checkpoint declares one, else the engine profile's
     for an FP8 run (`fp8_kv_cache`: the format records no KV dtype, and launches differ), else bf16."""
-    if label == READ_KV_LABEL:
+    if kv_read(label):
         return "fp8" if load_engine(engine).fp8_kv_cache else "bf16"
     return LABEL_KV.get(label, "bf16")
 
@@ -339,7 +345,7 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
     if named:
         concurrency, ep, dp = *named, 1
     engine = engine or cells["backend"]
-    given_kv = kv_cache_dtype if label == READ_KV_LABEL else ""  # a given dtype replaces a reading, not a label's
+    given_kv = kv_cache_dtype if kv_read(label) else ""  # a given dtype replaces a reading, not a label's
     spec = {"model": model, "device": device, "engine": engine, "input_length": str(isl),
             "output_length": str(osl), "concurrency": str(concurrency), "tp": str(tp), "pp": str(pp),
             "ep": str(ep), "attention_dp": str(dp), "quantization": quantization(label, model),
@@ -347,7 +353,7 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
             "prefix_caching": prefix_caching_read(engine)}
     if moe_tp:
         spec["moe_tp"] = str(moe_tp)
-    if label == READ_KV_LABEL and not given_kv:
+    if kv_read(label) and not given_kv:
         spec["kv_cache_read_as"] = spec["kv_cache_dtype"]
     for said in ("release_read_as", "prefix_cache_evidence"):
         if cells.get(said):

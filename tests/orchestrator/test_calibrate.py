@@ -707,6 +707,18 @@ def test_an_fp8_run_s_kv_cache_is_read_as_the_profile_pricing_it_keeps_one(tmp_p
     assert given.values["kv_cache_dtype"] == "fp8"  # a dtype given on the command line is the runs'
 
 
+def test_fp8_linear_layers_beside_4_bit_experts_read_their_kv_cache_as_an_fp8_run_s(tmp_path):
+    """DeepSeek-V4 labelled FP8 (gemm fp8_block) with MXFP4 experts (moe w4a8_mxfp4_mxfp8) is an FP8 run whose
+    cache the format leaves out: read as vLLM's profile keeps an FP8 run's (FP8) and SGLang's (bf16), and said."""
+    rows = [f"v4_{e},{e},{v},deepseek-ai/DeepSeek-V4-Flash,b200_sxm,fp8,fp8_block,w4a8_mxfp4_mxfp8,1024,1024,32,4,1,"
+            "4,1,,200,20" for e, v in (("vllm", "0.24.0"), ("sglang", "0.5.14"))]
+    (tmp_path / "runs.csv").write_text("\n".join([MEASURED_HEADER, *rows]) + "\n")
+    vllm, sglang = read_runs([tmp_path / "runs.csv"], {})
+    assert vllm.values["quantization"] == sglang.values["quantization"] == "fp8+mxfp4"
+    assert (vllm.values["kv_cache_dtype"], sglang.values["kv_cache_dtype"]) == ("fp8", "bf16")
+    assert "read as fp8, as the profile pricing it keeps an FP8 run's" in vllm.note
+
+
 def test_the_choice_kept_is_the_one_of_least_loss_among_those_that_gain_enough():
     """SGLang 0.5.6's five runs at the knobs fitted from its profile (loss 0.1348): a 50 us stream gives 0.1039
     (it must gain 2 %), five requests a client 0.1011 (it must gain 10 %). Both gain enough; five a client is
