@@ -131,9 +131,12 @@ class RooflineModel:
                 m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank)
             if m.is_sparse:  # the indexer's projections, on every TP rank, spread over the layers
                 self.qkv_params += self._index_params * m.num_index_layers / m.num_layers
+        elif m.compress_ratios:
+            self.kv_b_params = 0.0
+            self._derive_compressed()
         else:
             self.kv_b_params = 0.0
-            self._derive_compressed() if m.compress_ratios else self._derive_gqa()
+            self._derive_gqa()
         self.kv_elems_per_token_layer = self.full_heads.kv_elems  # the KV cache holds the full layers'
         self._derive_linear()
         #: layers by how their attention is priced: whole context, a window or chunk, a recurrent state
@@ -155,25 +158,30 @@ class RooflineModel:
         self.lm_head_params = m.vocab_size * h / tp
 
     def _derive_gqa(self) -> None:
-        """Grouped-query layers' share of a device: projections and a head's widths of the sliding and the full
-        layers (alike but in Gemma 4 and MiMo-V2), their projections averaged over those layers."""
-        m, h = self.model, self.model.hidden_size
-        queries = self.heads * (2 if m.attention_output_gate else 1)  # a gate as wide as the queries
+        """Grouped-query layers' share of a device: the sliding and the full layers' heads (alike but in Gemma 4
+        and MiMo-V2), their projections averaged over those layers."""
+        m = self.model
         local = (m.num_kv_heads, m.head_dim, m.values_dim, False)
         full = (m.full_kv_heads or m.num_kv_heads, m.full_head_dim or m.head_dim,
                 m.full_v_head_dim or m.full_head_dim or m.values_dim, m.full_values_from_keys)
-        parts = {}
-        for kind, (kv, width, values, from_keys) in (("local", local), ("full", full)):
-            kv_dev = max(kv / self.parallel.tp, 1.0)  # KV heads are replicated when tp > kv heads
-            projected = kv_dev * (width + (0 if from_keys else values))
-            parts[kind] = (h * (queries * width + projected), self.heads * values * h,
-                           HeadShape(kv_dev * (width + values), width, values, width, values))
-        (self.qkv_params, self.o_params, self.local_heads), full_parts = parts["local"], parts["full"]
-        self.full_heads = full_parts[2]
-        if full != local:
-            n_full, n_local = m.num_full_layers, m.num_local_layers
-            self.qkv_params = (n_full * full_parts[0] + n_local * self.qkv_params) / (n_full + n_local)
-            self.o_params = (n_full * full_parts[1] + n_local * self.o_params) / (n_full + n_local)
+        self.qkv_params, self.o_params, self.local_heads = self._gqa_layer(*local)
+        if full == local:
+            self.full_heads = self.local_heads
+            return
+        qkv, o, self.full_heads = self._gqa_layer(*full)
+        n_full, n_local = m.num_full_layers, m.num_local_layers
+        self.qkv_params = (n_full * qkv + n_local * self.qkv_params) / (n_full + n_local)
+        self.o_params = (n_full * o + n_local * self.o_params) / (n_full + n_local)
+
+    def _gqa_layer(self, kv: int, width: int, values: int, from_keys: bool) -> tuple[float, float, HeadShape]:
+        """One grouped-query layer of `kv` KV heads on a device (replicated where tp exceeds them), queries and
+        keys `width` wide, values `values` (projected unless `from_keys`): its in and out projections, its heads."""
+        m, h = self.model, self.model.hidden_size
+        queries = self.heads * (2 if m.attention_output_gate else 1)  # a gate as wide as the queries
+        kv_dev = max(kv / self.parallel.tp, 1.0)
+        projected = kv_dev * (width + (0 if from_keys else values))
+        return (h * (queries * width + projected), self.heads * values * h,
+                HeadShape(kv_dev * (width + values), width, values, width, values))
 
     def _derive_compressed(self) -> None:
         """DeepSeek-V4's layers' share of a device, averaged over them: queries through their low rank to every
