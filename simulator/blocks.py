@@ -17,14 +17,19 @@ from typing import NamedTuple
 from latency.engine import CAPACITY_SCHEDULERS as KV_ADMISSIONS
 from latency.engine import NEW_TOKEN_RATIO, NO_EVICT
 
-__all__ = ["BLOCK_SIZE", "CLIP_NEW_TOKENS", "KV_ADMISSIONS", "NEW_TOKEN_RATIO", "NEW_TOKEN_SHARE", "NO_EVICT", "KVPool",
-           "held_kv_tokens", "kv_pool"]
+__all__ = ["BLOCK_SIZE", "CLIP_NEW_TOKENS", "KV_ADMISSIONS", "NEW_TOKEN_DECAY", "NEW_TOKEN_RATIO", "NEW_TOKEN_SHARE",
+           "NO_EVICT", "RETRACT_DECODE_STEPS", "KVPool", "NewTokenRatio", "held_kv_tokens", "kv_pool"]
 
 BLOCK_SIZE = 16
-#: SGLang's new-token ratio once its scheduler has decoded SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (600) steps: its
-#: SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14 (sglang/srt/environ.py, 0.5.8.post1);
-#: a benchmark's warm-up decodes those steps before it measures. It rises again after a retraction: not followed
-NEW_TOKEN_SHARE = 0.7 * 0.14
+#: SGLang's new-token ratio (sglang/srt/environ.py and managers/scheduler.py, 0.5.8.post1): it starts at
+#: SGLANG_INIT_NEW_TOKEN_RATIO and each decode batch lowers it by INIT x (1 - SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR) /
+#: SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS down to INIT x FACTOR (NEW_TOKEN_SHARE, where a benchmark's warm-up has left
+#: it); a retraction sets it to what the requests kept have decoded and SGLANG_RETRACT_DECODE_STEPS more each, over
+#: what they may generate (schedule_batch.retract_decode), from where it falls again
+INIT_NEW_TOKEN_RATIO = 0.7
+NEW_TOKEN_SHARE = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_DECAY = (INIT_NEW_TOKEN_RATIO - NEW_TOKEN_SHARE) / 600
+RETRACT_DECODE_STEPS = 20
 #: the most tokens SGLang reserves for one request's output (its SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION); here for
 #: the request admitted (the running ones' left to generate are counted whole)
 CLIP_NEW_TOKENS = 4096
@@ -59,3 +64,22 @@ def kv_pool(w, capacity_tokens: float, in_flight: int) -> KVPool:
     if held_kv_tokens(w, 0.0, in_flight) > fits:
         fits = -math.inf
     return KVPool(int(capacity_tokens // BLOCK_SIZE), fits)
+
+
+class NewTokenRatio:
+    """SGLang's share of what the running requests have left to generate that its admission holds back: the
+    value a retraction set, less NEW_TOKEN_DECAY for each decode step since (counted, so a run of steps taken
+    at once lowers it exactly as steps taken one by one), not below NEW_TOKEN_SHARE."""
+
+    __slots__ = ("since", "steps")
+
+    def __init__(self):
+        self.since, self.steps = NEW_TOKEN_SHARE, 0
+
+    @property
+    def value(self) -> float:
+        return max(self.since - self.steps * NEW_TOKEN_DECAY, NEW_TOKEN_SHARE)
+
+    def retracted(self, decoded: int, may_generate: int, kept: int) -> None:
+        """After a retraction: the `kept` requests have decoded `decoded` tokens of the `may_generate` they may."""
+        self.since, self.steps = min(1.0, (decoded + RETRACT_DECODE_STEPS * kept) / (may_generate + 1)), 0

@@ -21,8 +21,10 @@ request is admitted only when the blocks of its prompt and every token it may ge
 every running request may reach (their sum, `reserved`, never passes the pool): a running request's next
 block is always free, so step 1 never preempts. With "new-token-ratio" (SGLang's) it is admitted only when
 its prompt's tokens still to compute and every token it may generate (at most CLIP_NEW_TOKENS) are fewer than
-the free blocks' tokens less NEW_TOKEN_SHARE of the tokens the running requests have left to generate
-(`to_generate`) and less the outputs of those admitted in the step before it; step 1 may still preempt.
+the free blocks' tokens less SGLang's new-token ratio of the tokens the running requests have left to generate
+(`to_generate`; the ratio `NewTokenRatio`, NEW_TOKEN_SHARE once warm, set higher by a preemption and lowered by
+each decode step after it) and less the outputs of those admitted in the step before it; step 1 may still
+preempt.
 
 The group timeline (`simulator.timeline`) cannot express this (a request's progress depends on
 blocks, not only on counts), so a KV-bound workload is planned here, one request at a time, into
@@ -43,7 +45,7 @@ from itertools import islice
 import numpy as np
 
 from simulator.arrivals import Arrivals
-from simulator.blocks import BLOCK_SIZE, CLIP_NEW_TOKENS, NEW_TOKEN_RATIO, NEW_TOKEN_SHARE, NO_EVICT
+from simulator.blocks import BLOCK_SIZE, CLIP_NEW_TOKENS, NEW_TOKEN_RATIO, NO_EVICT, NewTokenRatio
 from simulator.plans import Plan
 from simulator.planstate import round_context
 from simulator.scheduler import PrefillFirst, TokenBudget
@@ -87,7 +89,7 @@ class KVBoundPlanner:
         self.peak_blocks = 0
         self.no_evict = w.kv_admission == NO_EVICT
         self.reserved = 0  # guaranteed-no-evict: the blocks the running requests may reach
-        self.share = NEW_TOKEN_SHARE if w.kv_admission == NEW_TOKEN_RATIO else None
+        self.share = NewTokenRatio() if w.kv_admission == NEW_TOKEN_RATIO else None
         self.to_generate = 0  # new-token-ratio: the tokens the running requests have left to generate
         self.decoders = decoders or Decoders()
         self.prefill_first = isinstance(scheduler, PrefillFirst)
@@ -151,6 +153,7 @@ class KVBoundPlanner:
         admission rule (none after a preemption), each given min(its prompt left, `cap`, the budget left)."""
         seats = getattr(self.scheduler, "max_num_seqs", None) or math.inf
         promised = 0  # new-token-ratio: the outputs of the requests this step admitted
+        share = self.share.value if self.share is not None else 0.0
         while not preempted and self.waiting and budget > 0 and len(self.running) < seats:
             r = self.waiting[0]
             n = min(r.tokens - r.computed, cap, budget)
@@ -161,8 +164,7 @@ class KVBoundPlanner:
                 self.reserved += whole
             elif self.share is not None:  # its prompt and output beside a share of what the running have left
                 output = min(r.output - r.out, CLIP_NEW_TOKENS)
-                if r.tokens - r.computed + output >= (self.free * BLOCK_SIZE - self.share * self.to_generate
-                                                      - promised):
+                if r.tokens - r.computed + output >= (self.free * BLOCK_SIZE - share * self.to_generate - promised):
                     break
                 promised += output if n == r.tokens - r.computed else 0  # a cut prompt's output: at its last chunk
                 self.to_generate += r.output - r.out
@@ -174,6 +176,17 @@ class KVBoundPlanner:
             scheduled.append((r, n))
             budget -= n
         self.peak_blocks = max(self.peak_blocks, self.pool - self.free)
+
+    def decoded(self, steps: int, retracted: bool) -> None:
+        """New-token-ratio: after a step that retracted (preempted), the share SGLang sets from the requests kept;
+        else `steps` decode steps lower it (0 for a step that computed prompt tokens)."""
+        if self.share is None:
+            return
+        if retracted:
+            may = sum(r.output for r in self.running)
+            self.share.retracted(may - self.to_generate, may, len(self.running))
+        else:
+            self.share.steps += steps
 
     def _fit(self, r: _Request, tokens: int) -> bool:
         """Give `r` the blocks of `tokens`, preempting the newest running requests until they fit;
@@ -445,6 +458,7 @@ class _KVPlan:
         entries, d, context, sampled, done = _run(self.planner, scheduled, step, self.finished)
         d, context, sampled, done = d + head, context + head_context, sampled + head, done + head_done
         self.planner.to_generate -= sampled
+        self.planner.decoded(int(head + len(scheduled) == d), self.planner.preemptions > before)
         decoders.extend(self.planner)
         ctx = 0 if not d else self.fixed if self.fixed is not None else self.round_context(context / d, self.round_to)
         shape_id = self.book.one(tuple(sorted(entries.items())), d, ctx)
@@ -466,6 +480,7 @@ class _KVPlan:
             return
         planner = self.planner
         planner.to_generate -= d * k
+        planner.decoded(k, False)
         if planner.decoders.covers(planner):
             planner.decoders.advance(planner, k)
         else:  # Decoders off: with it on, every request of an all-decode step joins its head run

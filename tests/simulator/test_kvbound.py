@@ -372,6 +372,59 @@ def test_new_token_ratio_admits_a_prompt_with_its_whole_output_beside_a_share_of
     assert p.peak_kv_tokens == 320
 
 
+def test_sglang_s_new_token_ratio_rises_at_a_retraction_and_decays_by_decode_steps():
+    """SGLang's ratio, by hand: warm, 0.7 x 0.14 = 0.098; a retraction keeping 4 requests that decoded 100 tokens of
+    the 400 they may generate sets (100 + 4 x 20) / 401 = 0.4489; each decode step lowers it by (0.7 - 0.098) /
+    600 = 0.001003, so 100 steps later 0.3486, and from 351 steps on it rests at 0.098; steps counted, not
+    subtracted, so 100 steps at once and one by one agree to the bit."""
+    from simulator.blocks import NewTokenRatio
+
+    ratio = NewTokenRatio()
+    assert ratio.value == pytest.approx(0.098)
+    ratio.retracted(decoded=100, may_generate=400, kept=4)
+    assert ratio.value == pytest.approx(180 / 401)
+    ratio.steps += 100
+    assert ratio.value == pytest.approx(180 / 401 - 100 * 0.602 / 600)
+    one_by_one = NewTokenRatio()
+    one_by_one.retracted(100, 400, 4)
+    for _ in range(100):
+        one_by_one.steps += 1
+    assert one_by_one.value == ratio.value
+    ratio.steps += 251
+    assert ratio.value == pytest.approx(0.098)
+    ratio.retracted(decoded=900, may_generate=400, kept=4)
+    assert ratio.value == 1.0  # at most all of what they have left
+
+
+def test_a_retraction_sets_sglang_s_ratio_from_the_requests_kept():
+    """A crowded SGLang load (24 clients of 200 + 300 tokens, 120 blocks), played to its first preemption: the
+    ratio is then what the requests kept have decoded and 20 more each over what they may generate, well above
+    the warm 0.098, and the decode steps after it lower it one step each; fewer preemptions than vLLM's rule in
+    the same pool."""
+    import dataclasses
+
+    from simulator.kvbound import _KVPlan
+
+    w = Workload(200, 300, 512, 24, kv_blocks=120, arrival="closed", num_prompts=72, kv_admission="new-token-ratio")
+    k = _KVPlan(w, TokenBudget(), 120, None, "mean", 1)
+    k.send(24, -1)
+    while not k.planner.preemptions:
+        done = k.play()
+        if done:
+            k.replace(done)
+    p = k.planner
+    may = sum(r.output for r in p.running)
+    assert p.share.steps == 0 and p.share.since == (may - p.to_generate + 20 * len(p.running)) / (may + 1) > 0.3
+    before = len(k.step_shape)
+    k.play()
+    decode_steps = sum(1 for i in range(before, len(k.step_shape))
+                       if all(key.is_decode for key in k.book.table()[k.step_shape[i]]))
+    assert p.preemptions > 1 or p.share.steps == decode_steps
+    sglang, vllm = (plan(dataclasses.replace(w, kv_admission=rule), TokenBudget())
+                    for rule in ("new-token-ratio", "max-utilization"))
+    assert 0 < sglang.preemptions < vllm.preemptions
+
+
 def test_a_request_whose_whole_kv_cannot_fit_is_refused_under_no_evict():
     w = Workload(100, 300, 512, 2, kv_blocks=20, kv_admission="guaranteed-no-evict")  # 25 blocks > 19
     with pytest.raises(RuntimeError, match="cannot hold one request"):
