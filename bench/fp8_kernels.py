@@ -55,9 +55,9 @@ def gemm_ratios(t: pd.DataFrame, lm, min_weights: float) -> dict:
     out = {}
     for dtype, (w_bytes, peak) in GEMM_DTYPES.items():
         s = t[(t.gemm_dtype == dtype) & (t.n * t.k >= min_weights)]
-        bytes_ = s.n * s.k * w_bytes + s.m * (s.n + s.k) * ACT_BYTES
-        priced, _ = lm._roof(2 * s.m * s.n * s.k, bytes_, d.peak_flops(peak), d.eff_gemm, d.kernel_overhead_us * 1e-3,
-                             False, d.eff_memory)
+        bytes_ = (s.n * s.k * w_bytes + s.m * (s.n + s.k) * ACT_BYTES).to_numpy()  # arrays: `_roof` takes numbers too
+        priced, _ = lm._roof((2 * s.m * s.n * s.k).to_numpy(), bytes_, d.peak_flops(peak), d.eff_gemm,
+                             d.kernel_overhead_us * 1e-3, False, d.eff_memory)
         ratio = s.latency / priced
         out[(f"gemm {dtype}", "decode")] = float(ratio[s.m <= DECODE_M].median())
         out[(f"gemm {dtype}", "prefill")] = float(ratio[s.m >= PREFILL_M].median())
@@ -76,7 +76,7 @@ def attention_ratios(t: pd.DataFrame, lm) -> dict:
     kv = t.kv_cache_dtype.map(KV_BYTES)
     bytes_ = b * (context * 2 * t.num_key_value_heads * HEAD_DIM * kv + heads * 2 * HEAD_DIM * ACT_BYTES)
     flops = 2 * b * context * heads * 2 * HEAD_DIM
-    priced, _ = lm._roof(flops, bytes_, d.peak_flops("bf16"), d.eff_attention,
+    priced, _ = lm._roof(flops.to_numpy(), bytes_.to_numpy(), d.peak_flops("bf16"), d.eff_attention,
                          KERNELS["attention"] * d.kernel_overhead_us * 1e-3, False, d.eff_memory)
     ratio = t.latency / priced
     inside = (bytes_ >= KV_RANGE[0]) & (bytes_ < KV_RANGE[1])
