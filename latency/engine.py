@@ -17,6 +17,7 @@ import numpy as np
 from latency.checks import RangeError, check_number
 from latency.device import FP8_EFFICIENCIES
 from latency.memory import DEFAULT_RESERVED_GIB
+from latency.reserve import RESERVE_RULES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,7 +62,7 @@ NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_l
 #: does outside the steps (the front end), how the engine was launched and admits requests, its memory share
 #: and KV dtype (the memory picture's, and the scenario's quantisation, which a price names on its own)
 UNPRICED = ("name", "source", "base", "frontend", "scheduler", "prefix_caching", "fp8_kv_cache", "max_batched_tokens",
-            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm")
+            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm", "reserve_rule")
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,10 @@ class EngineProfile:
     #: (vLLM's --gpu-memory-utilization); 0: not named, DEFAULT_RESERVED_GIB stays free
     gpu_memory_utilization: float = 0.0
     #: or what it leaves free by the device's memory (the [memory] table's reserved_gib: (HBM below, GiB free)
-    #: pairs, the first whose bound exceeds the device's HBM applies): SGLang's default memory fraction
+    #: pairs, the first whose bound exceeds the device's HBM applies)
     reserved_by_hbm: tuple = ()
+    #: or by its own rule for the device and the layout ([memory] rule, latency.reserve.RESERVE_RULES): SGLang's
+    reserve_rule: str = ""
     #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
     #: token counts and pad to the busiest), on top of step_ms
     dp_step_ms: float = 0.0
@@ -154,9 +157,12 @@ class EngineProfile:
         """The share of the device's memory efficiency the expert GEMMs reach: native FP4 ones apart."""
         return self.moe_fp4_bandwidth if native_fp4 and self.moe_fp4_bandwidth else self.moe_bandwidth
 
-    def reserved_gib(self, hbm_gib: float) -> float:
-        """GiB of a device of `hbm_gib` the engine leaves to others: the rest of its utilisation, its reserve for
-        that much memory (`reserved_by_hbm`), or the reference tool's fixed reserve when the profile names none."""
+    def reserved_gib(self, hbm_gib: float, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
+        """GiB of a device of `hbm_gib` the engine leaves to others in a layout: its rule's (`reserve_rule`), the
+        rest of its utilisation, its reserve for that much memory (`reserved_by_hbm`), or the reference tool's
+        fixed reserve when the profile names none (those three whatever the layout)."""
+        if self.reserve_rule:
+            return RESERVE_RULES[self.reserve_rule](hbm_gib, tp, pp, attention_dp)
         if self.reserved_by_hbm:
             return next((gib for below, gib in self.reserved_by_hbm if hbm_gib < below), self.reserved_by_hbm[-1][1])
         return (1 - self.gpu_memory_utilization) * hbm_gib if self.gpu_memory_utilization else DEFAULT_RESERVED_GIB
@@ -270,21 +276,26 @@ def parse_profile(path: Path) -> EngineProfile:
     base = data.get("base", "")
     if base and (not isinstance(base, str) or base not in shipped_engines()):
         raise ValueError(f"{path.name}: base = {base!r} is not allowed; expected one of {', '.join(shipped_engines())}")
-    reserved = _reserved_by_hbm(path, data.get("memory", {}))
-    if reserved and values["gpu_memory_utilization"]:
-        raise ValueError(f"{path.name}: gpu_memory_utilization and [memory] reserved_gib both say what the engine "
-                         "leaves free; keep one")
+    memory = data.get("memory", {})
+    reserved, rule = _reserved_by_hbm(path, memory), memory.get("rule", "")
+    if rule not in ("", *RESERVE_RULES):
+        raise ValueError(f"{path.name}: [memory] rule = {rule!r} is not allowed; expected one of "
+                         f"{', '.join(RESERVE_RULES)}")
+    if sum(map(bool, (reserved, rule, values["gpu_memory_utilization"]))) > 1:
+        raise ValueError(f"{path.name}: gpu_memory_utilization, [memory] reserved_gib and [memory] rule each say "
+                         "what the engine leaves free; keep one")
     return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
                          scheduler=scheduler, capacity_scheduler=capacity, base=base, reserved_by_hbm=reserved,
+                         reserve_rule=rule,
                          efficiency=_efficiency(path, data.get("efficiency", {})),
                          **_launch(path, data.get("launch", {})), **switches, **values)
 
 
 def _reserved_by_hbm(path: Path, table: dict) -> tuple:
     """The [memory] table's reserved_gib: [[HBM below (GiB), GiB left free], ...], the bounds rising."""
-    unknown = sorted(set(table) - {"reserved_gib"})
+    unknown = sorted(set(table) - {"reserved_gib", "rule"})
     if unknown:
-        raise ValueError(f"{path.name}: [memory] has unknown keys {unknown}; known: reserved_gib")
+        raise ValueError(f"{path.name}: [memory] has unknown keys {unknown}; known: reserved_gib, rule")
     pairs = table.get("reserved_gib", [])
     if not (isinstance(pairs, list) and all(map(_memory_class, pairs))
             and all(a[0] < b[0] for a, b in pairwise(pairs))):

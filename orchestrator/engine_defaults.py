@@ -54,6 +54,19 @@ def default_reserved_gib(engine: str, device) -> float:
         return DEFAULT_RESERVED_GIB
 
 
+def layout_reserved_gib(engine: str, device, reserved_gib: float, tp: int, pp: int, attention_dp: int) -> float:
+    """The GiB a device of a layout leaves free: the engine's own rule's for the layout where `reserved_gib` is the
+    engine's default (its rule's at tp 1: SGLang reserves more for more GPUs and for attention DP), else
+    `reserved_gib` (a reserve given holds for every layout)."""
+    try:
+        profile = load_engine(engine)
+    except ValueError:
+        return reserved_gib
+    if not profile.reserve_rule or reserved_gib != profile.reserved_gib(device.hbm_gib):
+        return reserved_gib
+    return profile.reserved_gib(device.hbm_gib, tp, pp, attention_dp)
+
+
 def default_scheduler(engine: str) -> str:
     """The step policy `engine` runs (its profile's `scheduler`); the RFC's decode-first for "none" or
     an engine that names none (validate() names an unknown engine)."""

@@ -342,9 +342,9 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
         "measured_requests": m.measured_requests * ranks, "steady": m.steady,
         "num_steps": m.num_steps, "prefill_num_chunks": m.prefill_num_chunks,
         "decoding_requests": m.decoding_requests * ranks, "kv_bound": m.kv_bound, "preemptions": m.preemptions * ranks,
-        "effective_input_length": m.effective_input_length,
-        "peak_kv_tokens": m.peak_kv_tokens, "kv_capacity_tokens": kv_tokens,
-        "weights_gib": mem.weights_gib, "kv_gib": kv_gib, "activation_gib": mem.activation_gib,
+        "effective_input_length": m.effective_input_length, "peak_kv_tokens": m.peak_kv_tokens,
+        "kv_capacity_tokens": kv_tokens, "weights_gib": mem.weights_gib, "kv_gib": kv_gib,
+        "activation_gib": mem.activation_gib, "reserved_gib": mem.reserved_gib,
         "available_gib": (mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib - kv_gib
                           - held * mem.state_bytes_per_request / GIB),
         "fits_memory": m.peak_kv_tokens <= kv_tokens,

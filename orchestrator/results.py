@@ -48,7 +48,9 @@ POINT_COLUMNS = {
     "kv_capacity_tokens": "KV tokens that fit per instance (beside what each request it holds keeps whatever its "
                           "context: recurrent states, sliding windows)",
     "weights_gib": "weights per device", "kv_gib": "KV at the fullest step per device",
-    "activation_gib": "activation peak per device", "available_gib": "HBM left at the fullest step",
+    "activation_gib": "activation peak per device", "reserved_gib": "HBM per device the engine leaves free in this "
+    "layout (its memory utilisation's rest, or its own rule: SGLang's grows with the GPUs and attention-DP ranks)",
+    "available_gib": "HBM left at the fullest step",
     "fits_memory": "peak KV within capacity",
     "usd_per_hour": "what the deployment's devices cost per hour (--device-price or the device file; NaN: unknown)",
     "usd_per_mtok": "USD per million output tokens at this throughput (NaN: no price known)",

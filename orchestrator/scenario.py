@@ -21,6 +21,7 @@ from orchestrator.engine_defaults import (
     engine_switch,
     launch_budget,
     launch_max_num_seqs,
+    layout_reserved_gib,
 )
 from orchestrator.fields import (
     AUTO_MAX_BATCHED_TOKENS,
@@ -281,10 +282,11 @@ class _ScenarioMethods:
 
     def deployment(self, layout: Layout) -> Deployment:
         """What a latency backend prices for `layout`: one frozen object (the latency-model cache's key)."""
+        reserved = layout_reserved_gib(self.engine, load_device(self.device), self.reserved_memory_gb, layout.tp,
+                                       layout.pp, layout.attention_dp)
         return Deployment(self.model, self.device, layout.tp, layout.pp, self.num_devices // layout.devices,
-                          layout.ep, layout.attention_dp, self.quantization, self.kv_cache_dtype,
-                          self.reserved_memory_gb, self.engine, self.redundant_experts if layout.ep > 1 else 0,
-                          self.async_override)
+                          layout.ep, layout.attention_dp, self.quantization, self.kv_cache_dtype, reserved,
+                          self.engine, self.redundant_experts if layout.ep > 1 else 0, self.async_override)
 
     def latency_model(self, layout: Layout):
         return _latency_model(self.latency_backend, self.deployment(layout))

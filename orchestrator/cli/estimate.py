@@ -166,7 +166,7 @@ def cmd_estimate(a) -> int:
     print(f"memory per device: weights {row['weights_gib']:.2f} GiB, KV peak {row['kv_gib']:.2f} GiB "
           f"({row['peak_kv_tokens']:.0f} of {row['kv_capacity_tokens']} tokens), activations "
           f"{row['activation_gib']:.2f} GiB, free {row['available_gib']:.2f} GiB, "
-          f"reserved {s.reserved_memory_gb:.2f} GiB"
+          f"reserved {row['reserved_gib']:.2f} GiB"
           f"{'' if row['fits_memory'] else '  -- DOES NOT FIT'}")
     hits = prompt_cache_hits(s)
     if hits is not None:

@@ -284,6 +284,9 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
     ("reserved_gib = [60, 5]", r"reserved_gib = .* is not allowed; expected \[\[HBM below"),
     ('reserved_gib = [[60, "5"]]', r"reserved_gib = .* is not allowed; expected \[\[HBM below"),
     ("reserve = 8", r"\[memory\] has unknown keys \['reserve'\]"),
+    ('rule = "vllm"', r"\[memory\] rule = 'vllm' is not allowed; expected one of sglang"),
+    ('rule = "sglang"\nreserved_gib = [[inf, 8]]', r"gpu_memory_utilization, \[memory\] reserved_gib and \[memory\] "
+                                                 r"rule each say"),
     ("reserved_gib = [[inf, 8]]\n[launch]\nmax_num_seqs = 8", None),
 ])
 def test_an_engine_profile_s_memory_table_is_checked(tmp_path, text, refused):
@@ -300,7 +303,7 @@ def test_an_engine_profile_s_memory_table_is_checked(tmp_path, text, refused):
         return
     assert parse_profile(path).reserved_gib(179.1) == 8.0
     path.write_text('name = "spare"\ngpu_memory_utilization = 0.9\n[memory]\nreserved_gib = [[inf, 8]]\n')
-    with pytest.raises(ValueError, match=r"spare.toml: gpu_memory_utilization and \[memory\] reserved_gib both"):
+    with pytest.raises(ValueError, match=r"spare.toml: gpu_memory_utilization, \[memory\] reserved_gib and "):
         parse_profile(path)
     path.write_text('name = "spare"\n[memory]\nreserved_gib = [[60, 5], [inf, 12.5]]\n')
     assert [parse_profile(path).reserved_gib(h) for h in (45.0, 60.0, 179.1)] == [5.0, 12.5, 12.5]
@@ -311,3 +314,17 @@ def test_step_flash_slides_three_layers_of_four():
     spec = load_model("stepfun-ai/Step-3.7-Flash")
     layers = (spec.num_sliding_layers, spec.sliding_window, spec.num_full_layers, spec.num_moe_layers)
     assert layers == (33, 512, 12, 42)
+
+
+def test_sglang_s_reserve_by_its_own_rule_hand_computed():
+    """SGLang 0.5.8's default memory fraction leaves free 512 MiB + 1.5 MiB a token of its chunk + 2 MiB a request
+    of its largest CUDA graph + 1/8 GiB a GPU, with attention DP 4.5 MiB a graph request and rank (its batch above
+    300), at least 10 GiB above 60 GiB: an H100 at tp 1 (chunk 8,192, graph 256) 13.125 GiB, at tp 8 (graph 512)
+    14.5, 8 attention-DP ranks of tp 1 32.5; a B200 (chunk 16,384) 25.625; a 48 GiB L40S (4,096, 32) 6.6875."""
+    from latency.reserve import sglang_reserved_gib
+
+    assert sglang_reserved_gib(79.6) == (512 + 1.5 * 8192 + 2 * 256 + 128) / 1024 == 13.125
+    assert sglang_reserved_gib(79.6, tp=8) == (512 + 1.5 * 8192 + 2 * 512 + 1024) / 1024 == 14.5
+    assert sglang_reserved_gib(139.8, tp=1, attention_dp=8) == (14848 + 512 * 8 * 4.5) / 1024 == 32.5
+    assert (sglang_reserved_gib(179.1), sglang_reserved_gib(44.4)) == (25.625, 6.6875)
+    assert sglang_reserved_gib(79.6, tp=2, pp=2) == (512 + 1.5 * 8192 + 2 * 256 + 512) / 1024 == 13.5  # graph by tp

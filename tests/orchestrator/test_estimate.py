@@ -688,6 +688,21 @@ def test_tensorrt_llm_admits_as_its_guaranteed_no_evict_capacity_scheduler_and_m
         "guaranteed-no-evict" in p.stderr
 
 
+def test_sglang_leaves_free_what_its_rule_says_for_each_layout_and_a_given_reserve_for_every_one():
+    """SGLang's reserve grows with its GPUs (13.125 GiB an H100 at tp 1, 14.5 at tp 8) where the engine's own is
+    used; a reserve given holds for every layout; vLLM's is its utilisation's rest whatever the layout."""
+    base = {"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "num_devices": 8, "input_length": 1024,
+            "output_length": 128, "concurrency": 8, "arrival": "closed", "num_prompts": 16}
+    own = {tp: estimate(configure(base | {"engine": "sglang", "tp_sizes": (tp,)})) for tp in (1, 8)}
+    assert (own[1]["reserved_gib"], own[8]["reserved_gib"]) == (13.125, 14.5)
+    given = estimate(configure(base | {"engine": "sglang", "tp_sizes": (8,), "reserved_memory_gb": 12.0}))
+    vllm = [estimate(configure(base | {"engine": "vllm", "tp_sizes": (tp,)}))["reserved_gib"] for tp in (1, 8)]
+    assert given["reserved_gib"] == 12.0 and vllm[0] == vllm[1] == pytest.approx(0.1 * 79.6, rel=0.01)
+    # 2.5 GiB more free at tp 8: 81,920 tokens of 64 layers x one KV head of 128 (K and V) in bf16 a GPU
+    more = given["kv_capacity_tokens"] - own[8]["kv_capacity_tokens"]
+    assert more == pytest.approx(2.5 * 1024**3 / (64 * 512), abs=1)
+
+
 def test_sglang_queues_a_load_its_cache_cannot_hold_by_its_own_admission_and_says_so():
     """SGLang on one H100 (13.1 GiB left free by its memory fraction: ~16,100 tokens of Qwen3-32B's KV), 64 clients
     of 4,096 + 2,048 tokens: its prefill-first policy is played KV-bound (it was refused as not fitting), admitted
