@@ -406,28 +406,37 @@ class RooflineModel:
         `window` each query sees at most that many keys and the step reads at most that much of each request's
         KV; with a `chunk`, the keys of its own chunk, reading those of the chunks its queries are in.
         Entries are arrays, or numbers for one (the same float operations, without numpy's cost a call)."""
-        d, m = self.device, self.model
-        kv_bytes_tok = heads.kv_elems * self.quant.kv_bytes
+        m = self.model
         window = window or m.index_topk  # sparse attention: a query attends to the keys its indexer picks
         if chunk:
             pairs, keys_read = _chunked_pairs(q, s, chunk), s - (s - q) // chunk * chunk
         else:
             pairs = _causal_pairs(q, s, window)
             keys_read = np.minimum(s, window) if window else s
-        d_qk = heads.qk_decode if m.is_sparse else _pick(dec, heads.qk_decode, heads.qk_prefill)
-        d_v = heads.v_decode if m.is_sparse else _pick(dec, heads.v_decode, heads.v_prefill)
-        flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
+        expanded = None
         if m.is_mla and not m.is_sparse:  # dense prefill expands the earlier context's latent into K and V
-            flops = flops + _pick(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
-        bytes_ = conc * (keys_read * kv_bytes_tok + q * self.heads * (d_qk + d_v) * ACT_BYTES)
-        kernel = KERNELS["attention"] * d.kernel_overhead_us + _pick(dec, 0.0, d.prefill_attention_overhead_us)
-        ms, bound = self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
-                               d.kv_memory_efficiency(self.quant.kv_bytes))
+            expanded = _pick(dec, 0.0, 2 * conc * (s - q) * self.kv_b_params)
+        ms, bound = self._attend(dec, conc, q, pairs, keys_read, heads, peak, detail, expanded)
         if m.is_mla and self.engine.mla_decode_attention:
             ms = ms * _pick(dec, self.engine.mla_decode_attention, 1.0)
         if m.is_sparse:
             ms = ms + self._indexer(conc, q, s) * (m.num_index_layers / m.num_layers)
         return ms, bound
+
+    def _attend(self, dec, conc, q, pairs, keys_read, heads: HeadShape, peak, detail: bool, flops_more=None):
+        """The roof of one layer's attention over `pairs` (query, key) pairs, reading `keys_read` tokens' KV of
+        each request (and `flops_more`, where the layer computes more): its heads' widths, KV read at the cache's
+        dtype, its kernels' launches (a prefill's more)."""
+        d = self.device
+        d_qk = heads.qk_decode if self.model.is_sparse else _pick(dec, heads.qk_decode, heads.qk_prefill)
+        d_v = heads.v_decode if self.model.is_sparse else _pick(dec, heads.v_decode, heads.v_prefill)
+        flops = 2 * conc * pairs * self.heads * (d_qk + d_v)
+        if flops_more is not None:
+            flops = flops + flops_more
+        bytes_ = conc * (keys_read * (heads.kv_elems * self.quant.kv_bytes) + q * self.heads * (d_qk + d_v) * ACT_BYTES)
+        kernel = KERNELS["attention"] * d.kernel_overhead_us + _pick(dec, 0.0, d.prefill_attention_overhead_us)
+        return self._roof(flops, bytes_, peak, d.eff_attention, kernel * 1e-3, detail,
+                          d.kv_memory_efficiency(self.quant.kv_bytes))
 
     def _indexer(self, conc, q, s, ratio: int = 1):
         """One indexer's ms: every query scores every earlier key (FP8 dot products over its heads, where the
@@ -447,9 +456,7 @@ class RooflineModel:
         every layer attends to its window's latest tokens, a CSA layer also to the `index_topk` entries its
         indexer picks of one every SPARSE_RATIO tokens, an HCA layer to all of one every DENSE_RATIO; an entry
         is one head_dim wide, its key and its value, read by every head of the rank."""
-        m, d = self.model, self.device
-        entry, width = self.full_heads.kv_elems * self.quant.kv_bytes, self.heads * 2 * m.head_dim
-        kernel = (KERNELS["attention"] * d.kernel_overhead_us + _pick(dec, 0.0, d.prefill_attention_overhead_us)) * 1e-3
+        m = self.model
         total, bound = 0.0, None
         for ratio in (SPARSE_RATIO, DENSE_RATIO, 0):
             if not (layers := m.compressed_layers(ratio)):
@@ -459,8 +466,7 @@ class RooflineModel:
                 cap = ratio * m.index_topk if ratio == SPARSE_RATIO else 0  # the picked entries' tokens
                 pairs = pairs + _causal_pairs(q, s, cap) / ratio
                 keys = keys + (np.minimum(s, cap) if cap else s) / ratio
-            ms, kind = self._roof(2 * conc * pairs * width, conc * (keys * entry + q * width * ACT_BYTES), peak,
-                                  d.eff_attention, kernel, detail, d.kv_memory_efficiency(self.quant.kv_bytes))
+            ms, kind = self._attend(dec, conc, q, pairs, keys, self.full_heads, peak, detail)
             if ratio == SPARSE_RATIO:
                 ms = ms + self._indexer(conc, q, s, ratio)
             total, bound = total + ms * layers, kind if bound is None else bound

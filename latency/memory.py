@@ -43,12 +43,13 @@ class MemoryPicture:
         running request)."""
         return math.ceil(self.state_bytes_per_request / self.kv_bytes_per_token)
 
-    def requests_held(self, requests: int, context_tokens: float) -> int:
-        """How many of `requests` (at least one) the pool holds at once, each its state and `context_tokens` of
-        KV: where states are large (Gemma 4's windows) fewer than are sent run, and the rest queue."""
+    def requests_held(self, requests: int, input_length: float, output_length: float) -> int:
+        """How many of `requests` (at least one) the pool holds at once, each its state and, on average, its prompt
+        and half its output: where states are large (Gemma 4's windows) fewer than are sent run, the rest queue."""
         if not self.state_tokens:
             return requests
-        return max(1, min(requests, int(self.kv_capacity_tokens // (self.state_tokens + context_tokens))))
+        context = input_length + output_length / 2
+        return max(1, min(requests, int(self.kv_capacity_tokens // (self.state_tokens + context))))
 
     def tokens_left(self, in_flight: float) -> int:
         """KV tokens left for the context of `in_flight` requests once each holds its recurrent state."""
@@ -102,15 +103,12 @@ class MemoryAccount:
         it holds less; Gemma 4's 25 sliding layers keep 1,024 tokens each, 200 MiB a request at bf16)."""
         m, pp = self.model, self.parallel.pp
         linear = -(-m.num_linear_layers // pp) * self.share.state_bytes_layer
-        if m.compress_ratios:  # DeepSeek-V4: every layer's window
-            return linear + -(-m.num_layers // pp) * m.sliding_window * self.share.kv_elems_per_token_layer \
-                * self.quant.kv_bytes
-        if not m.num_local_layers:
+        windowed = m.num_layers if m.compress_ratios else m.num_local_layers  # DeepSeek-V4: every layer's window
+        if not windowed:
             return linear
-        window_tokens = (m.num_sliding_layers * m.sliding_window + m.num_chunked_layers * m.attention_chunk) \
-            / m.num_local_layers  # a local layer's, on average
-        local = -(-m.num_local_layers // pp) * window_tokens * self.share.local_heads.kv_elems * self.quant.kv_bytes
-        return linear + local
+        window_tokens = m.sliding_window if m.compress_ratios else (
+            m.num_sliding_layers * m.sliding_window + m.num_chunked_layers * m.attention_chunk) / windowed
+        return linear + -(-windowed // pp) * window_tokens * self.share.local_heads.kv_elems * self.quant.kv_bytes
 
     def activation_bytes(self, tokens: int) -> float:
         """Peak transient activations of a step of `tokens` tokens (largest intermediate + logits)."""

@@ -145,7 +145,7 @@ def with_prompt_cache(w: Workload, lm) -> Workload:
     if w.prompt_pool is None or not w.prompt_pool.cached:
         return w
     mem = lm.memory_for(w.max_batched_tokens)
-    capacity = mem.tokens_left(mem.requests_held(w.concurrency, w.typical_context))
+    capacity = mem.tokens_left(mem.requests_held(w.concurrency, w.input_length, w.output_length))
     in_flight = w.concurrency * (w.input_length + w.output_length)
     return replace(w, prompt_pool=replace(w.prompt_pool, cache_tokens=max(0, int(capacity - in_flight))))
 
@@ -229,7 +229,7 @@ def _kv_pool(w: Workload, scheduler, job: Job, lm) -> KVPool | None:
     in_flight = w.prompts if w.arrival != "closed" else min(w.prompts, w.concurrency)
     seats = getattr(scheduler, "max_num_seqs", None) or in_flight  # (prefill-first has no cap)
     mem = lm.memory_for(w.max_batched_tokens)
-    running = mem.requests_held(min(in_flight, seats), w.typical_context)  # each holding its state, if any
+    running = mem.requests_held(min(in_flight, seats), w.input_length, w.output_length)  # each with its state
     return kv_pool(w, mem.tokens_left(running), in_flight)
 
 
@@ -320,7 +320,7 @@ def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:
     kv_gib = m.peak_kv_tokens * mem.kv_bytes_per_token / GIB
     in_flight = m.request_throughput * m.e2e_ms / 1000.0  # Little's law
     held = round(in_flight) if m.arrival == "poisson" else m.concurrency  # requests holding a state
-    held = mem.requests_held(held, s.typical("input_length") + s.typical("output_length") / 2)  # (at once)
+    held = mem.requests_held(held, s.typical("input_length"), s.typical("output_length"))  # (at once)
     kv_tokens = mem.tokens_left(held)  # what their states (linear-attention layers', windows) leave
     return {
         "role": role, "tp": layout.tp, "pp": layout.pp, "dp": dp, "ep": layout.ep,

@@ -234,8 +234,8 @@ FIELDS: tuple[Field, ...] = (
        "max-utilization (admit when the prompt's blocks fit, preempt the newest when a decode needs a block: vLLM, "
        "TensorRT-LLM's MAX_UTILIZATION) or guaranteed-no-evict (admit only when the request's KV to its last "
        "token fits beside the running requests': TensorRT-LLM's GUARANTEED_NO_EVICT; never preempts) or "
-       "new-token-ratio (admit when the prompt and every token it may generate fit beside a tenth of what the "
-       "running requests have left to generate: SGLang's)",
+       "new-token-ratio (admit when the prompt and every token it may generate fit beside a share of what the "
+       "running requests have left to generate, 0.098 once warm and raised by a preemption: SGLang's)",
        choices=CAPACITY_SCHEDULERS, group="scheduler",
        default_help="the --engine's own (trtllm: guaranteed-no-evict; sglang: new-token-ratio; vllm, none: "
                     "max-utilization)"),

@@ -64,10 +64,6 @@ LABEL_KV = {"bf16+nvfp4": "fp8"}
 #: would, on B200 with 0.19 as an FP8 one; docs/calibration.md)
 READ_KV_LABEL = "fp8"
 
-
-def kv_read(label: str) -> bool:
-    """Whether a run of quantisation `label` leaves its KV-cache dtype to a reading (READ_KV_LABEL)."""
-    return label.partition("+")[0] == READ_KV_LABEL
 #: (the label's experts format, the checkpoint's) where a label names the checkpoint's 4-bit float
 #: by the other one's name: gpt-oss-120b ships only MXFP4 experts, labelled nvfp4
 SAME_CHECKPOINT = {("nvfp4", "mxfp4")}
@@ -164,6 +160,11 @@ def quantization(label: str, model: str) -> str:
         return experts
     own = spec.checkpoint_quantization.partition("+")[2]
     return f"{linear}+{own}" if (experts, own) in SAME_CHECKPOINT else label
+
+
+def kv_read(label: str) -> bool:
+    """Whether a run of quantisation `label` leaves its KV-cache dtype to a reading (READ_KV_LABEL)."""
+    return label.partition("+")[0] == READ_KV_LABEL
 
 
 def kv_cache(label: str, engine: str) -> str:

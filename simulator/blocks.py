@@ -8,8 +8,8 @@ prompt's blocks fit, preempt the newest running request when a decode needs a bl
 "guaranteed-no-evict" (TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler: admit a request only
 when its KV to the last token it may generate fits beside what every running request may reach; nothing
 is ever preempted) or "new-token-ratio" (SGLang's PrefillAdder: admit a request when its prompt and every
-token it may generate, at most CLIP_NEW_TOKENS, fit in the free cache less NEW_TOKEN_RATIO of the tokens the
-running requests have left to generate; a decode that finds no block preempts as vLLM's does)."""
+token it may generate, at most CLIP_NEW_TOKENS, fit in the free cache less its new-token ratio (`NewTokenRatio`)
+of the tokens the running requests have left to generate; a decode that finds no block preempts as vLLM's does)."""
 
 import math
 from typing import NamedTuple

@@ -131,11 +131,6 @@ class Workload:
         return self.arrival == "closed" and self.frontend is not None and self.frontend.active
 
     @property
-    def typical_context(self) -> float:
-        """The KV tokens a running request holds on average: its prompt and half its output."""
-        return self.input_length + self.output_length / 2
-
-    @property
     def prompts(self) -> int:
         """Requests sent in all (num_prompts resolved; a trace sends its requests)."""
         trace = self.mix.trace if self.mix is not None else None
