@@ -52,6 +52,9 @@ CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT, NEW_TOKEN_RATIO = ("max-utiliza
 #: default: its budget on the device; vLLM's max_num_seqs). A cap on requests in flight is the engine's or
 #: its clients' (an HTTP client's pool of connections): either way the others wait, and their wait is in TTFT
 LAUNCH_KEYS = ("max_batched_tokens", "max_num_seqs")
+#: a profile's [memory] keys: what the engine leaves free (by the device's memory, or by its own rule), and the
+#: share of the rest its KV pool takes
+MEMORY_KEYS = ("reserved_gib", "rule", "free_fraction")
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
                "mla_decode_attention": None,
@@ -62,7 +65,8 @@ NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_l
 #: does outside the steps (the front end), how the engine was launched and admits requests, its memory share
 #: and KV dtype (the memory picture's, and the scenario's quantisation, which a price names on its own)
 UNPRICED = ("name", "source", "base", "frontend", "scheduler", "prefix_caching", "fp8_kv_cache", "max_batched_tokens",
-            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm", "reserve_rule")
+            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm", "reserve_rule",
+            "kv_free_fraction")
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,10 @@ class EngineProfile:
     reserved_by_hbm: tuple = ()
     #: or by its own rule for the device and the layout ([memory] rule, latency.reserve.RESERVE_RULES): SGLang's
     reserve_rule: str = ""
+    #: the share its KV pool takes of the memory still free once weights, a full step's activations and the
+    #: reserve are placed ([memory] free_fraction: TensorRT-LLM's free_gpu_memory_fraction, 0.9 by default);
+    #: 0: all of it
+    kv_free_fraction: float = 0.0
     #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
     #: token counts and pad to the busiest), on top of step_ms
     dp_step_ms: float = 0.0
@@ -284,24 +292,39 @@ def parse_profile(path: Path) -> EngineProfile:
     if sum(map(bool, (reserved, rule, values["gpu_memory_utilization"]))) > 1:
         raise ValueError(f"{path.name}: gpu_memory_utilization, [memory] reserved_gib and [memory] rule each say "
                          "what the engine leaves free; keep one")
+    fraction = _free_fraction(path, memory)
+    if fraction and values["gpu_memory_utilization"]:
+        raise ValueError(f"{path.name}: [memory] free_fraction shares what weights leave free and "
+                         "gpu_memory_utilization the whole GPU; keep one")
     return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
                          scheduler=scheduler, capacity_scheduler=capacity, base=base, reserved_by_hbm=reserved,
-                         reserve_rule=rule,
+                         reserve_rule=rule, kv_free_fraction=fraction,
                          efficiency=_efficiency(path, data.get("efficiency", {})),
                          **_launch(path, data.get("launch", {})), **switches, **values)
 
 
 def _reserved_by_hbm(path: Path, table: dict) -> tuple:
     """The [memory] table's reserved_gib: [[HBM below (GiB), GiB left free], ...], the bounds rising."""
-    unknown = sorted(set(table) - {"reserved_gib", "rule"})
+    unknown = sorted(set(table) - set(MEMORY_KEYS))
     if unknown:
-        raise ValueError(f"{path.name}: [memory] has unknown keys {unknown}; known: reserved_gib, rule")
+        raise ValueError(f"{path.name}: [memory] has unknown keys {unknown}; known: {', '.join(MEMORY_KEYS)}")
     pairs = table.get("reserved_gib", [])
     if not (isinstance(pairs, list) and all(map(_memory_class, pairs))
             and all(a[0] < b[0] for a, b in pairwise(pairs))):
         raise ValueError(f"{path.name}: [memory] reserved_gib = {pairs!r} is not allowed; expected [[HBM below (GiB), "
                          "GiB left free], ...], the bounds > 0 and rising (the last may be inf), the GiB >= 0")
     return tuple((float(below), float(gib)) for below, gib in pairs)
+
+
+def _free_fraction(path: Path, table: dict) -> float:
+    """The [memory] table's free_fraction: in (0, 1]; 0 where it names none."""
+    if "free_fraction" not in table:
+        return 0.0
+    try:
+        return float(check_number(f"{path.name}: [memory] free_fraction", table["free_fraction"], low=0, low_open=True,
+                                  high=1))
+    except RangeError as err:
+        raise ValueError(str(err)) from None
 
 
 def _memory_class(pair) -> bool:

@@ -119,9 +119,13 @@ class MemoryAccount:
         return tokens * (2 * m.hidden_size + widest) * ACT_BYTES + logits
 
     def picture(self, max_batched_tokens: int) -> MemoryPicture:
+        """The device's memory for a step budget of `max_batched_tokens`: the KV pool is what the reserve, the
+        weights and that step's activations leave, or the engine's fraction of it (`kv_free_fraction`), whose
+        rest counts as reserved."""
         act = self.activation_bytes(max_batched_tokens)
-        reserved = self.share.reserved_memory_gib
-        free = self.device.hbm_gib * GIB - reserved * GIB - self.weights_bytes - act
-        capacity = max(0, int(free // self.kv_bytes_per_token))
+        free = self.device.hbm_gib * GIB - self.share.reserved_memory_gib * GIB - self.weights_bytes - act
+        pool = max(0.0, free) * (self.share.engine.kv_free_fraction or 1.0)
+        capacity = int(pool // self.kv_bytes_per_token)
+        reserved = self.share.reserved_memory_gib + (max(0.0, free) - pool) / GIB
         return MemoryPicture(self.device.hbm_gib, reserved, self.weights_bytes / GIB, act / GIB,
                              self.kv_bytes_per_token, capacity, self.state_bytes_per_request)

@@ -1,6 +1,7 @@
 """What an engine leaves free of each GPU by its own rule, for a layout: the memory its launch keeps out of its
 weights and KV pool (activations, CUDA graphs, its allocator's slack), named by an engine profile's
-`[memory] rule` (RESERVE_RULES)."""
+`[memory] rule` (RESERVE_RULES); an engine whose pool takes a fraction of what is then free
+(`[memory] free_fraction`) leaves the rest of it free too (latency.memory)."""
 
 from __future__ import annotations
 
@@ -28,4 +29,19 @@ def sglang_reserved_gib(hbm_gib: float, tp: int = 1, pp: int = 1, attention_dp: 
     return max(gib, SGLANG_FLOOR_GIB) if hbm_gib > 60 else gib
 
 
-RESERVE_RULES = {"sglang": sglang_reserved_gib}
+#: TensorRT-LLM's memory outside its KV fraction (its profiling peak counts "torch + non-torch"): the CUDA context
+#: and libraries' workspaces, 551 MB as AIConfigurator observed them (its systems/*.yaml other_mem, before its
+#: safety margin), and NCCL's buffers by the GPUs of the group (its nccl_mem: 342 MB at 2, 392 MB from 4)
+TRTLLM_CONTEXT_MIB = 551 * 1e6 / 2**20
+TRTLLM_NCCL_MIB = ((1, 0.0), (2, 342.0), (float("inf"), 392.0))
+
+
+def trtllm_reserved_gib(hbm_gib: float, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
+    """What TensorRT-LLM holds beside weights and activations before its KV pool takes its fraction of the rest
+    (`EngineProfile.kv_free_fraction`): the CUDA context and NCCL's buffers, whatever the GPU's memory."""
+    gpus = tp * attention_dp
+    nccl = next(mib for upto, mib in TRTLLM_NCCL_MIB if gpus <= upto)
+    return (TRTLLM_CONTEXT_MIB + nccl) / MIB_PER_GIB
+
+
+RESERVE_RULES = {"sglang": sglang_reserved_gib, "trtllm": trtllm_reserved_gib}

@@ -29,6 +29,8 @@ DEFAULT_MAX_CONCURRENCY = 4096
 VLLM_MAX_NUM_SEQS = 1024
 #: vLLM's --gpu-memory-utilization, as its profile names it (the --reserved-memory-gb default leaves the rest)
 VLLM_MEMORY_UTILIZATION = load_engine("vllm").gpu_memory_utilization
+#: the share of what weights and activations leave that TensorRT-LLM's KV pool takes, as its profile names it
+TRTLLM_KV_FRACTION = load_engine("trtllm").kv_free_fraction
 VLLM_BATCHED_TOKENS, VLLM_BATCHED_TOKENS_LARGE, VLLM_LARGE_HBM_BYTES = 8192, 16384, 160 * 1024**3
 #: the release that added that tier (`EngineArgs.get_batch_defaults`): older ones took 8192 there too
 VLLM_LARGE_BUDGET_SINCE = (0, 28, 0)
@@ -222,8 +224,10 @@ FIELDS: tuple[Field, ...] = (
        "(no shipped file names one: prices differ by provider and change)", "USD/h", low=0, group="hardware"),
     Field("reserved_memory_gb", float, None, "HBM kept free per device", "GiB", low=0, group="hardware",
        default_help=f"the --engine's own: what its memory utilisation leaves (vllm: {1 - VLLM_MEMORY_UTILIZATION:g} "
-       f"of the device, its --gpu-memory-utilization {VLLM_MEMORY_UTILIZATION:g}); {DEFAULT_RESERVED_GIB:g} with "
-       "engines that name none"),
+       f"of the device, its --gpu-memory-utilization {VLLM_MEMORY_UTILIZATION:g}; sglang: its rule for the device "
+       "and layout; trtllm: its CUDA context and NCCL buffers, its KV pool then taking "
+       f"{TRTLLM_KV_FRACTION:g} of what weights and activations leave, the rest free too); "
+       f"{DEFAULT_RESERVED_GIB:g} with engines that name none"),
     Field("scheduler", str, None, "step policy: decode-first (the RFC's), token-budget (vLLM V1; "
        "TensorRT-LLM's in-flight batching alike) or prefill-first (SGLang: a waiting prompt's prefill batch runs "
        "before the decodes, never mixed with them)",

@@ -236,7 +236,7 @@ def test_an_engine_that_names_its_memory_utilisation_leaves_the_rest_free():
     vllm = load_engine("vllm")
     assert vllm.gpu_memory_utilization == 0.9
     assert vllm.reserved_gib(79.6) == pytest.approx(7.96)
-    assert load_engine("trtllm").reserved_gib(79.6) == load_engine("none").reserved_gib(79.6) == 10.0
+    assert load_engine("none").reserved_gib(79.6) == 10.0
     lm = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", reserved_memory_gb=vllm.reserved_gib(79.6))
     pool = 0.9 * 79.6 * GIB - lm.weights_bytes - lm.activation_bytes(8192)
     assert lm.memory_for(8192).kv_capacity_tokens == int(pool // (64 * 2 * 8 * 128 * 2))  # bf16 K and V, 8 heads
@@ -263,6 +263,33 @@ def test_sglang_leaves_free_what_its_default_memory_fraction_reserves_for_the_de
     assert kv[10.0].kv_capacity_tokens - kv[25.625].kv_capacity_tokens == pytest.approx(15.625 * GIB / per_token, abs=2)
 
 
+def test_tensorrt_llm_s_kv_pool_is_its_fraction_of_what_its_profiling_peak_leaves():
+    """TensorRT-LLM sizes its pool as (total - peak) x free_gpu_memory_fraction (its KvCacheCreator), the peak
+    being the weights, the activations of a max_num_tokens step and what is not torch's (the CUDA context, 551 MB,
+    and NCCL's buffers, 342 MB at 2 GPUs, 392 MB from 4): Qwen3-32B in FP8 on one H100 (79.6 GiB, no NCCL) at 0.8
+    keeps 0.8 of 79.6 GiB - 525.5 MiB - weights - activations, and the rest of it counts as reserved."""
+    from latency import load_engine
+    from latency.reserve import trtllm_reserved_gib
+
+    trt = load_engine("trtllm")
+    assert (trt.reserve_rule, trt.kv_free_fraction) == ("trtllm", 0.8)
+    assert trtllm_reserved_gib(79.6) == 551e6 / 2**30
+    assert trtllm_reserved_gib(79.6, tp=2) == (551e6 / 2**20 + 342) / 1024
+    assert trtllm_reserved_gib(140.4, tp=2, attention_dp=4) == trtllm_reserved_gib(79.6, tp=8) == (
+        551e6 / 2**20 + 392) / 1024
+    lm = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", quantization="fp8", kv_cache_dtype="fp8",
+                             reserved_memory_gb=trtllm_reserved_gib(79.6), engine="trtllm")
+    mem = lm.memory_for(8192)
+    free = 79.6 * GIB - 551e6 - lm.weights_bytes - lm.activation_bytes(8192)
+    assert mem.kv_capacity_tokens == int(0.8 * free // (64 * 2 * 8 * 128))  # fp8 K and V, 8 heads, 64 layers
+    assert mem.reserved_gib == pytest.approx((551e6 + 0.2 * free) / GIB)
+    assert mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib == pytest.approx(
+        mem.kv_capacity_tokens * mem.kv_bytes_per_token / GIB, abs=1 / 1024)
+    whole = build_latency_model("Qwen/Qwen3-32B", "H100_SXM", quantization="fp8", kv_cache_dtype="fp8",
+                                reserved_memory_gb=trtllm_reserved_gib(79.6)).memory_for(8192)
+    assert whole.kv_capacity_tokens == int(free // (64 * 2 * 8 * 128))  # an engine without a fraction: all of it
+
+
 def test_fingerprint_names_the_pricing_code_version(monkeypatch):
     """A long-lived shared cache must not serve prices of another release of the pricing code."""
     import latency.estimator as estimator
@@ -284,7 +311,7 @@ def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_pr
         base, name="theirs", source="elsewhere", frontend=(("request_ms", 6.0), ("stream_us", 50.0)),
         scheduler="prefill-first", prefix_caching=True, fp8_kv_cache=True, max_batched_tokens=4096, max_num_seqs=100,
         capacity_scheduler="guaranteed-no-evict", gpu_memory_utilization=0.8, reserved_by_hbm=((60.0, 5.0),),
-        reserve_rule="sglang")
+        reserve_rule="sglang", kv_free_fraction=0.8)
     assert {f for f in UNPRICED if getattr(other, f) == getattr(base, f)} == {"base"}
     keys = [ForwardKey(True, 3, 1500, 4000), ForwardKey(False, 40, 1, 6000)]
     shapes = [(keys[0],), (keys[1],), tuple(keys)]

@@ -288,6 +288,10 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
     ('rule = "sglang"\nreserved_gib = [[inf, 8]]', r"gpu_memory_utilization, \[memory\] reserved_gib and \[memory\] "
                                                  r"rule each say"),
     ("reserved_gib = [[inf, 8]]\n[launch]\nmax_num_seqs = 8", None),
+    ("reserved_gib = [[inf, 8]]\nfree_fraction = 0", r"free_fraction must be a number in \(0, 1\], got 0"),
+    ("reserved_gib = [[inf, 8]]\nfree_fraction = 1.5", r"free_fraction must be a number in \(0, 1\], got 1.5"),
+    ('reserved_gib = [[inf, 8]]\nfree_fraction = "0.9"', r"free_fraction must be a number"),
+    ("reserved_gib = [[inf, 8]]\nfree_fraction = 0.9", None),
 ])
 def test_an_engine_profile_s_memory_table_is_checked(tmp_path, text, refused):
     """[memory] reserved_gib, (HBM below, GiB left free) pairs: the bounds > 0 and rising (the last may be inf), the
@@ -304,6 +308,10 @@ def test_an_engine_profile_s_memory_table_is_checked(tmp_path, text, refused):
     assert parse_profile(path).reserved_gib(179.1) == 8.0
     path.write_text('name = "spare"\ngpu_memory_utilization = 0.9\n[memory]\nreserved_gib = [[inf, 8]]\n')
     with pytest.raises(ValueError, match=r"spare.toml: gpu_memory_utilization, \[memory\] reserved_gib and "):
+        parse_profile(path)
+    path.write_text('name = "spare"\ngpu_memory_utilization = 0.9\n[memory]\nfree_fraction = 0.9\n')
+    with pytest.raises(ValueError, match=r"spare.toml: \[memory\] free_fraction shares what weights leave free and "
+                                         r"gpu_memory_utilization the whole GPU; keep one"):
         parse_profile(path)
     path.write_text('name = "spare"\n[memory]\nreserved_gib = [[60, 5], [inf, 12.5]]\n')
     assert [parse_profile(path).reserved_gib(h) for h in (45.0, 60.0, 179.1)] == [5.0, 12.5, 12.5]

@@ -32,17 +32,24 @@ def test_one_configuration_prints_metrics_memory_and_breakdown():
 
 def test_the_reserve_is_the_engine_s_own_unless_given():
     """--reserved-memory-gb defaults to what the engine's memory utilisation leaves (vLLM: a tenth
-    of an H100's 79.6 GiB), 10 GiB with an engine that names none; a given value wins."""
+    of an H100's 79.6 GiB; TensorRT-LLM: its CUDA context, 551 MB, before its pool takes its fraction of the
+    rest, which the row's reserve then counts), 10 GiB with an engine that names none; a given value wins."""
     base = {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "num_devices": 1, "input_length": 2048,
             "output_length": 128, "tp_sizes": (1,), "concurrency": 8, "arrival": "closed"}
     assert configure({**base, "engine": "vllm"}).reserved_memory_gb == pytest.approx(7.96)
-    assert configure({**base, "engine": "trtllm"}).reserved_memory_gb == 10.0
+    assert configure({**base, "engine": "trtllm"}).reserved_memory_gb == 551e6 / 2**30
     assert configure(base).reserved_memory_gb == 10.0
     assert configure({**base, "engine": "vllm", "reserved_memory_gb": 12.0}).reserved_memory_gb == 12.0
     p = run("estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "2048",
             "--output-length", "128", "--concurrency", "8", "--arrival", "closed", "--engine", "vllm")
     assert p.returncode == 0, p.stderr
     assert "reserved 7.96 GiB" in p.stdout
+    p = run("estimate", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--tp-sizes", "1", "--input-length", "2048",
+            "--output-length", "128", "--concurrency", "8", "--arrival", "closed", "--engine", "trtllm")
+    assert p.returncode == 0, p.stderr
+    # the context, and 0.2 of 79.6 GiB less it, 15.26 GiB of weights and 1.08 GiB of activations
+    assert "weights 15.26 GiB" in p.stdout and "activations 1.08 GiB" in p.stdout, p.stdout
+    assert f"reserved {0.2 * (79.6 - 0.513 - 15.26 - 1.08) + 0.513:.2f} GiB" in p.stdout, p.stdout
 
 
 def test_estimate_equals_the_optimizer_point():
