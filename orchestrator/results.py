@@ -114,18 +114,62 @@ def scenario_columns(scenario) -> dict:
     return out
 
 
+def rows_schema(rows: list[dict]):
+    """The Arrow schema of result rows: their columns in the order they first appear, each typed by
+    `column_type`."""
+    import pyarrow as pa
+
+    return pa.schema([(c, column_type(c)) for c in dict.fromkeys(k for row in rows for k in row)])
+
+
+class JsonRows:
+    """Rows to an Arrow table through Arrow's JSON reader, which builds the columns in C++: Table.from_pylist
+    asks pyarrow's pandas shim about the values and so imports pandas, a third of a steady 8-GPU question's
+    process. The claim that makes it exact: under an explicit schema, the JSON of rows whose values are None,
+    bool, int, float (repr reads back as the same double; +-inf too, and a NaN as the one NaN, which is all
+    JSON says of it) or str reads back as the table from_pylist builds; rows json or the reader refuses (numpy
+    integers, a string in a number column) take from_pylist. `enabled = False` builds every table with
+    from_pylist (tests/orchestrator/test_results.py proves the two equal)."""
+
+    enabled = True
+
+    def table(self, rows: list[dict], schema):
+        import pyarrow as pa
+
+        if self.enabled and rows:
+            try:
+                return self.read(rows, schema)
+            except (TypeError, ValueError, pa.ArrowException):
+                pass
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    @staticmethod
+    def read(rows: list[dict], schema):
+        """The table Arrow's JSON reader reads from the rows (the columns `schema` names); TypeError,
+        ValueError or ArrowException where json or the reader cannot take them."""
+        import json
+
+        import pyarrow as pa
+        import pyarrow.json as pajson
+
+        text = "\n".join(map(json.dumps, rows)).encode()
+        return pajson.read_json(pa.py_buffer(text), read_options=pajson.ReadOptions(use_threads=False),
+                                parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                                                  unexpected_field_behavior="ignore"))
+
+
 def write_parquet(rows: list[dict], path: str | Path, schema=None, filesystem=None) -> str:
-    """Write rows to `path` so that it appears whole or not at all (see `write_bytes`). With a
-    `schema`, keys a row lacks are null and keys the schema lacks are left out. A sweep writes two
-    small files per scenario: plain-encoded, without dictionaries and column statistics (which save
-    little in a file of a few dozen rows), a write costs half as much (2.5 -> 1.1 ms for 43 rows of 82
-    columns; the driver of a sweep writes two a scenario)."""
+    """Write rows to `path` so that it appears whole or not at all (see `write_bytes`): the columns
+    `schema` names (keys a row lacks are null), by default every column of the rows typed by
+    `column_type`. A sweep writes two small files per scenario: plain-encoded, without dictionaries and
+    column statistics (which save little in a file of a few dozen rows), a write costs half as much (2.5 ->
+    1.1 ms for 43 rows of 82 columns; the driver of a sweep writes two a scenario)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink, use_dictionary=False, write_statistics=False,
-                   column_encoding="PLAIN")
+    table = JsonRows().table(rows, rows_schema(rows) if schema is None else schema)
+    pq.write_table(table, sink, use_dictionary=False, write_statistics=False, column_encoding="PLAIN")
     return write_bytes(sink.getvalue().to_pybytes(), path, filesystem)
 
 
