@@ -125,9 +125,10 @@ def rows_schema(rows: list[dict]):
 class JsonRows:
     """Rows to an Arrow table through Arrow's JSON reader, which builds the columns in C++: Table.from_pylist
     asks pyarrow's pandas shim about the values and so imports pandas, a third of a steady 8-GPU question's
-    process. The claim that makes it exact: under an explicit schema, the JSON of rows whose values are None,
-    bool, int, float (repr reads back as the same double; +-inf too, and a NaN as the one NaN, which is all
-    JSON says of it) or str reads back as the table from_pylist builds; rows json or the reader refuses (numpy
+    process, where a command writes its one answer (a sweep's many files take from_pylist: cheaper each).
+    The claim that makes it exact: under an explicit schema, the JSON of rows whose values are None, bool,
+    int, float (repr reads back as the same double; +-inf too, and a NaN as the one NaN, which is all JSON
+    says of it) or str reads back as the table from_pylist builds; rows json or the reader refuses (numpy
     integers, a string in a number column) take from_pylist. `enabled = False` builds every table with
     from_pylist (tests/orchestrator/test_results.py proves the two equal)."""
 
@@ -158,17 +159,20 @@ class JsonRows:
                                                                   unexpected_field_behavior="ignore"))
 
 
-def write_parquet(rows: list[dict], path: str | Path, schema=None, filesystem=None) -> str:
+def write_parquet(rows: list[dict], path: str | Path, schema=None, filesystem=None, once: bool = False) -> str:
     """Write rows to `path` so that it appears whole or not at all (see `write_bytes`): the columns
     `schema` names (keys a row lacks are null), by default every column of the rows typed by
     `column_type`. A sweep writes two small files per scenario: plain-encoded, without dictionaries and
     column statistics (which save little in a file of a few dozen rows), a write costs half as much (2.5 ->
-    1.1 ms for 43 rows of 82 columns; the driver of a sweep writes two a scenario)."""
+    1.1 ms for 43 rows of 82 columns; the driver of a sweep writes two a scenario). `once`: the process
+    writes this one file (a command's answer), so the rows go through Arrow's JSON reader (`JsonRows`: 4-6 ms
+    more a file than from_pylist, which costs a process pandas' import, 150-300 ms, the first time)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    table = JsonRows().table(rows, rows_schema(rows) if schema is None else schema)
+    schema = rows_schema(rows) if schema is None else schema
+    table = JsonRows().table(rows, schema) if once else pa.Table.from_pylist(rows, schema=schema)
     pq.write_table(table, sink, use_dictionary=False, write_statistics=False, column_encoding="PLAIN")
     return write_bytes(sink.getvalue().to_pybytes(), path, filesystem)
 

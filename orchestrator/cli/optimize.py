@@ -105,6 +105,6 @@ def cmd_optimize(a) -> int:
         from orchestrator.results import scenario_columns, write_parquet  # with uuid and shutil: only to write
 
         cols = scenario_columns(s)
-        path = write_parquet([{**cols, **p} for p in result.points], a.output)
+        path = write_parquet([{**cols, **p} for p in result.points], a.output, once=True)
         print(f"\n{len(result.points)} evaluated points written to {path}")
     return 0
