@@ -47,6 +47,10 @@ CASES = {
         "Qwen/Qwen3-32B", "--device", "H200_SXM", "--num-devices", "8", "--input-length", "4000",
         "--output-length", "500", "--ttft-limits", "1000", "--tpot-limits", "50", "--arrival", "closed",
         "--engine", "vllm"],
+    "the same, timed, its answer written (--output)": [
+        "Qwen/Qwen3-32B", "--device", "H200_SXM", "--num-devices", "8", "--input-length", "4000",
+        "--output-length", "500", "--ttft-limits", "1000", "--tpot-limits", "50", "--arrival", "closed",
+        "--engine", "vllm", "--output", "{tmp}/answer.parquet"],
     "closed loop, token-budget, 2 x H100": [
         "Qwen/Qwen3-32B", "--device", "H100_SXM", "--num-devices", "2", "--tp-sizes", "2", "--input-length", "1024",
         "--output-length", "512", "--ttft-limits", "1000", "--tpot-limits", "50", "--scheduler", "token-budget",
@@ -114,7 +118,7 @@ def main() -> None:
         for name, argv in CASES.items():
             if args.only not in name:
                 continue
-            command = [sys.executable, "-c", SERVESWEEP, "optimize", *argv]
+            command = [sys.executable, "-c", SERVESWEEP, "optimize", *(a.replace("{tmp}", tmp) for a in argv)]
             if args.against:
                 walls, before = interleaved(command, Path(args.against), args.runs)
                 print(f"{'  in ' + args.against:<48} {statistics.median(before):>9.3f} "
