@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from orchestrator.dataset import read_table
+from orchestrator.results import write_bytes, write_frame
 
 #: plots per kind at most; a sweep of thousands of scenarios would otherwise write thousands of PNGs
 DEFAULT_MAX_PLOTS = 12
@@ -149,15 +150,15 @@ def write_report(results: str | Path, out: str | Path, max_plots: int = DEFAULT_
     out.mkdir(parents=True, exist_ok=True)
     table = best_per_scenario(best)
     cols = [c for c in BEST_COLUMNS if c in table.columns]
-    table[cols].to_csv(out / "best.csv", index=False)
-    (out / "best.md").write_text(_markdown(table[cols]))
+    write_frame(table[cols], out / "best.csv")
+    write_bytes(_markdown(table[cols]).encode(), out / "best.md")
     figures = {
         "TTFT and TPOT vs concurrency": _plot_curves(points, best, out, max_plots, plt),
         "Throughput per device vs tokens/s per user": _plot_pareto(points, splits, out, max_plots, plt),
         "Effect of max_batched_tokens": _plot_budget(best, out, max_plots, plt),
     }
     infeasible = best[~best["feasible"]]
-    (out / "index.html").write_text(_html(results, table[cols], figures, infeasible))
+    write_bytes(_html(results, table[cols], figures, infeasible).encode(), out / "index.html")
     return [out / n for n in ("best.csv", "best.md", "index.html")] + [out / f for fs in figures.values()
                                                                          for f, _ in fs]
 

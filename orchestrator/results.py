@@ -177,6 +177,18 @@ def write_parquet(rows: list[dict], path: str | Path, schema=None, filesystem=No
     return write_bytes(sink.getvalue().to_pybytes(), path, filesystem)
 
 
+def write_frame(frame, path: str | Path) -> str:
+    """A pandas DataFrame to `path` (.parquet, else CSV), whole or not at all (`write_bytes`): a run interrupted
+    while writing leaves the file as it was, not half of the new one."""
+    import io
+
+    if str(path).endswith(".parquet"):
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        return write_bytes(buffer.getvalue(), path)
+    return write_bytes(frame.to_csv(index=False).encode(), path)
+
+
 def write_bytes(data: bytes, path: str | Path, filesystem=None) -> str:
     """Write a file atomically. Local disk: a temporary name in the same folder, then rename (the
     temporary file is removed if the write fails or is interrupted). Object store: one upload; the

@@ -7,6 +7,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from orchestrator.results import write_bytes
+
 #: requests drawn one per row at most; a longer run draws an evenly spaced sample of them
 MAX_REQUEST_ROWS = 400
 
@@ -24,7 +26,7 @@ def write_run_report(requests_path: str, steps_path: str, out: str | Path) -> li
     out.mkdir(parents=True, exist_ok=True)
     _timeline(requests, steps, out / "timeline.png", plt)
     _cdfs(requests, out / "cdf.png", plt)
-    (out / "index.html").write_text(_html(requests_path, requests, steps))
+    write_bytes(_html(requests_path, requests, steps).encode(), out / "index.html")
     return [out / "timeline.png", out / "cdf.png", out / "index.html"]
 
 

@@ -102,6 +102,7 @@ def cmd_estimate(a) -> int:
         stand_in_note,
     )
     from orchestrator.measured_runs import replaced_readings
+    from orchestrator.results import write_frame
 
     values = field_values(a, "estimate")
     if a.from_csv:
@@ -113,10 +114,7 @@ def cmd_estimate(a) -> int:
         table, unknown = estimate_many(a.from_csv, values, progress=not a.no_progress)
         if unknown:
             print(f"servesweep estimate: columns kept but not read: {', '.join(unknown)}", file=sys.stderr)
-        if a.output.endswith(".parquet"):
-            table.to_parquet(a.output, index=False)
-        else:
-            table.to_csv(a.output, index=False)
+        write_frame(table, a.output)
         print(f"{len(table)} configurations estimated; written to {a.output}")
         if "silicon_ttft_ms" not in table and {"ttft_error", "tpot_error"} & set(table.columns):
             print_errors(table, silicon=False)
@@ -141,8 +139,8 @@ def cmd_estimate(a) -> int:
         from orchestrator.estimate import run_tables, steps_path
 
         requests, steps = run_tables(s)
-        requests.to_parquet(a.per_request, index=False)
-        steps.to_parquet(steps_path(a.per_request), index=False)
+        write_frame(requests, a.per_request)
+        write_frame(steps, steps_path(a.per_request))
         print(f"{len(requests)} requests and {len(steps)} steps written to {a.per_request} and "
               f"{steps_path(a.per_request)}", file=sys.stderr)
     rate = f"{s.request_rate:g} req/s" if s.request_rate else "its own times"

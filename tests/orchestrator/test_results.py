@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.results import JsonRows, rows_schema, write_parquet
+from orchestrator.results import JsonRows, rows_schema, write_frame, write_parquet
 
 #: a column of each type the result columns take (results.column_type)
 VALUES = {
@@ -88,3 +88,38 @@ def test_writing_a_result_file_does_not_import_pandas(tmp_path):
     assert p.stdout.strip().endswith("pandas imported: False"), p.stdout
     table = pq.read_table(out)
     assert table.num_rows > 0 and table.schema.field("tp").type == pa.int64()
+
+
+def test_a_frame_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """write_frame (estimate --output and --per-request, report's best.csv): CSV or Parquet by the name, the same
+    as pandas writes them; a write interrupted before or while its bytes reach the disk leaves the file as it was
+    and no temporary file beside it."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"tp": [1, 2], "ttft_ms": [12.5, float("nan")], "model": ["a", "b,c"]})
+    csv, parquet = tmp_path / "x.csv", tmp_path / "x.parquet"
+    write_frame(frame, csv)
+    write_frame(frame, parquet)
+    assert csv.read_text() == frame.to_csv(index=False)
+    assert pd.read_parquet(parquet).equals(frame)
+
+    class Broken(pd.DataFrame):
+        def to_csv(self, *args, **kwargs):
+            raise KeyboardInterrupt  # interrupted while the text was being made
+
+    with pytest.raises(KeyboardInterrupt):
+        write_frame(Broken(frame), csv)
+    assert csv.read_text() == frame.to_csv(index=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv", "x.parquet"]
+
+    def half_then_interrupted(self, data):
+        with open(self, "wb") as f:
+            f.write(data[: len(data) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(parquet), "write_bytes", half_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_frame(frame.iloc[:1], parquet)
+    monkeypatch.undo()
+    assert pd.read_parquet(parquet).equals(frame)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv", "x.parquet"]
