@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from orchestrator.dataset import read_table
-from orchestrator.results import write_bytes, write_frame
+from orchestrator.results import write_bytes, write_frame, write_png
 
 #: plots per kind at most; a sweep of thousands of scenarios would otherwise write thousands of PNGs
 DEFAULT_MAX_PLOTS = 12
@@ -50,7 +50,7 @@ def _save(fig, path: Path, title: str, plt) -> tuple[str, str]:
     """Title, lay out, write and close a figure; (file name, caption) for the index."""
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    write_png(fig, path)
     plt.close(fig)
     return path.name, title
 

@@ -189,6 +189,19 @@ def write_frame(frame, path: str | Path) -> str:
     return write_bytes(frame.to_csv(index=False).encode(), path)
 
 
+#: the reports' figures: dots per inch (small files, legible in a browser)
+FIGURE_DPI = 80
+
+
+def write_png(figure, path: str | Path) -> str:
+    """A matplotlib figure to `path` as PNG, whole or not at all (`write_bytes`)."""
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=FIGURE_DPI, format="png")
+    return write_bytes(buffer.getvalue(), path)
+
+
 def write_bytes(data: bytes, path: str | Path, filesystem=None) -> str:
     """Write a file atomically. Local disk: a temporary name in the same folder, then rename (the
     temporary file is removed if the write fails or is interrupted). Object store: one upload; the

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from orchestrator.results import write_bytes
+from orchestrator.results import write_bytes, write_png
 
 #: requests drawn one per row at most; a longer run draws an evenly spaced sample of them
 MAX_REQUEST_ROWS = 400
@@ -55,7 +55,7 @@ def _timeline(requests, steps, path: Path, plt) -> None:
     bottom.legend(loc="upper right", fontsize=8)
     fig.suptitle(f"{len(requests)} requests, {len(steps)} steps", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    write_png(fig, path)
     plt.close(fig)
 
 
@@ -70,7 +70,7 @@ def _cdfs(requests, path: Path, plt) -> None:
         ax.set_ylabel("share of requests")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    write_png(fig, path)
     plt.close(fig)
 
 
