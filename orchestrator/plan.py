@@ -22,16 +22,11 @@ from typing import NamedTuple
 
 from orchestrator.evaluate import costs
 from orchestrator.jobs import Job
+from orchestrator.launch import serve_command
 from orchestrator.optimize import can_fork, count_evaluated, forked_map, search_job
 from orchestrator.progress import SearchProgress
 from orchestrator.scenario import Layout, Scenario
 
-#: vLLM's spelling of the quantisations it can apply itself at load time; others need a quantised checkpoint
-VLLM_QUANTIZATION = {"FP8": "fp8"}
-#: vLLM's KV-cache dtypes (`--kv-cache-dtype`)
-VLLM_KV_DTYPES = {"fp8": "fp8"}
-#: how a prefill or decode instance of a split hands KV over (vLLM's NixlConnector; both sides kv_both)
-VLLM_KV_TRANSFER = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 ROUTER_NOTE = ("a prefill/decode router in front sends each request to a prefill instance, then on to a decode "
                "instance (vLLM's disaggregated-serving examples ship one); the KV transfer is not priced")
 
@@ -192,40 +187,6 @@ def predicted(s: Scenario, option: PlanOption) -> dict:
                           rate=option.rate / option.instances / option.layout.attention_dp)
 
 
-def vllm_serve(s: Scenario, option: PlanOption) -> tuple[str, list[str]]:
-    """The `vllm serve` command of one instance, and notes on what vLLM cannot be told by a flag."""
-    lay, notes = option.layout, []
-    args = ["vllm", "serve", s.model, "--tensor-parallel-size", str(lay.tp)]
-    if lay.pp > 1:
-        args += ["--pipeline-parallel-size", str(lay.pp)]
-    if lay.attention_dp > 1:
-        args += ["--data-parallel-size", str(lay.attention_dp)]
-    if lay.ep > 1:
-        args += ["--enable-expert-parallel"]
-        if lay.ep != lay.tp * lay.attention_dp:
-            notes.append(f"ep={lay.ep} over part of the tp x attention_dp devices: vLLM's expert parallelism "
-                         "spans them all")
-    mem = s.latency_model(lay).memory_for(option.max_batched_tokens)
-    # rounded down to a hundredth (never more than planned), after a rounding guard: 0.9 x 100 can be 89.99...
-    utilisation = math.floor(round((mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib * 100, 6)) / 100
-    longest = s.length_bounds("input_length")[1] + s.length_bounds("output_length")[1]
-    args += ["--max-model-len", str(longest), "--max-num-batched-tokens", str(option.max_batched_tokens),
-             "--max-num-seqs", str(s.max_num_seqs), "--enable-chunked-prefill",
-             "--gpu-memory-utilization", f"{utilisation:.2f}"]
-    quant = s.quantization.upper() if s.quantization else "BF16"
-    if quant in VLLM_QUANTIZATION:
-        args += ["--quantization", VLLM_QUANTIZATION[quant]]
-    elif quant not in ("BF16", "DISABLED"):
-        notes.append(f"{s.quantization}: serve a checkpoint quantised that way (vLLM reads it from its config)")
-    if s.kv_cache_dtype in VLLM_KV_DTYPES:
-        args += ["--kv-cache-dtype", VLLM_KV_DTYPES[s.kv_cache_dtype]]
-    elif s.kv_cache_dtype != "bf16":
-        notes.append(f"KV cache {s.kv_cache_dtype}: vLLM's --kv-cache-dtype has no such choice")
-    if option.role != "agg":
-        args += ["--kv-transfer-config", VLLM_KV_TRANSFER]
-    return shlex.join(args), notes
-
-
 def vllm_bench(s: Scenario, option: PlanOption, rate: float | None = None) -> tuple[str, list[str]]:
     """The `vllm bench serve` command that checks one instance at its share of the load (or the whole
     deployment at `rate`), and notes on what its random dataset cannot reproduce."""
@@ -266,8 +227,9 @@ def _random_lengths(s: Scenario) -> tuple[list[str], list[str]]:
 
 
 def option_dict(s: Scenario, o, commands: bool = False) -> dict:
-    """One option as plain values; with `commands`, the vLLM commands and the predicted TTFT/TPOT at
-    each instance's share of the load. A split is its two sides under `prefill` and `decode`."""
+    """One option as plain values; with `commands`, the command that launches an instance on the scenario's
+    engine (`serve`), the `vllm bench serve` that checks it and the predicted TTFT/TPOT at each instance's share
+    of the load. A split is its two sides under `prefill` and `decode`."""
     if o.role == "split":
         return _split_dict(s, o, commands)
     lay = o.layout
@@ -276,16 +238,18 @@ def option_dict(s: Scenario, o, commands: bool = False) -> dict:
            "attention_dp": lay.attention_dp, "ep": lay.ep, "max_batched_tokens": o.max_batched_tokens,
            "capacity_per_instance": o.capacity, "headroom": o.headroom, **o.cost}
     if commands:
-        serve, notes = vllm_serve(s.with_(device=o.device, num_devices=lay.devices), o)
+        engine, serve, notes = serve_command(s.with_(device=o.device, num_devices=lay.devices), o)
         at = predicted(s, o)
         bench, bench_notes = vllm_bench(s, o)
-        out |= {"vllm_serve": serve, "notes": notes + bench_notes, "vllm_bench_serve": bench,
+        out |= {"serve": serve, "serving_engine": engine, "notes": notes + bench_notes, "vllm_bench_serve": bench,
                 "predicted_ttft_ms": at["ttft_slo_ms"], "predicted_tpot_ms": at["tpot_slo_ms"]}
+        if engine == "vllm":  # the key it had before other engines' commands
+            out["vllm_serve"] = serve
     return out
 
 
 def _split_dict(s: Scenario, o: SplitOption, commands: bool) -> dict:
-    """A split as plain values; with `commands`, each side's `vllm serve`, its predicted TTFT (prefill)
+    """A split as plain values; with `commands`, each side's launch command, its predicted TTFT (prefill)
     or TPOT (decode), and one `vllm bench serve` of the whole split at the rate, through its router."""
     out = {"role": "split", "device": o.device, "devices": o.devices, "headroom": o.headroom, **o.cost,
            "prefill": option_dict(s, o.prefill, commands), "decode": option_dict(s, o.decode, commands)}

@@ -115,7 +115,7 @@ def _print_plan(s, a, best, limits) -> None:
     sides = [("prefill", top["prefill"]), ("decode", top["decode"])] if top["role"] == "split" else [("", top)]
     for role, side in sides:
         print(f"\ndeploy each of the {side['instances']} {role + ' ' if role else ''}instance(s):\n"
-              f"  {side['vllm_serve']}")
+              f"  {side['serve']}")
         for note in side["notes"] if role else top["notes"]:
             if not role or "random dataset" not in note:
                 print(f"  note: {note}")

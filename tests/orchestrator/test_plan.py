@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from orchestrator.launch import serve_command, sglang_serve, trtllm_free_fraction, trtllm_serve, vllm_serve
 from orchestrator.optimize import optimize
-from orchestrator.plan import PlanOption, plan_deployment, vllm_bench, vllm_serve
+from orchestrator.plan import PlanOption, plan_deployment, vllm_bench
 from orchestrator.scenario import Layout, Scenario
 
 BASE = dict(model="Qwen/Qwen3-8B", device="H100_SXM", num_devices=1, input_length=2048, output_length=128,
@@ -88,6 +89,71 @@ def test_emitted_commands_use_only_vllm_flags_and_fit_our_memory():
     one = Scenario(**BASE)  # the scenario plan starts from: one device; an instance of 4 is priced as such
     got = option_dict(one.with_(model="Qwen/Qwen3-30B-A3B"), o, commands=True)
     assert _value(shlex.split(got["vllm_serve"]), "--tensor-parallel-size") == "1" and got["predicted_tpot_ms"] > 0
+
+
+#: every flag trtllm-serve and SGLang's launch_server may get, as they spell them (trtllm-serve --help,
+#: python -m sglang.launch_server --help)
+TRTLLM_SERVE_FLAGS = {"--backend", "--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_num_tokens",
+                      "--max_seq_len", "--kv_cache_free_gpu_memory_fraction"}
+SGLANG_SERVE_FLAGS = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--pp-size",
+                      "--context-length", "--chunked-prefill-size", "--max-running-requests", "--mem-fraction-static",
+                      "--enable-mixed-chunk", "--quantization", "--kv-cache-dtype", "--disable-radix-cache",
+                      "--disaggregation-mode"}
+
+
+def test_a_plan_on_tensorrt_llm_or_sglang_launches_that_engine_with_the_memory_it_was_priced_with(tmp_path):
+    """--engine trtllm plans `trtllm-serve`, --engine sglang SGLang's launch_server (a calibrated profile its
+    base's; none vLLM's), each in its own flag names; the instance counts every GPU in tp (attention-DP ranks
+    too); TensorRT-LLM's free_gpu_memory_fraction is its profile's 0.8 where it keeps its own reserve (the pool
+    priced) and less where a reserve is given; SGLang's --mem-fraction-static what its reserve leaves."""
+    o = PlanOption("H200_SXM", Layout(2, 1, 8, 4), 4096, 3.0, 1, 3.0, {"request_throughput": 1,
+                                                                       "output_throughput": 1}, 0.0)
+    moe = dict(BASE, model="Qwen/Qwen3-30B-A3B", device="H200_SXM", num_devices=8, kv_cache_dtype="fp8")
+    trt = Scenario(**{**moe, "engine": "trtllm", "scheduler": None})
+    words = shlex.split(trtllm_serve(trt, o)[0])
+    assert words[:2] == ["trtllm-serve", "Qwen/Qwen3-30B-A3B"] and {w for w in words if w[:2] == "--"} <= \
+        TRTLLM_SERVE_FLAGS
+    assert (_value(words, "--tp_size"), _value(words, "--ep_size"), _value(words, "--max_num_tokens")) == (
+        "8", "8", "4096")
+    assert _value(words, "--kv_cache_free_gpu_memory_fraction") == "0.80"
+    notes = trtllm_serve(trt, o)[1]
+    assert "enable_chunked_prefill: true; enable_attention_dp: true; kv_cache_config: {dtype: fp8}" in notes[0]
+    given = trt.with_(reserved_memory_gb=20.0)  # 20 GiB held before its fraction: less of what TRT sees free
+    mem = given.latency_model(o.layout).memory_for(4096)
+    fraction = trtllm_free_fraction(given, o)
+    assert fraction < 0.8
+    seen_free = mem.hbm_gib - (551e6 / 2**20 + 392) / 1024 - mem.weights_gib - mem.activation_gib
+    assert fraction * seen_free <= mem.kv_capacity_gib + mem.kv_bytes_per_token / 1024**3 < (fraction + 0.01) * \
+        seen_free
+    sgl = Scenario(**{**moe, "engine": "sglang", "scheduler": "token-budget", "prefix_caching": "off"})
+    words = shlex.split(sglang_serve(sgl, o)[0])
+    assert words[:3] == ["python", "-m", "sglang.launch_server"] and {w for w in words if w[:2] == "--"} <= \
+        SGLANG_SERVE_FLAGS
+    assert (_value(words, "--tp-size"), _value(words, "--dp-size"), _value(words, "--chunked-prefill-size")) == (
+        "8", "4", "4096")
+    assert {"--enable-dp-attention", "--enable-mixed-chunk", "--disable-radix-cache"} <= set(words)
+    mem = sgl.latency_model(o.layout).memory_for(4096)
+    assert float(_value(words, "--mem-fraction-static")) == math.floor(
+        (mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib * 100) / 100
+    assert _value(words, "--kv-cache-dtype") == "fp8_e4m3"
+    engines = {e: serve_command(Scenario(**{**moe, "engine": e}), o)[0] for e in ("none", "vllm", "trtllm", "sglang")}
+    assert engines == {"none": "vllm", "vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang"}
+    from orchestrator.launch import serving_engine
+
+    (tmp_path / "mine.toml").write_text('name = "mine"\nbase = "trtllm"\nstep_ms = 0.5\n')
+    (tmp_path / "own.toml").write_text('name = "own"\nstep_ms = 0.5\n')
+    assert serving_engine(str(tmp_path / "mine.toml")) == "trtllm" and serving_engine(str(tmp_path / "own.toml")) \
+        == "vllm"
+
+
+def test_plan_prints_the_engine_s_own_launch():
+    p = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "4", "--input-length", "1024",
+            "--output-length", "64", "--ttft-limits", "1500", "--tpot-limits", "40", "--max-devices", "1",
+            "--engine", "trtllm", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)["plan"]
+    assert plan["serving_engine"] == "trtllm" and plan["serve"].startswith("trtllm-serve Qwen/Qwen3-8B ")
+    assert "vllm_serve" not in plan and "--kv_cache_free_gpu_memory_fraction 0.80" in plan["serve"]
 
 
 def test_plan_end_to_end_with_a_mix_as_json():
