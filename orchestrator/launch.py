@@ -20,6 +20,9 @@ VLLM_KV_TRANSFER = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 #: TensorRT-LLM's KV-cache dtypes (kv_cache_config.dtype in its YAML) and SGLang's (`--kv-cache-dtype`)
 TRTLLM_KV_DTYPES = {"fp8": "fp8"}
 SGLANG_KV_DTYPES = {"fp8": "fp8_e4m3"}
+#: the port the check (`vllm bench serve`, which asks localhost:8000) reaches: vLLM's and trtllm-serve's own;
+#: SGLang's is 30000, so its line names this one
+CHECKED_PORT = 8000
 #: SGLang's spelling of the quantisations it applies at load time (`--quantization`)
 SGLANG_QUANTIZATION = {"FP8": "fp8"}
 
@@ -142,12 +145,12 @@ def trtllm_serve(s, option) -> tuple[str, list[str]]:
 
 
 def sglang_serve(s, option) -> tuple[str, list[str]]:
-    """SGLang's `launch_server` of one instance. Its --tp-size counts every GPU of the instance; with attention
-    DP, --dp-size ranks of them attend apart (--enable-dp-attention); --mem-fraction-static is the share of the
-    GPU its weights and pool take."""
+    """SGLang's `launch_server` of one instance, on the port the check asks. Its --tp-size counts every GPU of the
+    instance; with attention DP, --dp-size ranks of them attend apart (--enable-dp-attention);
+    --mem-fraction-static is the share of the GPU its weights and pool take."""
     lay, notes = option.layout, []
-    args = ["python", "-m", "sglang.launch_server", "--model-path", s.model, "--tp-size",
-            str(lay.tp * lay.attention_dp)]
+    args = ["python", "-m", "sglang.launch_server", "--model-path", s.model, "--port", str(CHECKED_PORT),
+            "--tp-size", str(lay.tp * lay.attention_dp)]
     if lay.attention_dp > 1:
         args += ["--dp-size", str(lay.attention_dp), "--enable-dp-attention"]
     if lay.ep > 1:

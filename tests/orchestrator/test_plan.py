@@ -95,10 +95,10 @@ def test_emitted_commands_use_only_vllm_flags_and_fit_our_memory():
 #: python -m sglang.launch_server --help)
 TRTLLM_SERVE_FLAGS = {"--backend", "--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_num_tokens",
                       "--max_seq_len", "--kv_cache_free_gpu_memory_fraction"}
-SGLANG_SERVE_FLAGS = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--pp-size",
-                      "--context-length", "--chunked-prefill-size", "--max-running-requests", "--mem-fraction-static",
-                      "--enable-mixed-chunk", "--quantization", "--kv-cache-dtype", "--disable-radix-cache",
-                      "--disaggregation-mode"}
+SGLANG_SERVE_FLAGS = {"--model-path", "--port", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size",
+                      "--pp-size", "--context-length", "--chunked-prefill-size", "--max-running-requests",
+                      "--mem-fraction-static", "--enable-mixed-chunk", "--quantization", "--kv-cache-dtype",
+                      "--disable-radix-cache", "--disaggregation-mode"}
 
 
 def test_a_plan_on_tensorrt_llm_or_sglang_launches_that_engine_with_the_memory_it_was_priced_with(tmp_path):
@@ -132,6 +132,7 @@ def test_a_plan_on_tensorrt_llm_or_sglang_launches_that_engine_with_the_memory_i
     assert (_value(words, "--tp-size"), _value(words, "--dp-size"), _value(words, "--chunked-prefill-size")) == (
         "8", "4", "4096")
     assert {"--enable-dp-attention", "--enable-mixed-chunk", "--disable-radix-cache"} <= set(words)
+    assert _value(words, "--port") == "8000"  # where `vllm bench serve` asks (SGLang's own is 30000)
     mem = sgl.latency_model(o.layout).memory_for(4096)
     assert float(_value(words, "--mem-fraction-static")) == math.floor(
         (mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib * 100) / 100
