@@ -31,7 +31,7 @@ def sglang_reserved_gib(hbm_gib: float, tp: int = 1, pp: int = 1, attention_dp: 
 
 #: TensorRT-LLM's memory outside its KV fraction (its profiling peak counts "torch + non-torch"): the CUDA context
 #: and libraries' workspaces, 551 MB as AIConfigurator observed them (its systems/*.yaml other_mem, before its
-#: safety margin), and NCCL's buffers by the GPUs of the group (its nccl_mem: 342 MB at 2, 392 MB from 4)
+#: safety margin), and NCCL's buffers by the GPUs of the group (its nccl_mem: 342 MiB at 2, 392 MiB from 4)
 TRTLLM_CONTEXT_MIB = 551 * 1e6 / 2**20
 TRTLLM_NCCL_MIB = ((1, 0.0), (2, 342.0), (float("inf"), 392.0))
 

@@ -266,7 +266,7 @@ def test_sglang_leaves_free_what_its_default_memory_fraction_reserves_for_the_de
 def test_tensorrt_llm_s_kv_pool_is_its_fraction_of_what_its_profiling_peak_leaves():
     """TensorRT-LLM sizes its pool as (total - peak) x free_gpu_memory_fraction (its KvCacheCreator), the peak
     being the weights, the activations of a max_num_tokens step and what is not torch's (the CUDA context, 551 MB,
-    and NCCL's buffers, 342 MB at 2 GPUs, 392 MB from 4): Qwen3-32B in FP8 on one H100 (79.6 GiB, no NCCL) at 0.8
+    and NCCL's buffers, 342 MiB at 2 GPUs, 392 MiB from 4): Qwen3-32B in FP8 on one H100 (79.6 GiB, no NCCL) at 0.8
     keeps 0.8 of 79.6 GiB - 525.5 MiB - weights - activations, and the rest of it counts as reserved."""
     from latency import load_engine
     from latency.reserve import trtllm_reserved_gib
