@@ -150,6 +150,10 @@ class _ScenarioMethods:
         if profile.fp8_kv_cache and quant.compute_dtype == "fp8" and quant.kv_bytes > 1:
             notes.append(f"{self.engine}'s measured FP8 runs kept an FP8 KV cache, this answer's is "
                          f"{self.kv_cache_dtype}: to match them, --kv-cache-dtype fp8")
+        if profile.kv_free_fraction:
+            notes.append(f"{self.engine}'s KV pool takes {profile.kv_free_fraction:g} of what its weights and "
+                         "activations leave (its free_gpu_memory_fraction, as its measured runs were launched); "
+                         "for another launch, a profile with [memory] free_fraction")
         if self.reused_prompts:
             cache = ("its prefix cache serves the ones it still holds" if self.prefix_caching == "on" else
                      "the prefix cache is off, so each is computed again")

@@ -50,6 +50,7 @@ def test_the_reserve_is_the_engine_s_own_unless_given():
     # the context, and 0.2 of 79.6 GiB less it, 15.26 GiB of weights and 1.08 GiB of activations
     assert "weights 15.26 GiB" in p.stdout and "activations 1.08 GiB" in p.stdout, p.stdout
     assert f"reserved {0.2 * (79.6 - 0.513 - 15.26 - 1.08) + 0.513:.2f} GiB" in p.stdout, p.stdout
+    assert "note: trtllm's KV pool takes 0.8 of what its weights and activations leave" in p.stdout, p.stdout
 
 
 def test_estimate_equals_the_optimizer_point():
