@@ -117,6 +117,7 @@ class RooflineModel:
         tp = p.tp
         h = m.hidden_size
         self.heads = m.num_heads / tp
+        self.kv_b_params = 0.0  # an MLA layer's latent-to-heads expansion (set below); none elsewhere
         if m.is_mla:
             q_in = (h * m.q_lora_rank + m.q_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
                     / tp) if m.q_lora_rank else h * m.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) / tp
@@ -132,10 +133,8 @@ class RooflineModel:
             if m.is_sparse:  # the indexer's projections, on every TP rank, spread over the layers
                 self.qkv_params += self._index_params * m.num_index_layers / m.num_layers
         elif m.compress_ratios:
-            self.kv_b_params = 0.0
             self._derive_compressed()
         else:
-            self.kv_b_params = 0.0
             self._derive_gqa()
         self.kv_elems_per_token_layer = self.full_heads.kv_elems  # the KV cache holds the full layers'
         self._derive_linear()

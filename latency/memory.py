@@ -123,9 +123,9 @@ class MemoryAccount:
         weights and that step's activations leave, or the engine's fraction of it (`kv_free_fraction`), whose
         rest counts as reserved."""
         act = self.activation_bytes(max_batched_tokens)
-        free = self.device.hbm_gib * GIB - self.share.reserved_memory_gib * GIB - self.weights_bytes - act
-        pool = max(0.0, free) * (self.share.engine.kv_free_fraction or 1.0)
+        free = max(0.0, self.device.hbm_gib * GIB - self.share.reserved_memory_gib * GIB - self.weights_bytes - act)
+        pool = free * (self.share.engine.kv_free_fraction or 1.0)
         capacity = int(pool // self.kv_bytes_per_token)
-        reserved = self.share.reserved_memory_gib + (max(0.0, free) - pool) / GIB
+        reserved = self.share.reserved_memory_gib + (free - pool) / GIB
         return MemoryPicture(self.device.hbm_gib, reserved, self.weights_bytes / GIB, act / GIB,
                              self.kv_bytes_per_token, capacity, self.state_bytes_per_request)

@@ -22,7 +22,7 @@ def sglang_reserved_gib(hbm_gib: float, tp: int = 1, pp: int = 1, attention_dp: 
     gpus = tp * attention_dp
     _, chunk, small, large = next(c for c in SGLANG_CLASSES if hbm_gib < c[0])
     graph = small if gpus < 4 else large
-    mib = 512 + 1.5 * max(chunk, 2048) + 2 * graph + gpus * pp / 8 * MIB_PER_GIB
+    mib = 512 + 1.5 * chunk + 2 * graph + gpus * pp / 8 * MIB_PER_GIB
     if attention_dp > 1:
         mib += graph * attention_dp * (SGLANG_DP_MIB + (SGLANG_DP_LARGE_MIB if graph > SGLANG_DP_LARGE_BATCH else 0))
     gib = mib / MIB_PER_GIB

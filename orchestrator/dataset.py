@@ -24,12 +24,11 @@ import logging
 import os
 import socket
 import time
-from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
 from orchestrator.jobs import OptimizeResult, SweepItem
-from orchestrator.results import column_type, scenario_columns, write_bytes, write_parquet
+from orchestrator.results import columns_schema, scenario_columns, write_bytes, write_parquet
 
 TABLES = ("points", "best", "splits", "requests")
 PARTITIONS = ("model", "device")
@@ -49,14 +48,6 @@ def filesystem(root: str | Path):
         fs, base = pafs.FileSystem.from_uri(text)
         return fs, base.rstrip("/")
     return pafs.LocalFileSystem(), str(Path(text).resolve())
-
-
-@lru_cache(maxsize=64)
-def _schema(columns: tuple[str, ...]):
-    """The Arrow schema of a table with these columns (a sweep's scenarios share a few column sets)."""
-    import pyarrow as pa
-
-    return pa.schema([(c, column_type(c)) for c in columns])
 
 
 class Dataset:
@@ -102,7 +93,7 @@ class Dataset:
         for r in rows:  # every column in the order it first appears (a dict update per row runs in C)
             seen.update(r)
         columns = tuple(c for c in seen if c not in PARTITIONS)
-        write_parquet(rows, self.path(table, item), schema=_schema(columns), filesystem=self.fs)
+        write_parquet(rows, self.path(table, item), schema=columns_schema(columns), filesystem=self.fs)
 
     def write_manifest(self, info: dict) -> None:
         path = f"{self.base}/manifest.json"

@@ -9,7 +9,6 @@ import shlex
 
 from latency import load_engine
 from latency.engine import NO_EVICT
-from latency.reserve import trtllm_reserved_gib
 
 #: vLLM's spelling of the quantisations it can apply itself at load time; others need a quantised checkpoint
 VLLM_QUANTIZATION = {"FP8": "fp8"}
@@ -104,10 +103,11 @@ def vllm_serve(s, option) -> tuple[str, list[str]]:
 
 def trtllm_free_fraction(s, option) -> float:
     """The `free_gpu_memory_fraction` that gives TensorRT-LLM the pool the plan was priced with: the pool (to
-    its next whole token) over what its weights, activations, CUDA context and NCCL buffers leave."""
+    its next whole token) over what its weights, activations and its profile's own reserve (its CUDA context and
+    NCCL buffers) leave."""
     lay = option.layout
     mem = s.latency_model(lay).memory_for(option.max_batched_tokens)
-    held = trtllm_reserved_gib(mem.hbm_gib, lay.tp, lay.pp, lay.attention_dp)
+    held = load_engine(s.engine).reserved_gib(mem.hbm_gib, lay.tp, lay.pp, lay.attention_dp)
     free = mem.hbm_gib - held - mem.weights_gib - mem.activation_gib
     pool = (mem.kv_capacity_tokens + 1) * mem.kv_bytes_per_token / 1024**3
     return min(1.0, _hundredths(pool / free)) if free > 0 else 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from functools import lru_cache
 from pathlib import Path
 
 from orchestrator.fields import FIELDS
@@ -114,12 +115,18 @@ def scenario_columns(scenario) -> dict:
     return out
 
 
-def rows_schema(rows: list[dict]):
-    """The Arrow schema of result rows: their columns in the order they first appear, each typed by
-    `column_type`."""
+@lru_cache(maxsize=64)
+def columns_schema(columns: tuple[str, ...]):
+    """The Arrow schema of a table of these result columns, each typed by `column_type` (a sweep's scenarios
+    share a few column sets)."""
     import pyarrow as pa
 
-    return pa.schema([(c, column_type(c)) for c in dict.fromkeys(k for row in rows for k in row)])
+    return pa.schema([(c, column_type(c)) for c in columns])
+
+
+def rows_schema(rows: list[dict]):
+    """The Arrow schema of result rows: their columns in the order they first appear."""
+    return columns_schema(tuple(dict.fromkeys(k for row in rows for k in row)))
 
 
 class JsonRows:

@@ -26,9 +26,9 @@ BLOCK_SIZE = 16
 #: SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS down to INIT x FACTOR (NEW_TOKEN_SHARE, where a benchmark's warm-up has left
 #: it); a retraction sets it to what the requests kept have decoded and SGLANG_RETRACT_DECODE_STEPS more each, over
 #: what they may generate (schedule_batch.retract_decode), from where it falls again
-INIT_NEW_TOKEN_RATIO = 0.7
-NEW_TOKEN_SHARE = INIT_NEW_TOKEN_RATIO * 0.14
-NEW_TOKEN_DECAY = (INIT_NEW_TOKEN_RATIO - NEW_TOKEN_SHARE) / 600
+INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO_FACTOR, NEW_TOKEN_RATIO_DECAY_STEPS = 0.7, 0.14, 600
+NEW_TOKEN_SHARE = INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_DECAY = (INIT_NEW_TOKEN_RATIO - NEW_TOKEN_SHARE) / NEW_TOKEN_RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20
 #: the most tokens SGLang reserves for one request's output (its SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION); here for
 #: the request admitted (the running ones' left to generate are counted whole)
