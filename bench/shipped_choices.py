@@ -37,16 +37,16 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from calibrate_campaigns import CAMPAIGN, FILES, REFERENCE  # noqa: E402
 
+from orchestrator.choices import PROFILE_CHOICES, ROUNDS_PLACE, STREAM_PLACE, set_at, value_at  # noqa: E402
 from orchestrator.estimate import estimate_many  # noqa: E402
-from orchestrator.fitting import FRONTEND_CHOICES, ROUNDS_PLACE, STREAM_PLACE, set_at, value_at  # noqa: E402
 from orchestrator.profile_files import set_in_place, to_toml  # noqa: E402
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "latency" / "data" / "engines"
 #: the choices judged: where each sits in a profile and the values tried, the first where a profile names none
 #: (calibrate's own values where it tries the choice; requests_per_client 0 is aiperf's 20)
 CHOICES = {
-    "requests_per_client": (ROUNDS_PLACE, FRONTEND_CHOICES[ROUNDS_PLACE]),
-    "stream_us": (STREAM_PLACE, FRONTEND_CHOICES[STREAM_PLACE]),
+    "requests_per_client": (ROUNDS_PLACE, PROFILE_CHOICES[ROUNDS_PLACE]),
+    "stream_us": (STREAM_PLACE, PROFILE_CHOICES[STREAM_PLACE]),
     "client_ms": (("frontend", "client_ms"), (0.0, 5.0, 10.0, 20.0, 40.0)),
     "async_scheduling": (("async_scheduling",), (False, True)),
     "moe_layer_us": (("moe_layer_us",), (0.0, 14.0, 28.0, 40.0, 56.0)),

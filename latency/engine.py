@@ -52,9 +52,11 @@ CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT, NEW_TOKEN_RATIO = ("max-utiliza
 #: default: its budget on the device; vLLM's max_num_seqs). A cap on requests in flight is the engine's or
 #: its clients' (an HTTP client's pool of connections): either way the others wait, and their wait is in TTFT
 LAUNCH_KEYS = ("max_batched_tokens", "max_num_seqs")
-#: a profile's [memory] keys: what the engine leaves free (by the device's memory, or by its own rule), and the
-#: share of the rest its KV pool takes
-MEMORY_KEYS = ("reserved_gib", "rule", "free_fraction")
+#: a profile's [memory] keys: what the engine leaves free (by the device's memory, or by its own rule), the
+#: share of the rest its KV pool takes, and the share of that pool measured runs held (calibrated)
+MEMORY_KEYS = ("reserved_gib", "rule", "free_fraction", "kv_share")
+#: the widest `kv_share` a profile may say: a pool this many times the one its flags give, or its inverse
+KV_SHARE_RANGE = (0.1, 2.0)
 #: a profile's top-level numbers (default 0, never negative) and their upper bound (None: none)
 NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_layer_us": None, "token_us": None,
                "mla_decode_attention": None,
@@ -66,7 +68,7 @@ NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_l
 #: and KV dtype (the memory picture's, and the scenario's quantisation, which a price names on its own)
 UNPRICED = ("name", "source", "base", "frontend", "scheduler", "prefix_caching", "fp8_kv_cache", "max_batched_tokens",
             "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm", "reserve_rule",
-            "kv_free_fraction")
+            "kv_free_fraction", "kv_share")
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,10 @@ class EngineProfile:
     #: reserve are placed ([memory] free_fraction: TensorRT-LLM's free_gpu_memory_fraction, 0.9 by default);
     #: 0: all of it
     kv_free_fraction: float = 0.0
+    #: the share of that pool the engine's measured runs held ([memory] kv_share, fitted by `servesweep calibrate`
+    #: where runs queued for KV blocks: a launch's own memory flag, or memory the engine holds that the picture
+    #: does not count); 1: the pool as priced
+    kv_share: float = 1.0
     #: per step when attention DP > 1: the ranks agree on every step (vLLM's DP ranks exchange their
     #: token counts and pad to the busiest), on top of step_ms
     dp_step_ms: float = 0.0
@@ -298,7 +304,7 @@ def parse_profile(path: Path) -> EngineProfile:
                          "gpu_memory_utilization the whole GPU; keep one")
     return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
                          scheduler=scheduler, capacity_scheduler=capacity, base=base, reserved_by_hbm=reserved,
-                         reserve_rule=rule, kv_free_fraction=fraction,
+                         reserve_rule=rule, kv_free_fraction=fraction, kv_share=_kv_share(path, memory),
                          efficiency=_efficiency(path, data.get("efficiency", {})),
                          **_launch(path, data.get("launch", {})), **switches, **values)
 
@@ -323,6 +329,15 @@ def _free_fraction(path: Path, table: dict) -> float:
     try:
         return float(check_number(f"{path.name}: [memory] free_fraction", table["free_fraction"], low=0, low_open=True,
                                   high=1))
+    except RangeError as err:
+        raise ValueError(str(err)) from None
+
+
+def _kv_share(path: Path, table: dict) -> float:
+    """The [memory] table's kv_share: within KV_SHARE_RANGE; 1 where it names none."""
+    try:
+        return float(check_number(f"{path.name}: [memory] kv_share", table.get("kv_share", 1.0),
+                                  low=KV_SHARE_RANGE[0], high=KV_SHARE_RANGE[1]))
     except RangeError as err:
         raise ValueError(str(err)) from None
 

@@ -120,11 +120,14 @@ class MemoryAccount:
 
     def picture(self, max_batched_tokens: int) -> MemoryPicture:
         """The device's memory for a step budget of `max_batched_tokens`: the KV pool is what the reserve, the
-        weights and that step's activations leave, or the engine's fraction of it (`kv_free_fraction`), whose
-        rest counts as reserved."""
+        weights and that step's activations leave, or the engine's fraction of it (`kv_free_fraction`), times
+        the share of it measured runs held (`kv_share`, at most all the weights and activations leave); what
+        the pool does not take counts as reserved."""
         act = self.activation_bytes(max_batched_tokens)
-        free = max(0.0, self.device.hbm_gib * GIB - self.share.reserved_memory_gib * GIB - self.weights_bytes - act)
-        pool = free * (self.share.engine.kv_free_fraction or 1.0)
+        unheld = max(0.0, self.device.hbm_gib * GIB - self.weights_bytes - act)
+        free = max(0.0, unheld - self.share.reserved_memory_gib * GIB)
+        engine = self.share.engine
+        pool = min(unheld, free * (engine.kv_free_fraction or 1.0) * engine.kv_share)
         capacity = int(pool // self.kv_bytes_per_token)
         reserved = self.share.reserved_memory_gib + (free - pool) / GIB
         return MemoryPicture(self.device.hbm_gib, reserved, self.weights_bytes / GIB, act / GIB,

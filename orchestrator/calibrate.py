@@ -11,7 +11,8 @@ base profile's value (a prior), so a knob the runs do not identify stays where t
 
 and, where the runs do not say it, the launch: the token budget (`[launch] max_batched_tokens`), a cap on
 requests in flight (`[launch] max_num_seqs`), async scheduling, and the prefix cache where the client reuses
-prompts; and, for closed loops, a front end that streams at a cost (`[frontend] stream_us`). How they are
+prompts; and, for closed loops, a front end that streams at a cost (`[frontend] stream_us`); and the share of its
+KV pool the engine held (`[memory] kv_share`, which runs that queued for KV blocks tell). How they are
 fitted is `orchestrator.fitting`'s; this module is the command's side: the base profile, the fit and its
 leave-one-out errors, and the profile written.
 """
@@ -28,25 +29,27 @@ from pathlib import Path
 import numpy as np
 
 from latency.engine import DATA, is_profile_path, load_engine, shipped_engines
-from orchestrator.fields import InputError
-from orchestrator.fitting import (
-    FIT_ITERATIONS,
-    FRONTEND_PLACES,
-    KNOBS,
-    LAUNCH_GAIN,
+from orchestrator.choices import (
+    CHOICE_DEFAULTS,
     LAUNCH_PLACES,
-    REFIT_ITERATIONS,
-    Evaluator,
-    errors,
-    fit,
-    fit_knobs,
     label_of,
-    loss,
     open_launch,
     set_at,
     unset,
     value_at,
     with_value,
+)
+from orchestrator.fields import InputError
+from orchestrator.fitting import (
+    FIT_ITERATIONS,
+    KNOBS,
+    LAUNCH_GAIN,
+    REFIT_ITERATIONS,
+    Evaluator,
+    errors,
+    fit,
+    fit_knobs,
+    loss,
 )
 from orchestrator.measured_runs import READ_LAUNCH
 from orchestrator.profile_files import set_in_place
@@ -81,7 +84,7 @@ class Calibration:
         out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in KNOBS]
         for place in LAUNCH_PLACES.values():
             out.append((label_of(place), _launch_text(self.base_data, place), _launch_text(self.data, place)))
-        for place, default in FRONTEND_PLACES.items():
+        for place, default in CHOICE_DEFAULTS.items():
             out.append((label_of(place), *(_frontend_text(d, place, default) for d in (self.base_data, self.data))))
         return out
 
@@ -204,7 +207,7 @@ def update_profile(path: str, c: Calibration, files: list[str]) -> None:
     key kept."""
     target = Path(path)
     fitted = profile_data(c, str(tomllib.loads(target.read_text()).get("name", target.stem)), files)
-    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values()) + list(FRONTEND_PLACES)
+    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values()) + list(CHOICE_DEFAULTS)
     moved = {}
     for place in places:
         new = value_at(c.data, place, None)

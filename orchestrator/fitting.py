@@ -17,11 +17,12 @@ from typing import NamedTuple
 import numpy as np
 
 from latency.engine import EFFICIENCY_RANGE
+from orchestrator.choices import CHOICE_DEFAULTS, ROUNDS_PLACE, label_of, launch_of, launch_options, set_at, value_at
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
 from orchestrator.optimize import can_fork, fork_pool, stop
 from orchestrator.profile_files import to_toml
-from orchestrator.runs import Run, streamed
+from orchestrator.runs import Run
 
 #: how much moving a knob by one of its `scale`s costs in the loss (a mean squared log error): as much as a
 #: 3 % error on every run, so runs that identify a knob move it and runs that do not leave it at the base's
@@ -33,37 +34,12 @@ ROBUST_SCALE = math.log(1.15)
 #: 2 %, not 5 %, by the runs calibrate did not see (bench/calibrate_campaigns.py: TPOT 7.2 % -> 6.8 %, TTFT
 #: and the worst campaign the same; 10 %: TTFT 17.4 % -> 18.2 %; docs/calibration.md)
 LAUNCH_GAIN = 0.02
-#: budgets tried where the runs do not give one (0: the engine's default on the device)
-BUDGETS = (0, 2048, 4096, 8192, 16384)
-#: caps on requests in flight tried where the runs do not give one and two runs' clients or more exceed it (0:
-#: the engine's default; one run alone cannot tell a cap from anything else that slows its load: TensorRT-LLM's
-#: Llama-3.1-8B kept 100 for its one C=128 run of five, and its other C=128 runs came out 1.6-7.4x slow): an HTTP
-#: client's default pool of 100 connections (aiohttp's TCPConnector: gpt-oss-120b's C=512 runs on H100 with vLLM
-#: 0.11.2 kept about 100 running, docs/fidelity.md), and vLLM's 256 on smaller GPUs
-MAX_NUM_SEQS = (0, 100, 256)
-#: where each launch choice a run may leave open (orchestrator.runs.LAUNCH_CHOICES) sits in a profile
-LAUNCH_PLACES = {"max_batched_tokens": ("launch", "max_batched_tokens"), "max_num_seqs": ("launch", "max_num_seqs"),
-                 "async_scheduling": ("async_scheduling",), "prefix_caching": ("prefix_caching",)}
-#: the front end's time per response chunk tried for closed loops (us; 0 is the base's): 20,000 and 10,000
-#: chunks a second, about where SGLang 0.5.6's and TensorRT-LLM 1.0's held-back campaigns streamed
-#: (bench/littles_law.py; docs/fidelity.md); each where no run streamed faster than it can (`streamed`)
-STREAM_PLACE = ("frontend", "stream_us")
-STREAMS = (50.0, 100.0)
-#: the measured requests per client tried for aiperf closed loops whose runs do not count them (0: aiperf's 20,
-#: as AIConfigurator's bench_run.sh asks unless its AICONFIGURATOR_BENCH_MULTI_ROUND says otherwise; the silicon
-#: format does not record it): fewer weigh the first wave, every client's prompt sent at once, more in the mean
-#: TTFT. The measured vLLM MoE campaigns' TTFT grows with the clients as if they had 4-10 (docs/calibration.md)
-ROUNDS_PLACE = ("frontend", "requests_per_client")
-ROUNDS = (10, 5)
-#: ... kept only where it lowers the loss by more than this share: fewer requests a client also stand in for a
-#: queue they are not (KV blocks our memory picture says are free), and at LAUNCH_GAIN two campaigns of 9 runs
-#: kept 5 on their five runs and missed their others (22.7 % -> 44.4 %, 8.7 % -> 16.7 % TTFT); at 10 % neither
-#: does and the median is the same (bench/calibrate_campaigns.py: 15.7 % / 5.7 %, worst 44.4 % -> 37.0 %; at 5 %:
-#: 16.7 % / 5.7 %, worst 44.4 %)
+#: the requests a client (choices.ROUNDS) are kept only where they lower the loss by more than this share:
+#: fewer requests a client also stand in for a queue they are not (KV blocks our memory picture says are free),
+#: and at LAUNCH_GAIN two campaigns of 9 runs kept 5 on their five runs and missed their others (22.7 % -> 44.4 %,
+#: 8.7 % -> 16.7 % TTFT); at 10 % neither does and the median is the same (bench/calibrate_campaigns.py: 15.7 % /
+#: 5.7 %, worst 44.4 % -> 37.0 %; at 5 %: 16.7 % / 5.7 %, worst 44.4 %)
 ROUNDS_GAIN = 0.10
-#: the front end's choices, each with its values, the first where a profile names none
-FRONTEND_CHOICES = {STREAM_PLACE: (0.0, *STREAMS), ROUNDS_PLACE: (0, *ROUNDS)}
-FRONTEND_PLACES = {place: values[0] for place, values in FRONTEND_CHOICES.items()}
 #: least-squares evaluations (Jacobians apart) per fit of the knobs (the leave-one-out fits start from the
 #: whole fit: fewer)
 FIT_ITERATIONS, REFIT_ITERATIONS = 15, 3
@@ -251,68 +227,6 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
     return trial(np.array(best)), float(np.sum(seen[best] ** 2))
 
 
-def launch_options(runs: list[Run], data: dict) -> list[dict]:
-    """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, each cap
-    on requests in flight below the clients of two runs (MAX_NUM_SEQS), async scheduling flipped, the
-    prefix cache flipped where the client reuses prompts (aiperf), and each other value of the front end's
-    choices the runs leave open (`_frontend_choices`)."""
-    open_ = open_launch(runs)
-    loads = sorted(int(r.values.get("concurrency") or 0) for r in runs)
-    clients = loads[-2] if len(loads) > 1 else 0  # a cap below it has two runs beyond it
-    counts = {"max_batched_tokens": BUDGETS, "max_num_seqs": [n for n in MAX_NUM_SEQS if n < clients]}
-    options = []
-    for key, place in LAUNCH_PLACES.items():
-        if key not in open_:
-            continue
-        own = value_at(data, place, unset(place))
-        values = [n for n in counts[key] if n != own] if key in counts else [not own]
-        options += [with_value(data, place, value) for value in values]
-    for place, values in _frontend_choices(runs).items():
-        own = value_at(data, place, values[0])
-        options += [with_value(data, place, value) for value in values if value != own]
-    return options
-
-
-def open_launch(runs: list[Run]) -> set[str]:
-    """The launch choices some run leaves open; the prefix cache only where a client reuses prompts (aiperf)."""
-    open_ = {key for r in runs for key in LAUNCH_PLACES if key not in r.states}
-    return open_ if any(r.values.get("benchmark") == "aiperf" for r in runs) else open_ - {"prefix_caching"}
-
-
-def _frontend_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
-    """The front end's choices the runs leave open, each with its values (the base's first): the streaming times
-    no closed loop streamed faster than (`streamed`), the requests per client where some aiperf closed loop does
-    not count them."""
-    closed = _closed(runs)
-    uncounted = any(r.values.get("benchmark") == "aiperf" and not r.values.get("num_prompts") for r in closed)
-    ruled_out, _ = _streams_ruled_out(closed)
-    streams = tuple(us for us in FRONTEND_CHOICES[STREAM_PLACE] if us not in ruled_out)
-    choices = {STREAM_PLACE: streams if closed and len(streams) > 1 else (),
-               ROUNDS_PLACE: FRONTEND_CHOICES[ROUNDS_PLACE] if uncounted else ()}
-    return {place: values for place, values in choices.items() if values}
-
-
-def streams_ruled_out(runs: list[Run]) -> str:
-    """Which streaming times the runs rule out, and by which run ("" where none): said beside the fit."""
-    ruled_out, fastest = _streams_ruled_out(_closed(runs))
-    if not ruled_out:
-        return ""
-    times = " and ".join(f"{us:g} us" for us in ruled_out)
-    return (f"a front end of {times} a chunk not tried: {fastest.where}'s clients received "
-            f"{streamed(fastest):,.0f} chunks a second, more than it lets through")
-
-
-def _streams_ruled_out(closed: list[Run]) -> tuple[tuple[float, ...], Run | None]:
-    """The streaming times (STREAMS) the fastest of the closed loops streamed faster than, and that loop."""
-    fastest = max(closed, key=streamed, default=None)
-    rate = 0.0 if fastest is None else streamed(fastest)
-    return tuple(us for us in STREAMS if us * rate > 1e6), fastest
-
-
-def _closed(runs: list[Run]) -> list[Run]:
-    return [r for r in runs if r.values.get("arrival") == "closed"]
-
-
 def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, options: list[dict] | None = None,
         iterations: int = FIT_ITERATIONS) -> tuple[dict, float]:
     """Knobs, then each launch choice (`options`: by default every one the runs leave open) at those knobs;
@@ -325,7 +239,7 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
     data, best = fit_knobs(ev, runs, copy.deepcopy(start or base), base, iterations)
     given, kept = options is not None, False
     while True:
-        candidates = [_launch_of(o, data) for o in options] if given else launch_options(runs, data)
+        candidates = [launch_of(o, data) for o in options] if given else launch_options(runs, data)
         tried = [(loss(pred, runs, option, base), i, option) for i, (option, pred)
                  in enumerate(zip(candidates, ev.predict_many(candidates, runs), strict=True))]
         option = kept_choice(tried, best, data)
@@ -351,49 +265,13 @@ def refit(ev: Evaluator, runs: list[Run], data: dict, best: float, base: dict, i
     """The knobs fitted again from the base's at the launch `data` ended on, kept where the loss is lower: each
     choice was kept at knobs fitted for the launch before it, a path a fit from the base's knobs may improve on
     (bench/calibrate_campaigns.py: by campaign 15.4 % / 6.2 % -> 14.8 % / 6.1 %, docs/calibration.md)."""
-    again, lower = fit_knobs(ev, runs, _launch_of(data, base), base, iterations)
+    again, lower = fit_knobs(ev, runs, launch_of(data, base), base, iterations)
     return (again, lower) if lower < best else (data, best)
 
 
 def _gain_needed(option: dict, data: dict) -> float:
     """The share of the loss a choice must save to be kept: ROUNDS_GAIN where it changes the requests a
     client, else LAUNCH_GAIN."""
-    default = FRONTEND_PLACES[ROUNDS_PLACE]
+    default = CHOICE_DEFAULTS[ROUNDS_PLACE]
     rounds = value_at(option, ROUNDS_PLACE, default) != value_at(data, ROUNDS_PLACE, default)
     return ROUNDS_GAIN if rounds else LAUNCH_GAIN
-
-
-def _launch_of(source: dict, data: dict) -> dict:
-    """`data` with the launch choices of `source`."""
-    out = copy.deepcopy(data)
-    for place in LAUNCH_PLACES.values():
-        set_at(out, place, value_at(source, place, unset(place)))
-    for place, default in FRONTEND_PLACES.items():
-        if value_at(source, place, default) != value_at(out, place, default):
-            set_at(out, place, value_at(source, place, default))
-    return out
-
-
-def label_of(place: tuple[str, ...]) -> str:
-    """A profile place as printed: `key`, or `[table] key`."""
-    return place[0] if len(place) == 1 else f"[{place[0]}] {place[1]}"
-
-
-def unset(place: tuple[str, ...]):
-    """A launch place's value where a profile names none: off for a switch, 0 (the engine's default) for a count."""
-    return False if len(place) == 1 else 0
-
-
-def value_at(data: dict, place: tuple[str, ...], default):
-    """The value at `place` of a profile's TOML data: a top-level key, or (table, key)."""
-    return (data.get(place[0], {}) if len(place) == 2 else data).get(place[-1], default)
-
-
-def set_at(data: dict, place: tuple[str, ...], value) -> None:
-    (data.setdefault(place[0], {}) if len(place) == 2 else data)[place[-1]] = value
-
-
-def with_value(data: dict, place: tuple[str, ...], value) -> dict:
-    out = copy.deepcopy(data)
-    set_at(out, place, value)
-    return out

@@ -38,6 +38,10 @@ def serve_command(s, option) -> tuple[str, str, list[str]]:
     """(serving engine, the command that launches one instance of `option`, notes) for scenario `s`."""
     engine = serving_engine(s.engine)
     command, notes = SERVERS[engine](s, option)
+    share = load_engine(s.engine).kv_share
+    if share != 1:
+        notes = [*notes, f"the memory flag is the engine's own: the runs {s.engine} was calibrated on held {share:g} "
+                 "of the KV pool it gives ([memory] kv_share), and the plan is priced with that share"]
     return engine, command, notes
 
 
@@ -53,9 +57,11 @@ def _hundredths(share: float) -> float:
 
 def _memory_share(s, option) -> float:
     """The share of each GPU the plan gives weights, activations and the pool (vLLM's --gpu-memory-utilization,
-    SGLang's --mem-fraction-static): what the reserve leaves."""
+    SGLang's --mem-fraction-static): what the reserve leaves, the pool as the flag gives it (a calibrated
+    profile's runs held `kv_share` of it)."""
     mem = s.latency_model(option.layout).memory_for(option.max_batched_tokens)
-    return _hundredths((mem.hbm_gib - mem.reserved_gib) / mem.hbm_gib)
+    flagged = (mem.hbm_gib - mem.reserved_gib - mem.weights_gib - mem.activation_gib) / load_engine(s.engine).kv_share
+    return _hundredths((mem.weights_gib + mem.activation_gib + flagged) / mem.hbm_gib)
 
 
 def _quantization(s, flags: dict, server: str) -> tuple[list[str], list[str]]:
@@ -103,13 +109,13 @@ def vllm_serve(s, option) -> tuple[str, list[str]]:
 
 def trtllm_free_fraction(s, option) -> float:
     """The `free_gpu_memory_fraction` that gives TensorRT-LLM the pool the plan was priced with: the pool (to
-    its next whole token) over what its weights, activations and its profile's own reserve (its CUDA context and
-    NCCL buffers) leave."""
+    its next whole token, as the flag gives it: a calibrated profile's runs held `kv_share` of it) over what its
+    weights, activations and its profile's own reserve (its CUDA context and NCCL buffers) leave."""
     lay = option.layout
     mem = s.latency_model(lay).memory_for(option.max_batched_tokens)
     held = load_engine(s.engine).reserved_gib(mem.hbm_gib, lay.tp, lay.pp, lay.attention_dp)
     free = mem.hbm_gib - held - mem.weights_gib - mem.activation_gib
-    pool = (mem.kv_capacity_tokens + 1) * mem.kv_bytes_per_token / 1024**3
+    pool = (mem.kv_capacity_tokens + 1) * mem.kv_bytes_per_token / 1024**3 / load_engine(s.engine).kv_share
     return min(1.0, _hundredths(pool / free)) if free > 0 else 0.0
 
 

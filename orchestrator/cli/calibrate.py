@@ -60,7 +60,7 @@ def cmd_calibrate(a) -> int:
 def print_calibration(c, engine: str, output: str) -> None:
     import numpy as np
 
-    from orchestrator.fitting import streams_ruled_out
+    from orchestrator.choices import streams_ruled_out
 
     def median(e, column):
         return f"{np.median(np.abs(e[:, column])):.1%}"

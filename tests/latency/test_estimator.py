@@ -290,6 +290,30 @@ def test_tensorrt_llm_s_kv_pool_is_its_fraction_of_what_its_profiling_peak_leave
     assert whole.kv_capacity_tokens == int(free // (64 * 2 * 8 * 128))  # an engine without a fraction: all of it
 
 
+def test_a_calibrated_kv_share_scales_the_pool_and_the_rest_counts_as_reserved():
+    """A profile's [memory] kv_share (what calibrate fits where runs queued for KV blocks) takes that share of the
+    pool its engine's rule gives: Qwen3-32B in FP8 on one H100 under TensorRT-LLM's rule keeps 0.8 x 0.5 of what
+    its reserve, weights and activations leave, the rest reserved; a share above 1 takes at most all the weights
+    and activations leave, the reserve included."""
+    from latency.engine import EngineProfile
+    from latency.reserve import trtllm_reserved_gib
+
+    held = trtllm_reserved_gib(79.6)
+    engines = {share: EngineProfile("trt", reserve_rule="trtllm", kv_free_fraction=0.8, kv_share=share)
+               for share in (1.0, 0.5, 2.0)}
+    lms = {share: build_latency_model("Qwen/Qwen3-32B", "H100_SXM", quantization="fp8", kv_cache_dtype="fp8",
+                                      reserved_memory_gb=held, engine=e) for share, e in engines.items()}
+    lm, per_token = lms[1.0], 64 * 2 * 8 * 128  # fp8 K and V, 8 heads, 64 layers
+    unheld = 79.6 * GIB - lm.weights_bytes - lm.activation_bytes(8192)
+    free = unheld - held * GIB
+    half, double = lms[0.5].memory_for(8192), lms[2.0].memory_for(8192)
+    assert half.kv_capacity_tokens == int(0.4 * free // per_token)
+    assert half.reserved_gib == pytest.approx(held + 0.6 * free / GIB)
+    assert double.kv_capacity_tokens == int(unheld // per_token)  # 1.6 x free is more than is left: all of it
+    assert double.reserved_gib == pytest.approx(0.0, abs=1e-9)
+    assert lm.fingerprint == lms[0.5].fingerprint  # a step's price does not read it
+
+
 def test_fingerprint_names_the_pricing_code_version(monkeypatch):
     """A long-lived shared cache must not serve prices of another release of the pricing code."""
     import latency.estimator as estimator
@@ -311,7 +335,7 @@ def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_pr
         base, name="theirs", source="elsewhere", frontend=(("request_ms", 6.0), ("stream_us", 50.0)),
         scheduler="prefill-first", prefix_caching=True, fp8_kv_cache=True, max_batched_tokens=4096, max_num_seqs=100,
         capacity_scheduler="guaranteed-no-evict", gpu_memory_utilization=0.8, reserved_by_hbm=((60.0, 5.0),),
-        reserve_rule="sglang", kv_free_fraction=0.8)
+        reserve_rule="sglang", kv_free_fraction=0.8, kv_share=0.5)
     assert {f for f in UNPRICED if getattr(other, f) == getattr(base, f)} == {"base"}
     keys = [ForwardKey(True, 3, 1500, 4000), ForwardKey(False, 40, 1, 6000)]
     shapes = [(keys[0],), (keys[1],), tuple(keys)]

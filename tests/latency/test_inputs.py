@@ -292,6 +292,10 @@ def test_an_engine_profile_s_fp8_kv_cache_and_dp_step_ms_are_checked(tmp_path, m
     ("reserved_gib = [[inf, 8]]\nfree_fraction = 1.5", r"free_fraction must be a number in \(0, 1\], got 1.5"),
     ('reserved_gib = [[inf, 8]]\nfree_fraction = "0.9"', r"free_fraction must be a number"),
     ("reserved_gib = [[inf, 8]]\nfree_fraction = 0.9", None),
+    ("reserved_gib = [[inf, 8]]\nkv_share = 0.05", r"kv_share must be a number in \[0.1, 2\], got 0.05"),
+    ("reserved_gib = [[inf, 8]]\nkv_share = 2.5", r"kv_share must be a number in \[0.1, 2\], got 2.5"),
+    ('reserved_gib = [[inf, 8]]\nkv_share = "half"', r"kv_share must be a number"),
+    ("reserved_gib = [[inf, 8]]\nkv_share = 0.35", None),
 ])
 def test_an_engine_profile_s_memory_table_is_checked(tmp_path, text, refused):
     """[memory] reserved_gib, (HBM below, GiB left free) pairs: the bounds > 0 and rising (the last may be inf), the

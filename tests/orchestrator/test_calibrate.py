@@ -141,6 +141,22 @@ def test_a_cap_of_100_requests_in_flight_is_recovered():
     assert ("[launch] max_num_seqs", "default", "100") in c.changes()
 
 
+def test_the_share_of_its_kv_pool_an_engine_held_is_recovered():
+    """Closed loops that queue for KV blocks in an engine that held 0.42 of the pool our memory picture gives it
+    (Qwen3-8B on one H100 with 60 GiB reserved: 10.0k tokens of 23.8k): the loads beyond it wait for blocks, TTFT
+    grows several-fold. calibrate tries the shares it knows and keeps the true one; the runs come back within a
+    few per cent."""
+    runs, values = runs_made_with({"memory": {"kv_share": 0.42}}, {
+        "model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
+        "benchmark": "vllm-bench", "num_prompts": 100, "reserved_memory_gb": 60},
+        [(2048, 128, 4), (2048, 128, 8), (1024, 128, 8), (2048, 128, 12), (1024, 256, 16)])
+    c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
+    assert c.data["memory"]["kv_share"] == 0.42
+    assert (np.abs(c.base_errors[[1, 3, 4], 0]) > 0.4).all()  # with the whole pool those loads do not queue
+    assert np.median(np.abs(c.fit_errors)) < 0.03
+    assert ("[memory] kv_share", "1", "0.42") in c.changes()
+
+
 def test_a_budget_and_a_cap_left_unsaid_are_found_together():
     """A launch with a 2048-token budget and 100 requests in flight: the first choice kept (the cap), the
     others are tried again at the refitted knobs, so a budget below the default comes back too (one round kept
@@ -631,7 +647,7 @@ def test_requests_per_client_left_unsaid_are_recovered():
     knob gives, and calibrate keeps 5 among the counts it tries; a run that counts its requests is not offered the
     choice. (Runs at 2-32 clients alone do not tell it from slower GEMMs: there calibrate keeps the base's count
     and moves the knobs.)"""
-    from orchestrator.fitting import _frontend_choices
+    from orchestrator.choices import profile_choices
 
     runs, values = runs_made_with({"frontend": {"requests_per_client": 5}}, {
         "model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
@@ -643,7 +659,7 @@ def test_requests_per_client_left_unsaid_are_recovered():
     assert np.median(np.abs(c.fit_errors)) < 0.05 and np.abs(c.fit_errors).max() < 0.1
     assert ("[frontend] requests_per_client", "10", "5") in c.changes()
     counted = [replace(r, values={**r.values, "num_prompts": 100}) for r in runs]
-    assert ("frontend", "requests_per_client") not in _frontend_choices(counted)
+    assert ("frontend", "requests_per_client") not in profile_choices(counted)
 
 
 #: five of TensorRT-LLM 1.0's Llama-3.1-8B runs on H100 (the reference set's), spread over the campaign's loads
@@ -671,7 +687,8 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     a cap of 100 in flight: the 100 us stream explains it without putting the campaign's other C=128 runs at
     tp 1 and 2 1.6-7.4x slow.)"""
     from orchestrator.calibrate import as_read, base_profile
-    from orchestrator.fitting import FIT_ITERATIONS, Evaluator, _launch_of, fit, fit_knobs
+    from orchestrator.choices import launch_of
+    from orchestrator.fitting import FIT_ITERATIONS, Evaluator, fit, fit_knobs
 
     (tmp_path / "five.csv").write_text(TRTLLM_FIVE)
     runs = read_runs([tmp_path / "five.csv"], {})
@@ -680,7 +697,7 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     ev = Evaluator(str(tmp_path))
     data, best = fit(ev, runs, base)
     assert data["frontend"]["stream_us"] == 100.0 and not data.get("launch", {}).get("max_num_seqs")
-    again = fit_knobs(ev, runs, _launch_of(data, base), base, FIT_ITERATIONS)[1]
+    again = fit_knobs(ev, runs, launch_of(data, base), base, FIT_ITERATIONS)[1]
     assert best <= again < 0.0180
 
 
@@ -724,7 +741,8 @@ def test_the_choice_kept_is_the_one_of_least_loss_among_those_that_gain_enough()
     (it must gain 2 %), five requests a client 0.1011 (it must gain 10 %). Both gain enough; five a client is
     kept, the lower loss, though 0.1039 / 0.98 < 0.1011 / 0.90; a choice that does not gain enough is never
     kept, however low."""
-    from orchestrator.fitting import ROUNDS_PLACE, STREAM_PLACE, kept_choice, with_value
+    from orchestrator.choices import ROUNDS_PLACE, STREAM_PLACE, with_value
+    from orchestrator.fitting import kept_choice
 
     data = {"frontend": {"requests_per_client": 10}}
     stream, rounds = with_value(data, STREAM_PLACE, 50.0), with_value(data, ROUNDS_PLACE, 5)
@@ -737,7 +755,7 @@ def test_a_cap_on_requests_in_flight_is_tried_only_below_two_runs_clients():
     """One run beyond a cap cannot tell it from anything else that slows that load, so a cap is tried only where
     two runs or more had more clients: 100 for loads of 128 and 160 clients, none for one of 128 alone, and 256
     only where two runs exceed it."""
-    from orchestrator.fitting import launch_options
+    from orchestrator.choices import launch_options
     from orchestrator.runs import Run
 
     def caps(*clients):
@@ -754,8 +772,8 @@ def test_a_streaming_time_is_tried_only_where_no_run_streamed_faster_than_it_can
     tried only where no closed loop's clients received more (clients x output tokens / (TTFT + TPOT for each token
     after the first)). SGLang 0.5.6's three runs, one of them at 13,500 tokens a second, kept 100 us and put the
     campaign's other runs 2.7x slow."""
-    from orchestrator.fitting import STREAM_PLACE, _frontend_choices, streamed
-    from orchestrator.runs import Run
+    from orchestrator.choices import STREAM_PLACE, profile_choices
+    from orchestrator.runs import Run, streamed
 
     def loop(rate: float) -> Run:  # 100 clients of 101 tokens: 100 ms TTFT, then 100 TPOTs
         return Run({"arrival": "closed", "concurrency": 100, "output_length": 101}, 100.0,
@@ -764,20 +782,20 @@ def test_a_streaming_time_is_tried_only_where_no_run_streamed_faster_than_it_can
     assert streamed(loop(13_500)) == pytest.approx(13_500)
     assert streamed(Run({"arrival": "closed", "concurrency": 512, "output_length": 500}, 1868.39, 34.27, "sglang")) \
         == pytest.approx(512 * 500 / (1.86839 + 499 * 0.03427))  # 13,496 tokens a second
-    assert _frontend_choices([loop(2_000), loop(9_900)])[STREAM_PLACE] == (0.0, 50.0, 100.0)
-    assert _frontend_choices([loop(2_000), loop(13_500)])[STREAM_PLACE] == (0.0, 50.0)
-    assert STREAM_PLACE not in _frontend_choices([loop(2_000), loop(20_500)])
-    assert STREAM_PLACE not in _frontend_choices([replace(loop(2_000), values={"arrival": "poisson"})])
+    assert profile_choices([loop(2_000), loop(9_900)])[STREAM_PLACE] == (0.0, 50.0, 100.0)
+    assert profile_choices([loop(2_000), loop(13_500)])[STREAM_PLACE] == (0.0, 50.0)
+    assert STREAM_PLACE not in profile_choices([loop(2_000), loop(20_500)])
+    assert STREAM_PLACE not in profile_choices([replace(loop(2_000), values={"arrival": "poisson"})])
     assert streamed(replace(loop(13_500), values={**loop(0.5).values, "mtp_tokens": 2})) == pytest.approx(4_500)
     drawn = replace(loop(20_500), values={"arrival": "closed", "concurrency": 100, "output_length": "uniform:50:150"})
-    assert streamed(drawn) == 0.0 and _frontend_choices([drawn])[STREAM_PLACE] == (0.0, 50.0, 100.0)
+    assert streamed(drawn) == 0.0 and profile_choices([drawn])[STREAM_PLACE] == (0.0, 50.0, 100.0)
 
 
 def test_calibrate_says_which_streaming_times_its_runs_rule_out(capsys):
     """The streaming times a run streamed faster than are not tried, and calibrate says so, naming the run."""
     from orchestrator.calibrate import Calibration, base_profile
+    from orchestrator.choices import streams_ruled_out
     from orchestrator.cli.calibrate import print_calibration
-    from orchestrator.fitting import streams_ruled_out
     from orchestrator.runs import Run
 
     def loop(where: str, tpot_ms: float) -> Run:  # 512 clients of 500 tokens, 1.9 s TTFT

@@ -147,6 +147,28 @@ def test_a_plan_on_tensorrt_llm_or_sglang_launches_that_engine_with_the_memory_i
         == "vllm"
 
 
+def test_a_calibrated_kv_share_launches_with_the_engine_s_own_memory_flag(tmp_path):
+    """A profile calibrated to runs that held half their engine's pool prices the plan with half of it, and launches
+    the engine with the memory flag it was measured with (the base's), saying why: vLLM's
+    --gpu-memory-utilization, SGLang's --mem-fraction-static, TensorRT-LLM's free fraction as their bases give."""
+    from orchestrator.calibrate import base_profile
+    from orchestrator.profile_files import to_toml
+
+    o = PlanOption("H100_SXM", Layout(1), 8192, 3.0, 1, 3.0, {"request_throughput": 1, "output_throughput": 1}, 0.0)
+    for engine, flag in (("vllm", "--gpu-memory-utilization"), ("sglang", "--mem-fraction-static"),
+                         ("trtllm", "--kv_cache_free_gpu_memory_fraction")):
+        data = base_profile(engine)
+        data.setdefault("memory", {})["kv_share"] = 0.5
+        (tmp_path / f"{engine}-half.toml").write_text(to_toml(data))
+        shipped = Scenario(**{**BASE, "engine": engine, "scheduler": None})
+        half = shipped.with_(engine=str(tmp_path / f"{engine}-half.toml"))
+        pools = [s.latency_model(o.layout).memory_for(8192).kv_capacity_tokens for s in (shipped, half)]
+        assert pools[1] == pytest.approx(pools[0] / 2, abs=1)
+        (_, own, _), (_, calibrated, notes) = serve_command(shipped, o), serve_command(half, o)
+        assert _value(shlex.split(calibrated), flag) == _value(shlex.split(own), flag), engine
+        assert any("held 0.5 of the KV pool" in n for n in notes)
+
+
 def test_plan_prints_the_engine_s_own_launch():
     p = run("plan", "Qwen/Qwen3-8B", "--device", "H100_SXM", "--request-rate", "4", "--input-length", "1024",
             "--output-length", "64", "--ttft-limits", "1500", "--tpot-limits", "40", "--max-devices", "1",
