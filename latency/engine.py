@@ -51,7 +51,7 @@ CAPACITY_SCHEDULERS = MAX_UTILIZATION, NO_EVICT, NEW_TOKEN_RATIO = ("max-utiliza
 #: a profile's [launch] table: how the engine was launched where the scenario does not say (0: the engine's
 #: default: its budget on the device; vLLM's max_num_seqs). A cap on requests in flight is the engine's or
 #: its clients' (an HTTP client's pool of connections): either way the others wait, and their wait is in TTFT
-LAUNCH_KEYS = ("max_batched_tokens", "max_num_seqs")
+LAUNCH_KEYS = ("max_batched_tokens", "max_num_seqs", "below_clients")
 #: a profile's [memory] keys: what the engine leaves free (by the device's memory, or by its own rule), the
 #: share of the rest its KV pool takes, and the share of that pool measured runs held (calibrated)
 MEMORY_KEYS = ("reserved_gib", "rule", "free_fraction", "kv_share")
@@ -67,8 +67,8 @@ NUMBER_KEYS = {"step_ms": None, "layer_us": None, "request_us": None, "request_l
 #: does outside the steps (the front end), how the engine was launched and admits requests, its memory share
 #: and KV dtype (the memory picture's, and the scenario's quantisation, which a price names on its own)
 UNPRICED = ("name", "source", "base", "frontend", "scheduler", "prefix_caching", "fp8_kv_cache", "max_batched_tokens",
-            "max_num_seqs", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm", "reserve_rule",
-            "kv_free_fraction", "kv_share")
+            "max_num_seqs", "below_clients", "capacity_scheduler", "gpu_memory_utilization", "reserved_by_hbm",
+            "reserve_rule", "kv_free_fraction", "kv_share")
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,9 @@ class EngineProfile:
     efficiency: tuple = ()  # ((op class, multiplier), ...) of the [efficiency] table (EFFICIENCY_KEYS)
     max_batched_tokens: int = 0  # [launch]: the budget the engine runs with; 0: its default on the device
     max_num_seqs: int = 0  # [launch]: the requests it runs at once; 0: vLLM's default
+    #: [launch]: a closed loop's engine runs at most its clients less this many at once (a batch limit set below
+    #: the clients: TensorRT-LLM 1.0's Llama-3.1-8B runs on H100 ran C - 1 of C at every C and tp); 0: none
+    below_clients: int = 0
     #: how it admits requests when its KV cache is full (CAPACITY_SCHEDULERS; "": vLLM's, max-utilization);
     #: TensorRT-LLM's default is guaranteed-no-evict
     capacity_scheduler: str = ""

@@ -12,7 +12,8 @@ base profile's value (a prior), so a knob the runs do not identify stays where t
 and, where the runs do not say it, the launch: the token budget (`[launch] max_batched_tokens`), a cap on
 requests in flight (`[launch] max_num_seqs`), async scheduling, and the prefix cache where the client reuses
 prompts; and, for closed loops, a front end that streams at a cost (`[frontend] stream_us`); and the share of its
-KV pool the engine held (`[memory] kv_share`, which runs that queued for KV blocks tell). How they are
+KV pool the engine held (`[memory] kv_share`, which runs that queued for KV blocks tell), and an engine that runs
+one request fewer than a closed loop's clients (`[launch] below_clients`). How they are
 fitted is `orchestrator.fitting`'s; this module is the command's side: the base profile, the fit and its
 leave-one-out errors, and the profile written.
 """

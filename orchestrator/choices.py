@@ -41,8 +41,15 @@ ROUNDS = (10, 5)
 #: bench/calibrate_campaigns.py, docs/calibration.md)
 KV_SHARE_PLACE = ("memory", "kv_share")
 KV_SHARES = (1.25, 0.85, 0.7, 0.6, 0.5, 0.42, 0.35, 0.3, 0.25)
-#: the profile's own choices (not the launch's), each with its values, the first where a profile names none
-PROFILE_CHOICES = {STREAM_PLACE: (0.0, *STREAMS), ROUNDS_PLACE: (0, *ROUNDS), KV_SHARE_PLACE: (1.0, *KV_SHARES)}
+#: a closed loop's engine that runs one request fewer than its clients, tried where two closed loops or more ran:
+#: a batch limit set one below the clients, which no run states (TensorRT-LLM 1.0's Llama-3.1-8B runs on H100: their
+#: TTFT grows with the output at C = 8, 16 and 32 on every tp as if C - 1 ran, bench/littles_law.py; its Qwen3-32B
+#: runs, the same release and GPU, do not)
+BELOW_PLACE = ("launch", "below_clients")
+#: the choices no run states and the runs may tell (not the launch's a run may state), each with its values, the
+#: first where a profile names none
+PROFILE_CHOICES = {STREAM_PLACE: (0.0, *STREAMS), ROUNDS_PLACE: (0, *ROUNDS), KV_SHARE_PLACE: (1.0, *KV_SHARES),
+                   BELOW_PLACE: (0, 1)}
 CHOICE_DEFAULTS = {place: values[0] for place, values in PROFILE_CHOICES.items()}
 
 
@@ -77,14 +84,16 @@ def open_launch(runs: list[Run]) -> set[str]:
 def profile_choices(runs: list[Run]) -> dict[tuple[str, str], tuple]:
     """The profile's own choices the runs leave open, each with its values (the base's first): the streaming times
     no closed loop streamed faster than (`streamed`), the requests per client where some aiperf closed loop does
-    not count them, the share of its KV pool the engine held."""
+    not count them, the share of its KV pool the engine held, one request in flight fewer than the clients where
+    two closed loops or more ran."""
     closed = _closed(runs)
     uncounted = any(r.values.get("benchmark") == "aiperf" and not r.values.get("num_prompts") for r in closed)
     ruled_out, _ = _streams_ruled_out(closed)
     streams = tuple(us for us in PROFILE_CHOICES[STREAM_PLACE] if us not in ruled_out)
     choices = {STREAM_PLACE: streams if closed and len(streams) > 1 else (),
                ROUNDS_PLACE: PROFILE_CHOICES[ROUNDS_PLACE] if uncounted else (),
-               KV_SHARE_PLACE: PROFILE_CHOICES[KV_SHARE_PLACE]}
+               KV_SHARE_PLACE: PROFILE_CHOICES[KV_SHARE_PLACE],
+               BELOW_PLACE: PROFILE_CHOICES[BELOW_PLACE] if len(closed) > 1 else ()}
     return {place: values for place, values in choices.items() if values}
 
 

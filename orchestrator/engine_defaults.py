@@ -37,6 +37,12 @@ def launch_max_num_seqs(engine: str) -> int:
     return _launched(engine, "max_num_seqs") or VLLM_MAX_NUM_SEQS
 
 
+def engine_below_clients(engine: str) -> int:
+    """How many requests fewer than a closed loop's clients `engine` runs at once (its profile's [launch]
+    below_clients, a calibrated one's); 0: as many as its cap allows."""
+    return _launched(engine, "below_clients")
+
+
 def _launched(engine: str, key: str) -> int:
     """A [launch] value of the engine's profile; 0 where it names none or the engine is unknown."""
     try:

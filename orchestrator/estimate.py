@@ -121,7 +121,7 @@ def stand_in_note(s: Scenario) -> str | None:
     """How a closed loop of more clients than the engine seats was planned (simulator.standin); None when
     it was planned as it is."""
     job, n, rate = busiest_point(s)
-    stand_in = StandIn.make(workload(s, job.max_batched_tokens, n, rate), s.make_scheduler())
+    stand_in = StandIn.make(workload(s, job.max_batched_tokens, n, rate), s.make_scheduler(n))
     if stand_in is None:
         return None
     return (f"{stand_in.clients} clients a rank, more than the engine runs at once: planned as a loop of "
@@ -156,7 +156,7 @@ def typical_steps(s: Scenario, row: dict) -> list[ForwardKey]:
     if s.role != "prefill" and s.typical("output_length") > 1:
         ranks = row.get("attention_dp", 1)
         per_rank = busiest_rank(row["concurrency"], ranks)
-        per_rank = min(per_rank, seats(s.make_scheduler()) or per_rank)
+        per_rank = min(per_rank, seats(s.make_scheduler(per_rank)) or per_rank)
         if row["kv_bound"]:
             per_rank = min(per_rank, math.ceil(row["decoding_requests"] / ranks))
         keys.append(ForwardKey(True, max(1, per_rank), 1 + s.mtp_tokens,

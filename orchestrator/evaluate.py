@@ -173,7 +173,7 @@ def plan_point(s: Scenario, job: Job, n: int, rate: float | None = None):
     that outgrows the engine's KV pool is planned as admitted into it, and only that plan is used: a timed
     plan without the pool stops as soon as it outgrows it (`plan`'s peak_limit), and a load that
     outgrows it whatever its plan holds is not planned without it."""
-    lm, scheduler = s.latency_model(job.layout), s.make_scheduler()
+    lm, scheduler = s.latency_model(job.layout), s.make_scheduler(n)
     w = with_prompt_cache(workload(s, job.max_batched_tokens, n, rate), lm)
     pool = _kv_pool(w, scheduler, job, lm)
     planned = _planned(w, scheduler, job.role, s.decode_context, lm, None if pool is None else pool.fits)

@@ -38,10 +38,13 @@ def serve_command(s, option) -> tuple[str, str, list[str]]:
     """(serving engine, the command that launches one instance of `option`, notes) for scenario `s`."""
     engine = serving_engine(s.engine)
     command, notes = SERVERS[engine](s, option)
-    share = load_engine(s.engine).kv_share
-    if share != 1:
-        notes = [*notes, f"the memory flag is the engine's own: the runs {s.engine} was calibrated on held {share:g} "
-                 "of the KV pool it gives ([memory] kv_share), and the plan is priced with that share"]
+    profile, calibrated = load_engine(s.engine), f"the runs {s.engine} was calibrated on"
+    if profile.kv_share != 1:
+        notes = [*notes, f"the memory flag is the engine's own: {calibrated} held {profile.kv_share:g} of the KV pool "
+                 "it gives ([memory] kv_share), and the plan is priced with that share"]
+    if profile.below_clients:
+        notes = [*notes, f"{calibrated} ran {profile.below_clients} request(s) fewer than their clients ([launch] "
+                 "below_clients), and a closed loop is priced so: a batch limit their launch set"]
     return engine, command, notes
 
 

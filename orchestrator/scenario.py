@@ -18,6 +18,7 @@ from orchestrator.engine_defaults import (
     default_capacity_scheduler,
     default_reserved_gib,
     default_scheduler,
+    engine_below_clients,
     engine_switch,
     launch_budget,
     launch_max_num_seqs,
@@ -301,9 +302,14 @@ class _ScenarioMethods:
         own = self.async_scheduling == engine_switch(self.engine, "async_scheduling")
         return None if own else self.async_scheduling == "on"
 
-    def make_scheduler(self) -> Scheduler:
-        """The scenario's policy with its options (fields declared with `scheduler=` its name)."""
+    def make_scheduler(self, clients: int | None = None) -> Scheduler:
+        """The scenario's policy with its options (fields declared with `scheduler=` its name); given a closed
+        loop's `clients` on a rank, its cap on requests in flight at most their number less the engine's
+        `below_clients` (a calibrated profile's [launch]: a batch limit set below the clients)."""
         options = {f.name: getattr(self, f.name) for f in FIELDS if f.scheduler == self.scheduler}
+        below = engine_below_clients(self.engine)
+        if below and clients and self.arrival == "closed" and "max_num_seqs" in options:
+            options["max_num_seqs"] = max(1, min(options["max_num_seqs"], clients - below))
         return make_scheduler(self.scheduler, **options)
 
     def plan_family(self) -> str:

@@ -334,8 +334,8 @@ def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_pr
     other = dataclasses.replace(
         base, name="theirs", source="elsewhere", frontend=(("request_ms", 6.0), ("stream_us", 50.0)),
         scheduler="prefill-first", prefix_caching=True, fp8_kv_cache=True, max_batched_tokens=4096, max_num_seqs=100,
-        capacity_scheduler="guaranteed-no-evict", gpu_memory_utilization=0.8, reserved_by_hbm=((60.0, 5.0),),
-        reserve_rule="sglang", kv_free_fraction=0.8, kv_share=0.5)
+        below_clients=1, capacity_scheduler="guaranteed-no-evict", gpu_memory_utilization=0.8,
+        reserved_by_hbm=((60.0, 5.0),), reserve_rule="sglang", kv_free_fraction=0.8, kv_share=0.5)
     assert {f for f in UNPRICED if getattr(other, f) == getattr(base, f)} == {"base"}
     keys = [ForwardKey(True, 3, 1500, 4000), ForwardKey(False, 40, 1, 6000)]
     shapes = [(keys[0],), (keys[1],), tuple(keys)]

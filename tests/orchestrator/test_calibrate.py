@@ -157,6 +157,33 @@ def test_the_share_of_its_kv_pool_an_engine_held_is_recovered():
     assert ("[memory] kv_share", "1", "0.42") in c.changes()
 
 
+def test_an_engine_that_runs_one_request_fewer_than_its_clients_is_recovered():
+    """Closed loops of 4-16 clients against an engine launched to run one fewer at once (TensorRT-LLM 1.0's
+    Llama-3.1-8B campaign's pattern): one request always waits a whole request's time, so TTFT grows with the output.
+    calibrate keeps the choice and the runs come back within a few per cent; the profile's cap follows each run's
+    clients (C - 1 of C), and a Poisson stream has no clients to fall below."""
+    runs, values = runs_made_with({"launch": {"below_clients": 1}}, {
+        "model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
+        "benchmark": "vllm-bench", "num_prompts": 200},
+        [(1024, 128, 4), (1024, 512, 8), (512, 256, 16), (512, 512, 4), (1024, 256, 12)])
+    for run, v in zip(runs, values, strict=True):
+        capped = estimate(configure({**v, "engine": "vllm", "max_num_seqs": v["concurrency"] - 1}))
+        assert run.ttft_ms == capped["ttft_ms"]
+    c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
+    assert c.data["launch"]["below_clients"] == 1
+    assert (np.abs(c.base_errors[:, 0]) > 0.25).all()  # with every client running, no request waits a whole one
+    assert np.median(np.abs(c.fit_errors)) < 0.03
+    assert ("[launch] below_clients", "default", "1") in c.changes()
+    from orchestrator.scenario import Scenario
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "below.toml"
+        write_profile(str(path), profile_data(c, "below", ["runs"]))
+        loop = Scenario(**{**values[1], "engine": str(path)})
+        assert [loop.make_scheduler(n).max_num_seqs for n in (8, 1, None)] == [7, 1, loop.max_num_seqs]
+        assert loop.with_(arrival="poisson").make_scheduler(8).max_num_seqs == loop.max_num_seqs
+
+
 def test_a_budget_and_a_cap_left_unsaid_are_found_together():
     """A launch with a 2048-token budget and 100 requests in flight: the first choice kept (the cap), the
     others are tried again at the refitted knobs, so a budget below the default comes back too (one round kept

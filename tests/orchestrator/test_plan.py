@@ -150,7 +150,8 @@ def test_a_plan_on_tensorrt_llm_or_sglang_launches_that_engine_with_the_memory_i
 def test_a_calibrated_kv_share_launches_with_the_engine_s_own_memory_flag(tmp_path):
     """A profile calibrated to runs that held half their engine's pool prices the plan with half of it, and launches
     the engine with the memory flag it was measured with (the base's), saying why: vLLM's
-    --gpu-memory-utilization, SGLang's --mem-fraction-static, TensorRT-LLM's free fraction as their bases give."""
+    --gpu-memory-utilization, SGLang's --mem-fraction-static, TensorRT-LLM's free fraction as their bases give; a
+    profile whose runs ran one request fewer than their clients says so."""
     from orchestrator.calibrate import base_profile
     from orchestrator.profile_files import to_toml
 
@@ -159,6 +160,7 @@ def test_a_calibrated_kv_share_launches_with_the_engine_s_own_memory_flag(tmp_pa
                          ("trtllm", "--kv_cache_free_gpu_memory_fraction")):
         data = base_profile(engine)
         data.setdefault("memory", {})["kv_share"] = 0.5
+        data.setdefault("launch", {})["below_clients"] = 1
         (tmp_path / f"{engine}-half.toml").write_text(to_toml(data))
         shipped = Scenario(**{**BASE, "engine": engine, "scheduler": None})
         half = shipped.with_(engine=str(tmp_path / f"{engine}-half.toml"))
@@ -167,6 +169,7 @@ def test_a_calibrated_kv_share_launches_with_the_engine_s_own_memory_flag(tmp_pa
         (_, own, _), (_, calibrated, notes) = serve_command(shipped, o), serve_command(half, o)
         assert _value(shlex.split(calibrated), flag) == _value(shlex.split(own), flag), engine
         assert any("held 0.5 of the KV pool" in n for n in notes)
+        assert any("ran 1 request(s) fewer than their clients" in n for n in notes)
 
 
 def test_plan_prints_the_engine_s_own_launch():
