@@ -87,6 +87,8 @@ def print_calibration(c, engine: str, output: str) -> None:
         print(f"note: {', '.join(wheres)}: {note}")
     if ruled_out := streams_ruled_out(c.runs):
         print(f"note: {ruled_out}")
+    if held := pool_held(c, engine, output):
+        print(f"note: {held}")
     if len(c.runs) < 5:
         print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",
               file=sys.stderr)
@@ -94,3 +96,24 @@ def print_calibration(c, engine: str, output: str) -> None:
     if len(deployments) > 1:  # one profile is fitted to them all: a run of another deployment may have slipped in
         print(f"note: the runs are of {len(deployments)} deployments "
               f"({'; '.join(f'{m} on {d}' for m, d in deployments)}): one profile is fitted to all of them")
+
+
+def pool_held(c, engine: str, output: str) -> str:
+    """What a fitted KV share means for the first run's deployment: the KV tokens a device holds with the base and
+    with the fitted profile ("" where the share is the base's)."""
+    from orchestrator.choices import KV_SHARE_PLACE, value_at
+    from orchestrator.estimate import configure, job_of
+
+    share = value_at(c.data, KV_SHARE_PLACE, 1.0)
+    if share == value_at(c.base_data, KV_SHARE_PLACE, 1.0):
+        return ""
+    run = c.runs[0]
+    tokens = []
+    for profile in (engine, output):
+        s = configure(run.under(profile))
+        job = job_of(s)
+        tokens.append(s.latency_model(job.layout).memory_for(job.max_batched_tokens).kv_capacity_tokens)
+    return (f"the runs held {share:g} of the KV pool {engine} gives ({run.where}'s deployment: {tokens[0]:,} -> "
+            f"{tokens[1]:,} tokens a device): a launch's own memory flag, or memory the engine holds that we do not "
+            "count; a plan launches the engine with its own flag")
+

@@ -155,6 +155,13 @@ def test_the_share_of_its_kv_pool_an_engine_held_is_recovered():
     assert (np.abs(c.base_errors[[1, 3, 4], 0]) > 0.4).all()  # with the whole pool those loads do not queue
     assert np.median(np.abs(c.fit_errors)) < 0.03
     assert ("[memory] kv_share", "1", "0.42") in c.changes()
+    from orchestrator.cli.calibrate import pool_held
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "held.toml")
+        write_profile(path, profile_data(c, "held", ["runs"]))
+        said = pool_held(c, "vllm", path)
+    assert "held 0.42 of the KV pool vllm gives (run c4 2048/128's deployment: 23,771 -> 9,984 tokens a device)" in said
 
 
 def test_an_engine_that_runs_one_request_fewer_than_its_clients_is_recovered():
