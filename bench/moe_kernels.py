@@ -1,6 +1,7 @@
 """The engines' routed-expert kernels side by side, from NVIDIA AIConfigurator's measured tables.
 
     python bench/moe_kernels.py [--tokens 4 16 64 256] [--distribution balanced]
+    python bench/moe_kernels.py --skew [--distribution power_law_1.01]
 
 For each shipped MoE model's expert shape, each layout the tables measured it in (moe_tp, ep) and
 each expert format, the milliseconds of one layer's routed experts per engine at decode-sized token
@@ -97,17 +98,60 @@ def across_gpus(root: Path, tokens: list[int], distribution: str) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
+#: the skews tried against the tables' routing (`--skew`), and the decode sizes they are judged at
+SKEWS = (0.4, 0.6, 0.7, 0.8, 0.9, 1.0)
+SKEW_TOKENS = (16, 32, 64, 128)
+
+
+def routing_skew(root: Path, distribution: str) -> None:
+    """How far the tables' routing (`distribution`) is from balanced, against our Zipf law of each skew
+    (latency.estimator.ROUTING_SKEW): vLLM's expert kernels at decode sizes, experts whole and on one device,
+    where their time is the weights they read, so the time ratio is the ratio of distinct experts touched."""
+    import latency.estimator as estimator
+
+    keys = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "num_tokens"]
+    rows = []
+    for gpu in GPUS:
+        for _, t in tables_of(root, gpu, "vllm")[:1]:
+            t = t[(t.moe_ep_size == 1) & (t.moe_tp_size == 1) & t.num_tokens.isin(SKEW_TOKENS)]
+            wide = t.pivot_table(index=keys, columns="distribution", values="latency", aggfunc="median")
+            if {"balanced", distribution} <= set(wide.columns):
+                rows.append(wide[["balanced", distribution]].dropna().reset_index())
+    d = pd.concat(rows, ignore_index=True)
+    measured = d[distribution] / d["balanced"]
+    print(f"vLLM's expert kernels, {distribution} over balanced routing ({len(d)} points, {', '.join(GPUS)}):")
+    print("  measured   " + "  ".join(f"{n}: {measured[d.num_tokens == n].median():.3f}" for n in SKEW_TOKENS))
+    saved = estimator.ROUTING_SKEW
+    try:
+        for skew in SKEWS:
+            estimator.ROUTING_SKEW = skew
+            estimator._pick_odds.cache_clear()
+            ours = np.array([estimator.touched_share(k, e, n) / (1 - (1 - k / e) ** n)
+                             for k, e, n in zip(d.topk, d.num_experts, d.num_tokens, strict=True)])
+            error = np.median(np.abs(np.log(measured.to_numpy() / ours)))
+            by_size = "  ".join(f"{n}: {np.median(ours[d.num_tokens == n]):.3f}" for n in SKEW_TOKENS)
+            print(f"  skew {skew:.1f}   {by_size}   median |log ratio| {error:.3f}")
+    finally:
+        estimator.ROUTING_SKEW = saved
+        estimator._pick_odds.cache_clear()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, nargs="+", default=[4, 16, 64, 256],
                     help="tokens routed to the layer (decode-sized batches by default)")
     ap.add_argument("--distribution", default="balanced", choices=("balanced", "power_law_1.01", "power_law_1.2"),
                     help="the tables' routing of tokens to experts")
+    ap.add_argument("--skew", action="store_true", help="instead: the tables' power-law routing (default "
+                    "power_law_1.01) over balanced, against our routing skew's distinct experts")
     a = ap.parse_args()
     try:
         root = kernel_tables.tables_root()
     except ValueError as err:
         sys.exit(f"moe_kernels: {err}")
+    if a.skew:
+        routing_skew(root, a.distribution if a.distribution != "balanced" else kernel_tables.DISTRIBUTION)
+        return
     d = compare(root, a.tokens, a.distribution)
     if d.empty:
         sys.exit("moe_kernels: no table holds a shipped MoE model's expert shape")

@@ -15,6 +15,14 @@ BW = 1.759e12 * 0.6     # bytes/s
 H, L, HEADS, KV, D, FF, V = 4096, 32, 32, 8, 128, 14336, 128256
 
 
+def touched(k: int, n: int, routed: float, skew: float = 0.8) -> float:
+    """The share of n experts `routed` tokens pick at least once, each k of them, expert i (by popularity) picked
+    with odds k x i^-skew / sum (a Zipf law, latency.estimator.ROUTING_SKEW), none above 1: by hand."""
+    weights = [i ** -skew for i in range(1, n + 1)]
+    total = sum(weights)
+    return sum(1 - (1 - min(1.0, k * w / total)) ** routed for w in weights) / n
+
+
 def roof_ms(flops, bytes_):
     return max(flops / PEAK, bytes_ / BW) * 1e3
 
@@ -155,7 +163,7 @@ def _moe_ms(routed: int, ranks_tokens: int, devices: int) -> float:
     """Qwen3-30B-A3B's MoE layers for `routed` tokens over `devices` ep groups (tp / ep = 1), a device
     holding `ranks_tokens` of them: the experts the routed tokens activate, the busiest group's pairs."""
     q = QWEN3_30B
-    active = 1 - (1 - q["k"] / q["n_exp"]) ** routed
+    active = touched(q["k"], q["n_exp"], routed)
     weights = (q["n_exp"] / devices) * active * q["expert"] * 2 + q["router"] * 2
     busiest = 1.2 * routed * q["k"] / devices
     flops = 2 * (busiest * q["expert"] + ranks_tokens * q["router"])
@@ -227,7 +235,7 @@ def test_redundant_experts_are_slots_of_their_own():
     t, h, k, slots, layers = 16, 2048, 8, 136, 48
     expert, router = 3 * h * 768, h * 128
     routed = 8 * t
-    active = 1 - (1 - k / slots) ** routed
+    active = touched(k, slots, routed)
     weights = (slots / 8) * active * expert * 2 + router * 2
     busiest = 1.2 * routed * k / 8
     moe = layers * roof_ms(2 * (busiest * expert + t * router), weights + (2 * t + 2 * busiest) * h * 2)
@@ -261,7 +269,7 @@ def test_attention_dp_with_wide_ep_routes_every_rank_s_tokens_over_all_devices()
     t, h, k, n_exp, layers = 16, 2048, 8, 128, 48
     expert, router = 3 * h * 768, h * n_exp
     routed = 8 * t
-    active = 1 - (1 - k / n_exp) ** routed
+    active = touched(k, n_exp, routed)
     weights = (n_exp / 8) * active * expert * 2 + router * 2
     busiest = 1.2 * routed * k / 8
     moe = layers * roof_ms(2 * (busiest * expert + t * router), weights + (2 * t + 2 * busiest) * h * 2)
@@ -281,7 +289,7 @@ def test_attention_dp_with_wide_ep_routes_every_rank_s_tokens_over_all_devices()
                                         quantization="bf16"), ForwardKey(True, t, 1, 2048))
     gather = 2 * 7 / 8 * (8 * msg) / INTRA + 2 * 7 * INTRA_HOP
     assert tp_moe["ep_comm"] == pytest.approx(layers * gather * 1e3, rel=1e-9)
-    weights = n_exp * active * expert / 8 * 2 + router * 2  # every expert, an eighth of each
+    weights = n_exp * active * expert / 8 * 2 + router * 2  # the experts read, an eighth of each
     flops = 2 * (routed * k / 8 * expert + t * router)
     assert tp_moe["moe"] == pytest.approx(layers * roof_ms(flops, weights + (2 * t + 2 * routed * k / 8) * h * 2),
                                           rel=1e-9)
@@ -345,8 +353,8 @@ def test_deepseek_moe_layer_with_its_shared_expert_and_dense_prefix():
     lm = build_latency_model("deepseek-ai/DeepSeek-V3", "TEST_DEVICE", tp=8, quantization="bf16")
     t, h, k, n_exp, tp = 8, 7168, 8, 256, 8
     expert, router, shared = 3 * h * 2048, h * n_exp, 1 * 3 * h * 2048 / tp
-    active = 1 - (1 - k / n_exp) ** t
-    weights = n_exp * active * expert / tp * 2 + (shared + router) * 2  # every expert, an eighth of each
+    active = touched(k, n_exp, t)
+    weights = n_exp * active * expert / tp * 2 + (shared + router) * 2  # the experts read, an eighth of each
     per_device = t * k / tp  # no EP: no imbalance
     moe = 58 * roof_ms(2 * (per_device * expert + t * (shared + router)), weights + (2 * t + 2 * per_device) * h * 2)
     got = _by_op(lm, ForwardKey(True, t, 1, 4096))
@@ -363,7 +371,7 @@ def test_two_expert_groups_wait_for_the_busier_one():
     two = build_latency_model("Qwen/Qwen3-30B-A3B", "TEST_DEVICE", tp=2, ep=2, quantization="bf16")
     t, h, k = 64, 2048, 8
     expert, router = 3 * h * 768, h * 128
-    active = 1 - (1 - k / 128) ** t
+    active = touched(k, 128, t)
     busiest = 1.2 * t * k / 2
     weights = 64 * active * expert * 2 + router * 2  # 64 local experts, whole
     moe = 48 * roof_ms(2 * (busiest * expert + t * router), weights + (2 * t + 2 * busiest) * h * 2)
@@ -399,6 +407,23 @@ def test_edges_of_pricing_and_memory(lm):
         build_latency_model("meta-llama/Llama-3.1-8B-Instruct", "H100_SXM", reserved_memory_gb=-1)
 
 
+def test_skewed_routing_touches_k_experts_for_one_token_and_fewer_than_even_routing_for_a_batch():
+    """One token picks k distinct experts whatever the skew (its odds sum to k); a batch touches fewer experts
+    than even routing (1 - (1 - k / n)^t), more as it grows, and all of them in the end; without skew it is even
+    routing exactly. The roofline's share is the hand-rolled one."""
+    import latency.estimator as estimator
+
+    for k, n in ((8, 256), (4, 128), (8, 384), (2, 8)):
+        assert n * estimator.touched_share(k, n, 1) == pytest.approx(k, rel=1e-12)
+        shares = [estimator.touched_share(k, n, t) for t in (1, 4, 16, 64, 256, 4096, 10**6)]
+        assert shares == sorted(shares) and shares[-1] == pytest.approx(1.0, abs=1e-6)
+        for t, share in zip((4, 16, 64), shares[1:4], strict=True):
+            assert share < 1 - (1 - k / n) ** t
+            assert share == pytest.approx(touched(k, n, t), rel=1e-12)
+        assert list(estimator.touched_share(k, n, np.array([1.0, 16.0]))) == pytest.approx(shares[:3:2], rel=1e-12)
+        assert touched(k, n, 16, skew=0) == pytest.approx(1 - (1 - k / n) ** 16, rel=1e-12)
+
+
 def test_moe_prefill_is_bound_by_the_expert_gemms():
     """Qwen3-30B-A3B on one device, a 16384-token prefill: 16384 x 8 token-expert pairs of 3 x 2048 x 768
     plus the router over 16384 tokens, all 128 experts read; compute-bound, so every flop counts."""
@@ -406,7 +431,7 @@ def test_moe_prefill_is_bound_by_the_expert_gemms():
     t, h, k, n_exp, layers = 16384, 2048, 8, 128, 48
     expert, router = 3 * h * 768, h * n_exp
     flops = 2 * (t * k * expert + t * router)
-    weights = n_exp * (1 - (1 - k / n_exp) ** t) * expert * 2 + router * 2
+    weights = n_exp * touched(k, n_exp, t) * expert * 2 + router * 2
     assert flops / PEAK > (weights + (2 * t + 2 * t * k) * h * 2) / BW  # the GEMMs bind, not the bytes
     got = _by_op(lm, ForwardKey(False, 1, t, t))
     assert got["moe"] == pytest.approx(layers * roof_ms(flops, weights + (2 * t + 2 * t * k) * h * 2), rel=1e-9)
