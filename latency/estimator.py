@@ -80,11 +80,44 @@ def _pick_odds(k: int, slots: int) -> np.ndarray:
 
 def touched_share(k: int, slots: int, routed):
     """The share of a layer's expert slots that `routed` tokens (a number or an array) pick at least once, each
-    token `k` of them (a copy of an expert takes its share of the expert's tokens)."""
-    odds = _pick_odds(k, int(slots))
+    token `k` of them (a copy of an expert takes its share of the expert's tokens). Whole token counts up to
+    SHARE_TABLE_TOKENS are read from a table of the same sums (`_share_table`), made once per expert layout."""
     r = np.asarray(routed, dtype=float)
-    share = np.mean(1.0 - (1.0 - odds)[:, None] ** r.reshape(1, -1), axis=0)
+    flat = r.reshape(-1)
+    whole = flat.astype(np.int64)
+    tabled = (whole == flat) & (whole >= 0) & (whole < SHARE_TABLE_TOKENS)
+    share = np.empty(flat.shape)
+    if tabled.any():
+        share[tabled] = _share_table(k, int(slots), int(whole[tabled].max()))[whole[tabled]]
+    if not tabled.all():  # prompt-sized counts, each summed once
+        share[~tabled] = [_one_share(k, int(slots), float(x)) for x in flat[~tabled]]
     return share.reshape(r.shape) if r.shape else float(share[0])
+
+
+@cache
+def _one_share(k: int, slots: int, routed: float) -> float:
+    return float(_shares(k, slots, np.array([routed]))[0])
+
+
+#: the whole token counts (decode-sized) whose touched share is tabled; beyond it, or for a fraction, it is summed
+#: each time (a larger table costs more to make than the prompt steps that would read it save)
+SHARE_TABLE_TOKENS = 1 << 12
+_TABLES: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _share_table(k: int, slots: int, upto: int) -> np.ndarray:
+    """`_shares` of 0, 1, ... at least `upto` tokens, grown by doubling as larger counts are asked."""
+    table = _TABLES.get((k, slots), np.empty(0))
+    if upto >= len(table):
+        size = min(SHARE_TABLE_TOKENS, max(64, 2 * upto))
+        table = np.concatenate([table, _shares(k, slots, np.arange(len(table), size, dtype=float))])
+        _TABLES[(k, slots)] = table
+    return table
+
+
+def _shares(k: int, slots: int, routed: np.ndarray) -> np.ndarray:
+    odds = _pick_odds(k, slots)
+    return np.mean(1.0 - (1.0 - odds)[:, None] ** routed.reshape(1, -1), axis=0)
 
 
 @cache
