@@ -22,6 +22,7 @@ import pandas as pd
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
 from latency import kernel_tables, load_model  # noqa: E402
+from latency.routing import touched_share  # noqa: E402
 
 MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2.5",
           "openai/gpt-oss-120b", "Qwen/Qwen3-30B-A3B")
@@ -105,10 +106,8 @@ SKEW_TOKENS = (16, 32, 64, 128)
 
 def routing_skew(root: Path, distribution: str) -> None:
     """How far the tables' routing (`distribution`) is from balanced, against our Zipf law of each skew
-    (latency.estimator.ROUTING_SKEW): vLLM's expert kernels at decode sizes, experts whole and on one device,
+    (latency.routing.ROUTING_SKEW): vLLM's expert kernels at decode sizes, experts whole and on one device,
     where their time is the weights they read, so the time ratio is the ratio of distinct experts touched."""
-    import latency.estimator as estimator
-
     keys = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "num_tokens"]
     rows = []
     for gpu in GPUS:
@@ -121,19 +120,12 @@ def routing_skew(root: Path, distribution: str) -> None:
     measured = d[distribution] / d["balanced"]
     print(f"vLLM's expert kernels, {distribution} over balanced routing ({len(d)} points, {', '.join(GPUS)}):")
     print("  measured   " + "  ".join(f"{n}: {measured[d.num_tokens == n].median():.3f}" for n in SKEW_TOKENS))
-    saved = estimator.ROUTING_SKEW
-    try:
-        for skew in SKEWS:
-            estimator.ROUTING_SKEW = skew
-            estimator._pick_odds.cache_clear()
-            ours = np.array([estimator.touched_share(k, e, n) / (1 - (1 - k / e) ** n)
-                             for k, e, n in zip(d.topk, d.num_experts, d.num_tokens, strict=True)])
-            error = np.median(np.abs(np.log(measured.to_numpy() / ours)))
-            by_size = "  ".join(f"{n}: {np.median(ours[d.num_tokens == n]):.3f}" for n in SKEW_TOKENS)
-            print(f"  skew {skew:.1f}   {by_size}   median |log ratio| {error:.3f}")
-    finally:
-        estimator.ROUTING_SKEW = saved
-        estimator._pick_odds.cache_clear()
+    for skew in SKEWS:
+        ours = np.array([touched_share(k, e, n, skew) / (1 - (1 - k / e) ** n)
+                         for k, e, n in zip(d.topk, d.num_experts, d.num_tokens, strict=True)])
+        error = np.median(np.abs(np.log(measured.to_numpy() / ours)))
+        by_size = "  ".join(f"{n}: {np.median(ours[d.num_tokens == n]):.3f}" for n in SKEW_TOKENS)
+        print(f"  skew {skew:.1f}   {by_size}   median |log ratio| {error:.3f}")
 
 
 def main() -> None:

@@ -103,7 +103,7 @@ def test_mxfp4_experts_stream_at_the_fp4_bandwidth_only_where_fp4_tensor_cores_r
     q = parse_quantization("bf16+mxfp4")
     assert (q.experts_bytes, q.experts_dtype) == (4.25 / 8, "fp4")
     engine = EngineProfile("test", moe_bandwidth=0.5, moe_fp4_bandwidth=1.0)
-    from latency.estimator import touched_share
+    from latency.routing import touched_share
 
     key = [ForwardKey(True, 256, 1, 1024)]  # 256 tokens x top-4 of 128 experts: nearly every expert is read
     moe = {}
@@ -186,11 +186,12 @@ def test_weight_only_int4_experts_keep_only_part_of_b200_s_bandwidth_lead():
     Hand-computed from a decode step that reads most experts: 256 tokens x top-8 of 384, tp 8 (each device an
     eighth of each expert)."""
     from latency import EngineProfile
-    from latency.estimator import KERNELS, touched_share
+    from latency.estimator import KERNELS
+    from latency.routing import touched_share
 
     engine = EngineProfile("test", moe_bandwidth=0.5, moe_fp4_bandwidth=0.5)
     key = [ForwardKey(True, 256, 1, 1024)]
-    touched = touched_share(8, 384, 256)  # 0.91 of the experts (latency.estimator.ROUTING_SKEW's routing)
+    touched = touched_share(8, 384, 256)  # 0.91 of the experts (latency.routing.ROUTING_SKEW's routing)
     for device, quantization, share in (("B200", "bf16+int4_wo", 0.67), ("H200_SXM", "bf16+int4_wo", 1.0),
                                         ("B200", "bf16+nvfp4", 1.0), ("H100_SXM", "bf16+int4_wo", 1.38)):
         lm = build_latency_model("moonshotai/Kimi-K2.5", device=device, tp=8, quantization=quantization,

@@ -17,7 +17,7 @@ H, L, HEADS, KV, D, FF, V = 4096, 32, 32, 8, 128, 14336, 128256
 
 def touched(k: int, n: int, routed: float, skew: float = 0.8) -> float:
     """The share of n experts `routed` tokens pick at least once, each k of them, expert i (by popularity) picked
-    with odds k x i^-skew / sum (a Zipf law, latency.estimator.ROUTING_SKEW), none above 1: by hand."""
+    with odds k x i^-skew / sum (a Zipf law, latency.routing.ROUTING_SKEW), none above 1: by hand."""
     weights = [i ** -skew for i in range(1, n + 1)]
     total = sum(weights)
     return sum(1 - (1 - min(1.0, k * w / total)) ** routed for w in weights) / n
@@ -411,16 +411,16 @@ def test_skewed_routing_touches_k_experts_for_one_token_and_fewer_than_even_rout
     """One token picks k distinct experts whatever the skew (its odds sum to k); a batch touches fewer experts
     than even routing (1 - (1 - k / n)^t), more as it grows, and all of them in the end; without skew it is even
     routing exactly. The roofline's share is the hand-rolled one."""
-    import latency.estimator as estimator
+    from latency.routing import touched_share
 
     for k, n in ((8, 256), (4, 128), (8, 384), (2, 8)):
-        assert n * estimator.touched_share(k, n, 1) == pytest.approx(k, rel=1e-12)
-        shares = [estimator.touched_share(k, n, t) for t in (1, 4, 16, 64, 256, 4096, 10**6)]
+        assert n * touched_share(k, n, 1) == pytest.approx(k, rel=1e-12)
+        shares = [touched_share(k, n, t) for t in (1, 4, 16, 64, 256, 4096, 10**6)]
         assert shares == sorted(shares) and shares[-1] == pytest.approx(1.0, abs=1e-6)
         for t, share in zip((4, 16, 64), shares[1:4], strict=True):
             assert share < 1 - (1 - k / n) ** t
             assert share == pytest.approx(touched(k, n, t), rel=1e-12)
-        assert list(estimator.touched_share(k, n, np.array([1.0, 16.0]))) == pytest.approx(shares[:3:2], rel=1e-12)
+        assert list(touched_share(k, n, np.array([1.0, 16.0]))) == pytest.approx(shares[:3:2], rel=1e-12)
         assert touched(k, n, 16, skew=0) == pytest.approx(1 - (1 - k / n) ** 16, rel=1e-12)
 
 
