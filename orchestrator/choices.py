@@ -40,6 +40,8 @@ ROUNDS = (10, 5)
 #: came out at 40.0 % TTFT, with these 0.42 and 18.8 % (29.9 % without; SGLang 0.5.8's Qwen3-32B runs keep 0.35:
 #: bench/calibrate_campaigns.py, docs/calibration.md)
 KV_SHARE_PLACE = ("memory", "kv_share")
+#: a run that held this much of its pool at its fullest queued for blocks (or nearly): a larger pool is tried
+KV_FULL = 0.97
 KV_SHARES = (1.25, 0.85, 0.7, 0.6, 0.5, 0.42, 0.35, 0.3, 0.25)
 #: a closed loop's engine that runs one request fewer than its clients, tried where two closed loops or more ran:
 #: a batch limit set one below the clients, which no run states (TensorRT-LLM 1.0's Llama-3.1-8B runs on H100: their
@@ -53,11 +55,12 @@ PROFILE_CHOICES = {STREAM_PLACE: (0.0, *STREAMS), ROUNDS_PLACE: (0, *ROUNDS), KV
 CHOICE_DEFAULTS = {place: values[0] for place, values in PROFILE_CHOICES.items()}
 
 
-def launch_options(runs: list[Run], data: dict) -> list[dict]:
+def launch_options(runs: list[Run], data: dict, fullest: float = 1.0) -> list[dict]:
     """Profiles that differ from `data` in one launch choice the runs leave open: each other budget, each cap
     on requests in flight below the clients of two runs (MAX_NUM_SEQS), async scheduling flipped, the
     prefix cache flipped where the client reuses prompts (aiperf), and each other value of the profile's own
-    choices the runs leave open (`profile_choices`)."""
+    choices the runs leave open (`profile_choices`); of the KV shares, those a run could feel, `fullest` being the
+    largest share of its pool a run held under `data` (`kv_shares_felt`)."""
     open_ = open_launch(runs)
     loads = sorted(int(r.values.get("concurrency") or 0) for r in runs)
     clients = loads[-2] if len(loads) > 1 else 0  # a cap below it has two runs beyond it
@@ -71,8 +74,16 @@ def launch_options(runs: list[Run], data: dict) -> list[dict]:
         options += [with_value(data, place, value) for value in values]
     for place, values in profile_choices(runs).items():
         own = value_at(data, place, values[0])
+        if place == KV_SHARE_PLACE:
+            values = kv_shares_felt(values, own, fullest)
         options += [with_value(data, place, value) for value in values if value != own]
     return options
+
+
+def kv_shares_felt(shares: tuple, own: float, fullest: float) -> tuple:
+    """The KV shares a run could feel where the fullest run held `fullest` of the pool at share `own`: a smaller
+    pool than that run's peak, and a larger one only where a run queued (KV_FULL); the rest predict as `own`."""
+    return tuple(s for s in shares if s < fullest * own or (s > own and fullest >= KV_FULL))
 
 
 def open_launch(runs: list[Run]) -> set[str]:

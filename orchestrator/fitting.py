@@ -104,6 +104,7 @@ class Evaluator:
         self.folder, self.progress = Path(folder), progress
         self.files: dict[str, Path] = {}
         self.known: dict[tuple[str, str], tuple[float, float]] = {}
+        self.fills: dict[tuple[str, str], float] = {}  # each pair's peak KV over its pool (1: it queued for blocks)
         self.processes, self.pool = processes, None
 
     def predict(self, data: dict, runs: list[Run]) -> np.ndarray:
@@ -118,10 +119,15 @@ class Evaluator:
         for (pair, run), value in zip(todo.items(), got, strict=True):
             if isinstance(value, Refusal):
                 raise InputError(f"{run.where}, {value.name}", value.value, value.allowed)
-            self.known[pair] = value
+            self.known[pair], self.fills[pair] = value[:2], value[2]
         if self.progress is not None:
             self.progress.update(len(datas))
         return [np.array([self.known[(text, run.where)] for run in runs]) for text in texts]
+
+    def fullest(self, data: dict, runs: list[Run]) -> float:
+        """The largest share of its KV pool a run held under `data` (predicted already), 1 where one queued."""
+        text = to_toml(data)
+        return max((self.fills.get((text, run.where), 1.0) for run in runs), default=1.0)
 
     def _file(self, text: str) -> Path:
         path = self.files.get(text)
@@ -151,13 +157,16 @@ class Refusal(NamedTuple):
     allowed: str
 
 
-def estimate_under(path: str, run: Run) -> tuple[float, float] | Refusal:
-    """A run's (TTFT, TPOT) under the profile at `path`, as `estimate` gives them, or why it was refused."""
+def estimate_under(path: str, run: Run) -> tuple[float, float, float] | Refusal:
+    """A run's (TTFT, TPOT) under the profile at `path`, as `estimate` gives them, and the share of its KV pool it
+    held at its fullest (1 where it queued for blocks); or why it was refused."""
     try:
         row = estimate(configure(run.under(path)))
     except InputError as err:
         return Refusal(err.name, err.value, err.allowed)
-    return row["ttft_ms"], row["tpot_ms"]
+    capacity = row.get("kv_capacity_tokens") or 0
+    fill = 1.0 if row.get("kv_bound") or capacity <= 0 else min(1.0, float(row.get("peak_kv_tokens") or 0) / capacity)
+    return row["ttft_ms"], row["tpot_ms"], fill
 
 
 def errors(pred: np.ndarray, runs: list[Run]) -> np.ndarray:
@@ -239,7 +248,8 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
     data, best = fit_knobs(ev, runs, copy.deepcopy(start or base), base, iterations)
     given, kept = options is not None, False
     while True:
-        candidates = [launch_of(o, data) for o in options] if given else launch_options(runs, data)
+        candidates = [launch_of(o, data) for o in options] if given else \
+            launch_options(runs, data, ev.fullest(data, runs))
         tried = [(loss(pred, runs, option, base), i, option) for i, (option, pred)
                  in enumerate(zip(candidates, ev.predict_many(candidates, runs), strict=True))]
         option = kept_choice(tried, best, data)
