@@ -301,13 +301,14 @@ def parse_profile(path: Path) -> EngineProfile:
     if sum(map(bool, (reserved, rule, values["gpu_memory_utilization"]))) > 1:
         raise ValueError(f"{path.name}: gpu_memory_utilization, [memory] reserved_gib and [memory] rule each say "
                          "what the engine leaves free; keep one")
-    fraction = _free_fraction(path, memory)
+    fraction = _memory_share(path, memory, "free_fraction", 0.0, low=0, high=1, low_open=True)  # 0: none
+    kv_share = _memory_share(path, memory, "kv_share", 1.0, *KV_SHARE_RANGE)
     if fraction and values["gpu_memory_utilization"]:
         raise ValueError(f"{path.name}: [memory] free_fraction shares what weights leave free and "
                          "gpu_memory_utilization the whole GPU; keep one")
     return EngineProfile(name=path.stem, source=str(data.get("source", "")), frontend=tuple(frontend),
                          scheduler=scheduler, capacity_scheduler=capacity, base=base, reserved_by_hbm=reserved,
-                         reserve_rule=rule, kv_free_fraction=fraction, kv_share=_kv_share(path, memory),
+                         reserve_rule=rule, kv_free_fraction=fraction, kv_share=kv_share,
                          efficiency=_efficiency(path, data.get("efficiency", {})),
                          **_launch(path, data.get("launch", {})), **switches, **values)
 
@@ -325,22 +326,13 @@ def _reserved_by_hbm(path: Path, table: dict) -> tuple:
     return tuple((float(below), float(gib)) for below, gib in pairs)
 
 
-def _free_fraction(path: Path, table: dict) -> float:
-    """The [memory] table's free_fraction: in (0, 1]; 0 where it names none."""
-    if "free_fraction" not in table:
-        return 0.0
+def _memory_share(path: Path, table: dict, key: str, default: float, low: float, high: float,
+                  low_open: bool = False) -> float:
+    """A share of the [memory] table (free_fraction, kv_share) within its bounds; `default` where it names none."""
+    if key not in table:
+        return default
     try:
-        return float(check_number(f"{path.name}: [memory] free_fraction", table["free_fraction"], low=0, low_open=True,
-                                  high=1))
-    except RangeError as err:
-        raise ValueError(str(err)) from None
-
-
-def _kv_share(path: Path, table: dict) -> float:
-    """The [memory] table's kv_share: within KV_SHARE_RANGE; 1 where it names none."""
-    try:
-        return float(check_number(f"{path.name}: [memory] kv_share", table.get("kv_share", 1.0),
-                                  low=KV_SHARE_RANGE[0], high=KV_SHARE_RANGE[1]))
+        return float(check_number(f"{path.name}: [memory] {key}", table[key], low=low, low_open=low_open, high=high))
     except RangeError as err:
         raise ValueError(str(err)) from None
 

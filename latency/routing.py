@@ -29,7 +29,8 @@ def touched_share(k: int, slots: int, routed, skew: float = ROUTING_SKEW):
     tabled = (whole == flat) & (whole >= 0) & (whole < SHARE_TABLE_TOKENS)
     share = np.empty(flat.shape)
     if tabled.any():
-        share[tabled] = _share_table(k, int(slots), skew, int(whole[tabled].max()))[whole[tabled]]
+        counts = whole[tabled]
+        share[tabled] = _share_table(k, int(slots), skew, int(counts.max()))[counts]
     if not tabled.all():  # prompt-sized counts, each summed once
         share[~tabled] = [_one_share(k, int(slots), skew, float(x)) for x in flat[~tabled]]
     return share.reshape(r.shape) if r.shape else float(share[0])

@@ -86,7 +86,7 @@ class Calibration:
         for place in LAUNCH_PLACES.values():
             out.append((label_of(place), _launch_text(self.base_data, place), _launch_text(self.data, place)))
         for place, default in CHOICE_DEFAULTS.items():
-            out.append((label_of(place), *(_frontend_text(d, place, default) for d in (self.base_data, self.data))))
+            out.append((label_of(place), *(_choice_text(d, place, default) for d in (self.base_data, self.data))))
         return out
 
 
@@ -225,8 +225,8 @@ def _launch_text(data: dict, place: tuple[str, ...]) -> str:
     return str(value or "default")
 
 
-def _frontend_text(data: dict, place: tuple[str, ...], default) -> str:
-    """A front-end choice as printed: a time, or a count (0: the benchmark's own)."""
+def _choice_text(data: dict, place: tuple[str, ...], default) -> str:
+    """A profile choice as printed: a time, a share or a count (a count of 0: the default)."""
     value = value_at(data, place, default)
     return "default" if isinstance(default, int) and not value else f"{value:g}"
 

@@ -40,9 +40,9 @@ ROUNDS = (10, 5)
 #: came out at 40.0 % TTFT, with these 0.42 and 18.8 % (29.9 % without; SGLang 0.5.8's Qwen3-32B runs keep 0.35:
 #: bench/calibrate_campaigns.py, docs/calibration.md)
 KV_SHARE_PLACE = ("memory", "kv_share")
+KV_SHARES = (1.25, 0.85, 0.7, 0.6, 0.5, 0.42, 0.35, 0.3, 0.25)
 #: a run that held this much of its pool at its fullest queued for blocks (or nearly): a larger pool is tried
 KV_FULL = 0.97
-KV_SHARES = (1.25, 0.85, 0.7, 0.6, 0.5, 0.42, 0.35, 0.3, 0.25)
 #: a closed loop's engine that runs one request fewer than its clients, tried where two closed loops or more ran:
 #: a batch limit set one below the clients, which no run states (TensorRT-LLM 1.0's Llama-3.1-8B runs on H100: their
 #: TTFT grows with the output at C = 8, 16 and 32 on every tp as if C - 1 ran, bench/littles_law.py; its Qwen3-32B

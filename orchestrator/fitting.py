@@ -103,8 +103,8 @@ class Evaluator:
     def __init__(self, folder: str, progress=None, processes: int = 1):
         self.folder, self.progress = Path(folder), progress
         self.files: dict[str, Path] = {}
-        self.known: dict[tuple[str, str], tuple[float, float]] = {}
-        self.fills: dict[tuple[str, str], float] = {}  # each pair's peak KV over its pool (1: it queued for blocks)
+        #: (TTFT, TPOT, the share of its KV pool the run held at its fullest) of each (profile, run) pair
+        self.known: dict[tuple[str, str], tuple[float, float, float]] = {}
         self.processes, self.pool = processes, None
 
     def predict(self, data: dict, runs: list[Run]) -> np.ndarray:
@@ -119,15 +119,15 @@ class Evaluator:
         for (pair, run), value in zip(todo.items(), got, strict=True):
             if isinstance(value, Refusal):
                 raise InputError(f"{run.where}, {value.name}", value.value, value.allowed)
-            self.known[pair], self.fills[pair] = value[:2], value[2]
+            self.known[pair] = value
         if self.progress is not None:
             self.progress.update(len(datas))
-        return [np.array([self.known[(text, run.where)] for run in runs]) for text in texts]
+        return [np.array([self.known[(text, run.where)][:2] for run in runs]) for text in texts]
 
     def fullest(self, data: dict, runs: list[Run]) -> float:
         """The largest share of its KV pool a run held under `data` (predicted already), 1 where one queued."""
         text = to_toml(data)
-        return max((self.fills.get((text, run.where), 1.0) for run in runs), default=1.0)
+        return max((self.known[(text, run.where)][2] for run in runs), default=1.0)
 
     def _file(self, text: str) -> Path:
         path = self.files.get(text)

@@ -114,11 +114,11 @@ def trtllm_free_fraction(s, option) -> float:
     """The `free_gpu_memory_fraction` that gives TensorRT-LLM the pool the plan was priced with: the pool (to
     its next whole token, as the flag gives it: a calibrated profile's runs held `kv_share` of it) over what its
     weights, activations and its profile's own reserve (its CUDA context and NCCL buffers) leave."""
-    lay = option.layout
+    lay, profile = option.layout, load_engine(s.engine)
     mem = s.latency_model(lay).memory_for(option.max_batched_tokens)
-    held = load_engine(s.engine).reserved_gib(mem.hbm_gib, lay.tp, lay.pp, lay.attention_dp)
+    held = profile.reserved_gib(mem.hbm_gib, lay.tp, lay.pp, lay.attention_dp)
     free = mem.hbm_gib - held - mem.weights_gib - mem.activation_gib
-    pool = (mem.kv_capacity_tokens + 1) * mem.kv_bytes_per_token / 1024**3 / load_engine(s.engine).kv_share
+    pool = (mem.kv_capacity_tokens + 1) * mem.kv_bytes_per_token / 1024**3 / profile.kv_share
     return min(1.0, _hundredths(pool / free)) if free > 0 else 0.0
 
 

@@ -161,7 +161,14 @@ def test_the_share_of_its_kv_pool_an_engine_held_is_recovered():
         path = str(Path(folder) / "held.toml")
         write_profile(path, profile_data(c, "held", ["runs"]))
         said = pool_held(c, "vllm", path)
-    assert "held 0.42 of the KV pool vllm gives (run c4 2048/128's deployment: 23,771 -> 9,984 tokens a device)" in said
+    from latency import build_latency_model
+
+    lm = build_latency_model("Qwen/Qwen3-8B", "H100_SXM", reserved_memory_gb=60)
+    pool = (79.6 - 60) * 1024**3 - lm.weights_bytes - lm.activation_bytes(8192)  # an 8192-token step's activations
+    per_token = 36 * 2 * 8 * 128 * 2  # bf16 K and V, 8 heads of 128, 36 layers
+    whole, held = int(pool // per_token), int(0.42 * pool // per_token)
+    assert (whole, held) == (23_771, 9_984)
+    assert f"held 0.42 of the KV pool vllm gives (run c4 2048/128's deployment: {whole:,} -> {held:,} tokens" in said
 
 
 def test_an_engine_that_runs_one_request_fewer_than_its_clients_is_recovered():
