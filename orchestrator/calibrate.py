@@ -50,6 +50,7 @@ from orchestrator.fitting import (
     errors,
     fit,
     fit_knobs,
+    knobs_of,
     loss,
 )
 from orchestrator.measured_runs import READ_LAUNCH
@@ -82,7 +83,7 @@ class Calibration:
 
     def changes(self) -> list[tuple[str, str, str]]:
         """(what, base value, fitted value) of every knob and launch choice."""
-        out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in KNOBS]
+        out = [(k.label, f"{k.get(self.base_data):g}", f"{k.get(self.data):g}") for k in knobs_of(self.runs)]
         for place in LAUNCH_PLACES.values():
             out.append((label_of(place), _launch_text(self.base_data, place), _launch_text(self.data, place)))
         for place, default in CHOICE_DEFAULTS.items():
@@ -157,8 +158,9 @@ def calibrate(runs: list[Run], engine: str, leave_one_out: bool = True, progress
         base = as_read(base_profile(engine), runs)
     except ValueError as err:
         raise InputError("engine", engine, str(err).split("; ", 1)[-1]) from None
-    per_fit = (len(KNOBS) + 1) * FIT_ITERATIONS
-    total = 3 * per_fit + 8 + (len(runs) * (2 * (len(KNOBS) + 1) * REFIT_ITERATIONS + 2) if leave_one_out else 0)
+    knobs = len(knobs_of(runs))
+    per_fit = (knobs + 1) * FIT_ITERATIONS
+    total = 3 * per_fit + 8 + (len(runs) * (2 * (knobs + 1) * REFIT_ITERATIONS + 2) if leave_one_out else 0)
     with tempfile.TemporaryDirectory(prefix="servesweep-calibrate-") as folder, \
             tqdm(total=total, desc="calibrate", unit="fit", file=sys.stderr, disable=not progress) as bar:
         ev = Evaluator(folder, bar, processes)
@@ -208,7 +210,7 @@ def update_profile(path: str, c: Calibration, files: list[str]) -> None:
     key kept."""
     target = Path(path)
     fitted = profile_data(c, str(tomllib.loads(target.read_text()).get("name", target.stem)), files)
-    places = [k.key for k in KNOBS] + list(LAUNCH_PLACES.values()) + list(CHOICE_DEFAULTS)
+    places = [k.key for k in knobs_of(c.runs)] + list(LAUNCH_PLACES.values()) + list(CHOICE_DEFAULTS)
     moved = {}
     for place in places:
         new = value_at(c.data, place, None)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from latency import load_model
 from latency.engine import EFFICIENCY_RANGE
 from orchestrator.choices import CHOICE_DEFAULTS, ROUNDS_PLACE, label_of, launch_of, launch_options, set_at, value_at
 from orchestrator.estimate import configure, estimate
@@ -90,7 +91,24 @@ KNOBS = (
     Knob(("frontend", "client_ms"), 0.0, 100.0, scale=20.0),
     Knob(("frontend", "request_ms"), 0.0, 20.0, scale=3.0),
 )
+#: a MoE model's runs fit one more: what a step that computes prompt tokens adds through each MoE layer (the expert
+#: path launched outside the decode CUDA graphs; vLLM's and SGLang's 200 us, TensorRT-LLM's 300), which their
+#: TTFT identifies and a dense model's runs cannot move. On MiniMax-M2.5 FP8's H100 campaign its other runs go
+#: 31.8 % -> 18.6 % TTFT, the MoE campaigns' median 14.4 % / 6.6 % -> 14.0 % / 6.0 % (docs/calibration.md)
+MOE_KNOBS = (Knob(("moe_prefill_layer_us",), 0.0, 1000.0, scale=100.0),)
 assert all(EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1] for k in KNOBS if k.log)
+
+
+def knobs_of(runs: list[Run]) -> tuple[Knob, ...]:
+    """The knobs `runs` are fitted with: KNOBS, and MOE_KNOBS where a run serves a MoE model."""
+    return KNOBS + MOE_KNOBS if any(_serves_moe(run) for run in runs) else KNOBS
+
+
+def _serves_moe(run: Run) -> bool:
+    try:
+        return load_model(run.values.get("model", "")).is_moe
+    except ValueError:  # an unknown model: estimating the run names it
+        return False
 
 
 class Evaluator:
@@ -185,7 +203,7 @@ def residuals(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> np.n
     """The runs' robust log ratios of TTFT and TPOT (scaled so their squares sum to the mean), then the
     prior's pull towards the base's knobs: the sum of squares is `loss`."""
     logs = robust(np.log(np.maximum(errors(pred, runs) + 1, 1e-9))).ravel() / math.sqrt(2 * len(runs))
-    pull = [math.sqrt(PRIOR_WEIGHT) * (k.to_unit(k.get(data)) - k.to_unit(k.get(base))) for k in KNOBS]
+    pull = [math.sqrt(PRIOR_WEIGHT) * (k.to_unit(k.get(data)) - k.to_unit(k.get(base))) for k in knobs_of(runs)]
     return np.concatenate([logs, pull])
 
 
@@ -196,12 +214,14 @@ def loss(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> float:
 
 def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iterations: int) -> tuple[dict, float]:
     """The knobs fitted from `start` (its launch kept) by bounded least squares (trust region, forward
-    differences: len(KNOBS) + 1 runs of the simulation an iteration): (profile data, loss)."""
+    differences: a run of the simulation a knob (`knobs_of`), and one, an iteration): (profile data, loss)."""
     from scipy.optimize import least_squares
+
+    knobs = knobs_of(runs)
 
     def trial(u):
         data = copy.deepcopy(start)
-        for knob, value in zip(KNOBS, u, strict=True):
+        for knob, value in zip(knobs, u, strict=True):
             knob.set(data, min(max(knob.from_unit(value), knob.low), knob.high))
         return data
 
@@ -216,7 +236,7 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
             seen[key(u)] = residuals(ev.predict(data, runs), runs, data, base)
         return seen[key(u)]
 
-    low, high = (np.array(side) for side in zip(*(k.unit_bounds() for k in KNOBS), strict=True))
+    low, high = (np.array(side) for side in zip(*(k.unit_bounds() for k in knobs), strict=True))
 
     def jac(u):
         """Forward differences of DIFF_STEP (backward at an upper bound), the moved points predicted at once."""
@@ -230,7 +250,7 @@ def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iteration
             seen[key(m)] = residuals(pred, runs, data, base)
         return np.stack([(fun(m) - here) / step for m, step in zip(moved, steps, strict=True)], axis=1)
 
-    u0 = np.clip([k.to_unit(min(max(k.get(start), k.low), k.high)) for k in KNOBS], low, high)
+    u0 = np.clip([k.to_unit(min(max(k.get(start), k.low), k.high)) for k in knobs], low, high)
     least_squares(fun, u0, jac=jac, bounds=(low, high), max_nfev=iterations, x_scale=1.0)
     best = min(seen, key=lambda key: float(np.sum(seen[key] ** 2)))
     return trial(np.array(best)), float(np.sum(seen[best] ** 2))
