@@ -98,7 +98,7 @@ KNOBS = (
 #: a MoE model's runs fit one more: what a step that computes prompt tokens adds through each MoE layer (the expert
 #: path launched outside the decode CUDA graphs; vLLM's and SGLang's 200 us, TensorRT-LLM's 300), which their
 #: TTFT identifies and a dense model's runs cannot move. On MiniMax-M2.5 FP8's H100 campaign its other runs go
-#: 31.8 % -> 18.6 % TTFT, the MoE campaigns' median 14.4 % / 6.6 % -> 14.0 % / 6.0 % (docs/calibration.md)
+#: 31.8 % -> 18.9 % TTFT, the MoE campaigns' median 14.4 % / 6.6 % -> 14.0 % / 6.0 % (docs/calibration.md)
 MOE_KNOBS = (Knob(("moe_prefill_layer_us",), 0.0, 1000.0, scale=100.0),)
 assert all(EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1] for k in KNOBS if k.log)
 
