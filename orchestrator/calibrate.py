@@ -43,7 +43,6 @@ from orchestrator.choices import (
 from orchestrator.fields import InputError
 from orchestrator.fitting import (
     FIT_ITERATIONS,
-    KNOBS,
     LAUNCH_GAIN,
     REFIT_ITERATIONS,
     Evaluator,
@@ -62,7 +61,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["KNOBS", "MIN_RUNS", "Calibration", "as_read", "base_profile", "calibrate", "loss", "pick_base",
+__all__ = ["MIN_RUNS", "Calibration", "as_read", "base_profile", "calibrate", "loss", "pick_base",
            "profile_data", "profile_file", "update_profile"]
 
 #: the fewest runs a fit takes (its leave-one-out fits on one fewer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
@@ -104,13 +105,16 @@ assert all(EFFICIENCY_RANGE[0] <= k.low and k.high <= EFFICIENCY_RANGE[1] for k 
 
 
 def knobs_of(runs: list[Run]) -> tuple[Knob, ...]:
-    """The knobs `runs` are fitted with: KNOBS, and MOE_KNOBS where a run serves a MoE model."""
-    return KNOBS + MOE_KNOBS if any(_serves_moe(run) for run in runs) else KNOBS
+    """The knobs `runs` are fitted with: KNOBS, and MOE_KNOBS where a run serves a MoE model (asked at every
+    evaluation of the loss: each model is looked up once)."""
+    return KNOBS + MOE_KNOBS if any(_serves_moe(model) for model in {r.values.get("model", "") for r in runs}) \
+        else KNOBS
 
 
-def _serves_moe(run: Run) -> bool:
+@cache
+def _serves_moe(model) -> bool:
     try:
-        return load_model(run.values.get("model", "")).is_moe
+        return load_model(model).is_moe
     except ValueError:  # an unknown model: estimating the run names it
         return False
 

@@ -38,7 +38,8 @@ def serve_command(s, option) -> tuple[str, str, list[str]]:
     """(serving engine, the command that launches one instance of `option`, notes) for scenario `s`."""
     engine = serving_engine(s.engine)
     command, notes = SERVERS[engine](s, option)
-    profile, calibrated = load_engine(s.engine), f"the runs {s.engine} was calibrated on"
+    profile = load_engine(s.engine)
+    calibrated = f"the runs {s.engine} was calibrated on"
     if profile.kv_share != 1:
         notes = [*notes, f"the memory flag is the engine's own: {calibrated} held {profile.kv_share:g} of the KV pool "
                  "it gives ([memory] kv_share), and the plan is priced with that share"]

@@ -116,4 +116,3 @@ def pool_held(c, engine: str, output: str) -> str:
     return (f"the runs held {share:g} of the KV pool {engine} gives ({run.where}'s deployment: {tokens[0]:,} -> "
             f"{tokens[1]:,} tokens a device): a launch's own memory flag, or memory the engine holds that we do not "
             "count; a plan launches the engine with its own flag")
-

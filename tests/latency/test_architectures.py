@@ -11,6 +11,7 @@ import pytest
 from latency import ForwardKey, build_latency_model, load_model
 from latency.estimator import _causal_pairs, _chunked_pairs
 from latency.model import ModelSpec
+from tests.latency.test_pinned import touched
 
 
 def test_shipped_moe_architectures_parse_as_published():
@@ -103,8 +104,6 @@ def test_mxfp4_experts_stream_at_the_fp4_bandwidth_only_where_fp4_tensor_cores_r
     q = parse_quantization("bf16+mxfp4")
     assert (q.experts_bytes, q.experts_dtype) == (4.25 / 8, "fp4")
     engine = EngineProfile("test", moe_bandwidth=0.5, moe_fp4_bandwidth=1.0)
-    from latency.routing import touched_share
-
     key = [ForwardKey(True, 256, 1, 1024)]  # 256 tokens x top-4 of 128 experts: nearly every expert is read
     moe = {}
     for device in ("B200", "H200_SXM"):
@@ -112,7 +111,7 @@ def test_mxfp4_experts_stream_at_the_fp4_bandwidth_only_where_fp4_tensor_cores_r
         t = lm.breakdown(key)
         moe[device] = float(t[t["op"] == "moe"]["ms"].iloc[0])
         assert lm.native_fp4_experts == (device == "B200")
-        experts = 36 * 128 * 3 * 2880 * 2880 * 4.25 / 8 * touched_share(4, 128, 256)  # bytes of the experts read
+        experts = 36 * 128 * 3 * 2880 * 2880 * 4.25 / 8 * touched(4, 128, 256)  # bytes of the experts read
         bandwidth = lm.device.hbm_bytes_per_s * lm.device.eff_memory * (1.0 if device == "B200" else 0.5)
         kernels = 36 * 3 * lm.device.kernel_overhead_us * 1e-3  # three kernels a layer
         # the expert weights dominate the op's bytes; the rest (router, activations) is < 1 %
@@ -187,11 +186,9 @@ def test_weight_only_int4_experts_keep_only_part_of_b200_s_bandwidth_lead():
     eighth of each expert)."""
     from latency import EngineProfile
     from latency.estimator import KERNELS
-    from latency.routing import touched_share
-
     engine = EngineProfile("test", moe_bandwidth=0.5, moe_fp4_bandwidth=0.5)
     key = [ForwardKey(True, 256, 1, 1024)]
-    touched = touched_share(8, 384, 256)  # 0.91 of the experts (latency.routing.ROUTING_SKEW's routing)
+    read = touched(8, 384, 256)  # 0.91 of the experts (latency.routing.ROUTING_SKEW's routing), by hand
     for device, quantization, share in (("B200", "bf16+int4_wo", 0.67), ("H200_SXM", "bf16+int4_wo", 1.0),
                                         ("B200", "bf16+nvfp4", 1.0), ("H100_SXM", "bf16+int4_wo", 1.38)):
         lm = build_latency_model("moonshotai/Kimi-K2.5", device=device, tp=8, quantization=quantization,
@@ -199,7 +196,7 @@ def test_weight_only_int4_experts_keep_only_part_of_b200_s_bandwidth_lead():
         assert lm.weight_only_share == share
         t = lm.breakdown(key).set_index("op")["ms"]
         m = lm.model
-        experts = m.num_moe_layers * m.num_experts * touched * m.expert_params / 8 * lm.quant.experts_bytes
+        experts = m.num_moe_layers * m.num_experts * read * m.expert_params / 8 * lm.quant.experts_bytes
         bandwidth = lm.device.hbm_bytes_per_s * lm.device.eff_memory * 0.5 * share
         launches = KERNELS["moe"] * lm.device.kernel_overhead_us * 1e-3 * m.num_moe_layers
         # the experts' weights are nearly all of the op's bytes (shared expert, router, activations < 2 %)

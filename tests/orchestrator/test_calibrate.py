@@ -14,10 +14,10 @@ import pytest
 import tomllib
 
 from latency import load_engine
-from orchestrator.calibrate import KNOBS, calibrate, loss, profile_data
+from orchestrator.calibrate import calibrate, loss, profile_data
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import FIELD_BY_KEY
-from orchestrator.fitting import MOE_KNOBS, knobs_of
+from orchestrator.fitting import KNOBS, MOE_KNOBS, knobs_of
 from orchestrator.profile_files import to_toml, write_profile
 from orchestrator.runs import read_runs
 from tests.orchestrator.test_estimate import LEFT_OUT_ROWS, MEASURED_HEADER
