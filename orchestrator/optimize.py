@@ -64,19 +64,17 @@ def job_search(s: Scenario, job: Job, width: int = 1):
 def optimize(s: Scenario, mode: Mode | None = None, evaluator: BatchEvaluator = inline_evaluator,
              width: int = 1, processes: int = 1, progress: SearchProgress | None = None) -> OptimizeResult:
     """Search every job of the scenario, then let the mode assemble the answer. With `processes` > 1
-    (and the inline evaluator) the jobs of a steady-load search are shared out over forked processes,
-    those of one budget together (they share plans); the answer is the same, job for job. A burst
-    search stays in this process: it takes a fraction of a second, about what forking costs. `progress`
-    hears of every point evaluated and every job done."""
+    (and the inline evaluator) the jobs are shared out over forked processes, those of one budget
+    together (they share plans); the answer is the same, job for job. `progress` hears of every point
+    evaluated and every job done."""
     mode = mode or Aggregated()
     s.validate()
     mode.validate(s)
     jobs = list(mode.jobs(s))
     groups = _groups(s, jobs)
-    steady = s.arrival != "burst"
     progress = progress or SearchProgress(enabled=False)
     progress.begin(len(jobs))
-    if processes > 1 and steady and evaluator is inline_evaluator and len(groups) > 1 and can_fork():
+    if processes > 1 and evaluator is inline_evaluator and len(groups) > 1 and can_fork():
         results = _search_in_processes(s, jobs, groups, width, processes, progress)
     else:
         results = []

@@ -176,9 +176,12 @@ def test_attention_dp_ranks_add_up_to_the_instance():
     assert two["kv_capacity_tokens"] > alone["kv_capacity_tokens"]  # half the experts per device
 
 
-def test_a_search_in_two_processes_answers_exactly_as_in_one():
+@pytest.mark.parametrize("arrival", ["closed", "burst"])
+def test_a_search_in_two_processes_answers_exactly_as_in_one(arrival):
+    """A steady load's search and a burst's (every prompt at once), each budget's jobs in a process of their
+    own, answer as one process does."""
     s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (2048, 4096), tpot_limits=(20.0, 40.0),
-                 arrival="closed", num_prompts=64)
+                 arrival=arrival, num_prompts=64)
     import pandas as pd
 
     from orchestrator.optimize import can_fork
