@@ -7,7 +7,8 @@ of its runs, then the campaign's other runs predicted with the profile it wrote,
 A campaign is one model, GPU, engine, release and precision (its rows share a launch script, a client
 and an engine build: what a fit on some of its rows learns). The 5 calibration runs are spread evenly
 over the campaign's loads (sorted by prompt, output, concurrency, layout), or drawn at random (`--seed`);
-every `--every`-th other run is predicted. The table gives, per campaign and per engine, the median |error|
+every `--every`-th other run is predicted, not counting the exact copies of a calibration run (the MoE file lists
+many of its measurements two to four times). The table gives, per campaign and per engine, the median |error|
 of TTFT and TPOT on the runs left out of the calibration: uncalibrated (the shipped profile of the campaign's
 engine) and calibrated.
 Campaigns run as Ray tasks (one each, on the machine's cores).
@@ -67,8 +68,16 @@ def split(rows: pd.DataFrame, k: int, every: int, seed: int | None = None) -> tu
     else:
         picks = np.sort(np.random.default_rng(seed).choice(len(ordered), size=min(k, len(ordered)), replace=False))
     fit = ordered.iloc[picks]
-    rest = ordered.drop(index=fit.index).iloc[::every]
+    rest = without_copies(ordered.drop(index=fit.index), fit).iloc[::every]
     return fit, rest
+
+
+def without_copies(rows: pd.DataFrame, seen: pd.DataFrame) -> pd.DataFrame:
+    """`rows` less the exact copies of a run in `seen` (every column alike but the id): the MoE file lists many of
+    its measurements two to four times, and a copy of a run calibrate saw is not one it predicts."""
+    same = [c for c in rows.columns if c != "id"]
+    known = set(seen[same].itertuples(index=False, name=None))
+    return rows[[row not in known for row in rows[same].itertuples(index=False, name=None)]]
 
 
 def from_campaigns(campaigns: list[pd.DataFrame], k: int) -> pd.DataFrame:
