@@ -177,17 +177,25 @@ def test_attention_dp_ranks_add_up_to_the_instance():
 
 
 @pytest.mark.parametrize("arrival", ["closed", "burst"])
-def test_a_search_in_two_processes_answers_exactly_as_in_one(arrival):
+def test_a_search_in_two_processes_answers_exactly_as_in_one(arrival, monkeypatch):
     """A steady load's search and a burst's (every prompt at once), each budget's jobs in a process of their
     own, answer as one process does."""
     s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (2048, 4096), tpot_limits=(20.0, 40.0),
                  arrival=arrival, num_prompts=64)
     import pandas as pd
 
-    from orchestrator.optimize import can_fork
+    import orchestrator.optimize as search_module
 
-    assert can_fork()  # else optimize falls back to one process and this test would compare a run with itself
+    forked, search_in_processes = [], search_module._search_in_processes
+
+    def counted(*args):
+        forked.append(len(args[2]))  # the groups shared out
+        return search_in_processes(*args)
+
+    monkeypatch.setattr(search_module, "_search_in_processes", counted)
+    assert search_module.can_fork()  # else optimize falls back to one process: a run compared with itself
     one, two = optimize(s), optimize(s, processes=2)
+    assert forked == [2]  # the two-process search went over forked processes, a group a budget; the other did not
     for a, b in ((one.points, two.points), (one.best, two.best)):
         assert pd.DataFrame(a).equals(pd.DataFrame(b)) and len(a) > 0  # NaN (goodput, cost) equal to NaN
     assert one.infeasible == two.infeasible
