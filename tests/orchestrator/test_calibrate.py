@@ -222,15 +222,16 @@ def test_an_engine_that_runs_one_request_fewer_than_its_clients_is_recovered():
 
 def test_a_budget_and_a_cap_left_unsaid_are_found_together():
     """A launch with a 2048-token budget and 100 requests in flight: the first choice kept (the cap), the
-    others are tried again at the refitted knobs, so a budget below the default comes back too (one round kept
-    the cap alone). These runs do not tell 2048 from 4096 once the knobs move: either fits them within 4 %."""
+    others are tried again, at the refitted knobs and at the base's, so a budget below the default comes back
+    too (one round kept the cap alone) and the base's knobs with it. At the knobs fitted for the cap alone, 4096
+    fits better than 2048 (0.0046 against 0.0075); tried only there, 2048 was lost and the knobs stayed bent."""
     runs, _ = runs_made_with({"launch": {"max_batched_tokens": 2048, "max_num_seqs": 100}}, {
         "model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,), "arrival": "closed",
         "benchmark": "vllm-bench", "num_prompts": 600},
         [(3000, 128, 64), (1024, 256, 512), (3000, 256, 256), (1024, 128, 160), (512, 64, 16)])
     c = calibrate(runs, "vllm", leave_one_out=False, progress=False)
-    assert c.data["launch"]["max_num_seqs"] == 100 and c.data["launch"]["max_batched_tokens"] in (2048, 4096)
-    assert np.median(np.abs(c.fit_errors)) < 0.03 and np.abs(c.fit_errors).max() < 0.06
+    assert c.data["launch"]["max_num_seqs"] == 100 and c.data["launch"]["max_batched_tokens"] == 2048
+    assert np.abs(c.fit_errors).max() < 0.005
 
 
 def test_vllm_bench_json_files_calibrate_end_to_end_and_the_profile_drives_every_command(truth, tmp_path):
@@ -745,7 +746,7 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     """Each launch choice is kept at knobs fitted for the launch before it; once the choices end, the knobs are
     fitted again from the base's at the launch they ended on, and the lower loss is kept. On these five runs,
     from TensorRT-LLM's profile with a 10 ms client (its shipped one before session 35), the path's own fit ends at
-    a loss of 0.0186 (a 100 us stream kept), the fit from the base's knobs at 0.0173: what fit returns is never
+    a loss of 0.0176 (a 100 us stream kept), the fit from the base's knobs at 0.0181: what fit returns is never
     above what a fit from the base's knobs at its own launch gives. (One C=128 run of five is not enough to try
     a cap of 100 in flight: the 100 us stream explains it without putting the campaign's other C=128 runs at
     tp 1 and 2 1.6-7.4x slow.)"""
@@ -761,7 +762,7 @@ def test_knobs_are_fitted_again_from_the_base_s_once_the_launch_is_chosen(tmp_pa
     data, best = fit(ev, runs, base)
     assert data["frontend"]["stream_us"] == 100.0 and not data.get("launch", {}).get("max_num_seqs")
     again = fit_knobs(ev, runs, launch_of(data, base), base, FIT_ITERATIONS)[1]
-    assert best <= again < 0.0180
+    assert best <= 0.0177 and best <= again < 0.0182
 
 
 def test_an_fp8_run_s_kv_cache_is_read_as_the_profile_pricing_it_keeps_one(tmp_path):
