@@ -310,10 +310,11 @@ def knobs_moved(data: dict, base: dict, runs: list[Run]) -> bool:
 
 
 def kept_choice(tried: list[tuple[float, int, dict]], best: float, data: dict) -> dict | None:
-    """Of the choices tried at `data`'s knobs, (loss, order, profile) each, the one of least loss among those
-    that lower `best` by more than they must (`_gain_needed`); None where none does. (Ranking them by loss over
-    what they must gain put SGLang 0.5.6's five runs on a 50 us stream, 0.1039 against 0.1348, before five
-    requests a client, 0.1011, which then gained too little to be kept: its other runs 14.2 % -> 23.4 % TTFT.)"""
+    """Of the choices tried (at `data`'s knobs or the base's), (loss, order, profile) each, the one of least loss
+    among those that lower `best` by more than they must (`_gain_needed`); None where none does. (Ranking them by
+    loss over what they must gain put SGLang 0.5.6's five runs on a 50 us stream, 0.1039 against 0.1348, before
+    five requests a client, 0.1011, which then gained too little to be kept: its other runs 14.2 % -> 23.4 %
+    TTFT.)"""
     gaining = [t for t in tried if t[0] < best * (1 - _gain_needed(t[2], data))]
     return min(gaining, key=lambda t: t[:2])[2] if gaining else None
 

@@ -1,6 +1,7 @@
 """`servesweep calibrate`: a hand-made campaign whose true constants are known is recovered from each
 input form, and the profile it writes works wherever --engine is taken."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -218,6 +219,33 @@ def test_an_engine_that_runs_one_request_fewer_than_its_clients_is_recovered():
         loop = Scenario(**{**values[1], "engine": str(path)})
         assert [loop.make_scheduler(n).max_num_seqs for n in (8, 1, None)] == [7, 1, loop.max_num_seqs]
         assert loop.with_(arrival="poisson").make_scheduler(8).max_num_seqs == loop.max_num_seqs
+
+
+def test_the_prior_pulls_each_knob_by_its_width_and_the_front_end_four_times_as_hard():
+    """Runs predicted exactly: the loss is the prior's pull alone, PRIOR_WEIGHT x hold x (move / width)^2. The
+    host's step 2 ms (its width) from the base's costs 0.001; the client 20 ms (its width) from it costs 0.004,
+    the API server 1.5 ms (half its width of 3) 0.001; a multiplier moved by its width (x1.25) 0.001."""
+    from orchestrator.calibrate import base_profile
+    from orchestrator.choices import set_at, value_at
+    from orchestrator.fitting import loss
+
+    runs, _ = runs_made_with({}, {"model": "Qwen/Qwen3-8B", "device": "H100_SXM", "tp_sizes": (1,),
+                                  "arrival": "closed"}, [(1024, 128, 8)])
+    exact = np.array([[runs[0].ttft_ms, runs[0].tpot_ms]])
+    base = base_profile("vllm")
+
+    def moved(place: tuple, value: float) -> float:
+        data = copy.deepcopy(base)
+        set_at(data, place, value)
+        return loss(exact, runs, data, base)
+
+    step, client, server = (value_at(base, place, 0.0) for place in
+                            (("step_ms",), ("frontend", "client_ms"), ("frontend", "request_ms")))
+    assert loss(exact, runs, base, base) == 0
+    assert moved(("step_ms",), step + 2.0) == pytest.approx(0.001)
+    assert moved(("frontend", "client_ms"), client + 20.0) == pytest.approx(0.004)
+    assert moved(("frontend", "request_ms"), server + 1.5) == pytest.approx(0.001)
+    assert moved(("efficiency", "gemm"), value_at(base, ("efficiency", "gemm"), 1.0) * 1.25) == pytest.approx(0.001)
 
 
 def test_a_budget_and_a_cap_left_unsaid_are_found_together():
