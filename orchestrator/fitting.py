@@ -90,7 +90,8 @@ class Knob:
 #: the front end's knobs (client_ms, request_ms) are held this many times as firmly as the others: five runs
 #: with too little of a loop's phase spread in them moved the client tens of ms to bend TTFT (gpt-oss-120b's, to
 #: 48 ms) and the campaign's other runs paid; held 4x, every run calibrate did not see 16.8 % -> 15.2 % TTFT,
-#: TPOT 6.3 % -> 6.4 %, lower TTFT on three draws (bench/calibrate_campaigns.py, docs/calibration.md)
+#: TPOT 6.3 % -> 6.4 %, lower TTFT on three draws; with the launch choices also tried at the base's knobs, 2x
+#: 16.3 %, 4x 14.6 %, 8x 15.4 % (bench/calibrate_campaigns.py, docs/calibration.md)
 FRONTEND_HOLD = 4.0
 
 #: a multiplier's bounds (within the profile format's EFFICIENCY_RANGE) and prior width (25 %: a kernel
