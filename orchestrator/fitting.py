@@ -22,7 +22,7 @@ from latency.engine import EFFICIENCY_RANGE
 from orchestrator.choices import CHOICE_DEFAULTS, ROUNDS_PLACE, label_of, launch_of, launch_options, set_at, value_at
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import InputError
-from orchestrator.optimize import can_fork, fork_pool, stop
+from orchestrator.forked import can_fork, fork_pool, stop
 from orchestrator.profile_files import to_toml
 from orchestrator.runs import Run
 

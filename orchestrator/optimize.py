@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 from orchestrator.evaluate import evaluate_point, limit_margin, meets, timed, workload
+from orchestrator.forked import can_fork, count_evaluated, forked_map
 from orchestrator.jobs import Job, JobResult, OptimizeResult
 from orchestrator.modes import Aggregated, Mode
 from orchestrator.progress import SearchProgress
@@ -16,8 +17,6 @@ from orchestrator.search import drive, search
 log = logging.getLogger(__name__)
 #: evaluate a batch of concurrencies of one job -> rows (inline here; orchestrator.runner on Ray)
 BatchEvaluator = Callable[[Scenario, Job, list[int]], list[dict]]
-#: how often a search over forked processes redraws its bar while none of them finishes (s)
-PROGRESS_POLL_S = 0.25
 
 
 def inline_evaluator(s: Scenario, job: Job, ns: list[int]) -> list[dict]:
@@ -112,40 +111,6 @@ def search_job(s: Scenario, job: Job, evaluator: BatchEvaluator = inline_evaluat
     return drive(job_search(s, job, width), evaluate)
 
 
-#: the points a forked search process has evaluated, shared with the process that forked it (made before the
-#: pool forks: a shared value reaches a forked process by inheritance, not as an argument)
-_evaluated = None
-
-
-def count_evaluated(n: int) -> None:
-    """In a process `forked_map` forked: `n` more points evaluated (its bar hears of them)."""
-    with _evaluated.get_lock():
-        _evaluated.value += n
-
-
-def forked_map(fn: Callable, calls: list[tuple], processes: int, progress: SearchProgress,
-               jobs: list[int] | None = None) -> list:
-    """`fn(*call)` of each call, in forked processes, the answers in the calls' order; `progress` redrawn as the
-    points `fn` counts (`count_evaluated`) come in and as each call's `jobs` end (1 each by default). Interrupted,
-    the processes are stopped at once."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-
-    global _evaluated
-    jobs = jobs or [1] * len(calls)
-    _evaluated = fork_context().Value("q", 0)
-    with fork_pool(min(processes, len(calls))) as pool:
-        try:
-            futures = {pool.submit(fn, *call): i for i, call in enumerate(calls)}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=PROGRESS_POLL_S, return_when=FIRST_COMPLETED)
-                progress.update(points=_evaluated.value - progress.points, jobs=sum(jobs[futures[f]] for f in done))
-        except BaseException:  # interrupted: leaving the pool would wait for every job to end
-            stop(pool)
-            raise
-        return [future.result() for future in futures]
-
-
 def _search_group(s: Scenario, jobs: list[Job], width: int) -> list[JobResult]:
     return [search_job(s, job, width=width, evaluated=count_evaluated) for job in jobs]
 
@@ -167,55 +132,3 @@ def _reach(s: Scenario, job: Job) -> int:
     """The KV tokens an instance of the job holds: how far its search climbs in concurrency, so how
     much work it is (the groups are handed out largest first, so no large one starts last)."""
     return s.latency_model(job.layout).memory_for(job.max_batched_tokens).kv_capacity_tokens
-
-
-def fork_pool(processes: int):
-    """A pool of `processes` forked processes (they start with this process's memos and imports). They ignore
-    Ctrl-C: the process that forked them hears it and stops them (`stop`), so an interrupt prints one line, not
-    a traceback a process; and they end with it however it ends (killed, or by a scheduler's SIGTERM), not
-    after their jobs."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(processes, mp_context=fork_context(), initializer=_follow, initargs=(os.getpid(),))
-
-
-#: Linux's prctl option that signals a process when the one that forked it ends
-PR_SET_PDEATHSIG = 1
-
-
-def _follow(parent: int) -> None:
-    """A forked process's start: Ctrl-C ignored, and (Linux) killed when `parent` ends."""
-    import os
-    import signal
-    import sys
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # it ended before the line above
-            os._exit(1)
-
-
-def stop(pool) -> None:
-    """Stop a pool's processes now, their jobs unfinished (shutting it down would wait for them)."""
-    processes = list((pool._processes or {}).values())  # the executor has no public terminate before Python 3.14
-    for process in processes:
-        process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
-def fork_context():
-    import multiprocessing
-
-    return multiprocessing.get_context("fork")
-
-
-def can_fork() -> bool:
-    """Forking is safe here unless this process runs Ray (its threads and sockets must not be copied)."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    return ray is None or not ray.is_initialized()

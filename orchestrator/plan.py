@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from orchestrator.evaluate import costs
+from orchestrator.forked import can_fork, count_evaluated, forked_map
 from orchestrator.jobs import Job
 from orchestrator.launch import serve_command
-from orchestrator.optimize import can_fork, count_evaluated, forked_map, search_job
+from orchestrator.optimize import search_job
 from orchestrator.progress import SearchProgress
 from orchestrator.scenario import Layout, Scenario
 

@@ -682,7 +682,7 @@ def test_calibrate_over_two_processes_fits_the_same_profile(truth, tmp_path):
     """The simulations a step of the fit needs at once (a Jacobian's, a round of launch choices) spread over
     forked processes give the same profile, fitted errors and leave-one-out errors as one process; the CLI's
     --processes is checked."""
-    from orchestrator.optimize import can_fork
+    from orchestrator.forked import can_fork
 
     assert can_fork()  # else calibrate stays in one process and this compares a fit with itself
     runs = read_runs([spec_csv(tmp_path / "runs.csv", truth[1])], {})

@@ -206,7 +206,8 @@ def test_timed_jobs_of_one_budget_spread_over_processes_and_answer_as_in_one():
     of one budget share nothing and go one to a process group; the answer is the same job for job."""
     import pandas as pd
 
-    from orchestrator.optimize import _groups, can_fork
+    from orchestrator.forked import can_fork
+    from orchestrator.optimize import _groups
 
     assert can_fork()  # else optimize falls back to one process and this test would compare a run with itself
     s = Scenario("Qwen/Qwen3-8B", "H200_SXM", 2, 2048, 128, (2048,), tpot_limits=(20.0,), arrival="closed",
@@ -245,7 +246,7 @@ def test_a_forked_pool_stops_at_once_its_jobs_unfinished():
     to end, minutes for a long search. The processes ignore Ctrl-C (the one that forked them hears it)."""
     import time
 
-    from orchestrator.optimize import fork_pool, stop
+    from orchestrator.forked import fork_pool, stop
 
     pool = fork_pool(1)
     assert pool.submit(signal.getsignal, signal.SIGINT).result() is signal.SIG_IGN
@@ -280,7 +281,7 @@ def test_a_forked_search_process_ends_with_the_process_that_forked_it(how):
     import subprocess
     import time
 
-    script = ("import os, time\nfrom orchestrator.optimize import fork_pool\npool = fork_pool(1)\n"
+    script = ("import os, time\nfrom orchestrator.forked import fork_pool\npool = fork_pool(1)\n"
               "child = pool.submit(os.getpid).result()\npool.submit(time.sleep, 60)\nprint(child, flush=True)\n"
               "time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

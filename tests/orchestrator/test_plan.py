@@ -294,7 +294,7 @@ def test_the_plan_s_bar_counts_each_instance_size_and_every_point(capsys):
 def test_a_plan_searched_in_two_processes_is_the_plan_searched_in_one():
     """With --processes 2 the instance sizes are searched in forked processes, largest first: the same options in the
     same order, split included, and the bar hears of every size and point."""
-    from orchestrator.optimize import can_fork
+    from orchestrator.forked import can_fork
     from orchestrator.progress import SearchProgress
 
     assert can_fork()  # else plan falls back to one process and this test would compare a run with itself
