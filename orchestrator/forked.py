@@ -62,7 +62,8 @@ def forked_map(fn: Callable, calls: list[tuple], processes: int, progress, jobs:
     todo = list(range(len(calls)))[::-1]
     team: list[_Child] = []
     try:
-        team += [_fork(fn, calls) for _ in range(min(processes, len(calls)))]
+        for _ in range(max(1, min(processes, len(calls))) if calls else 0):
+            team.append(_fork(fn, calls))  # one at a time: an interrupt leaves none it does not end
         with selectors.DefaultSelector() as selector:
             for child in team:
                 child.give(todo.pop())

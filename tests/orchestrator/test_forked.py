@@ -86,6 +86,11 @@ def test_answers_come_in_the_calls_order_from_two_processes_and_every_point_and_
     assert _children() == before
 
 
+def test_no_calls_need_no_process_and_one_process_still_answers_them_all():
+    assert forked_map(_fails, [], 2, SearchProgress(enabled=False)) == []
+    assert forked_map(_fails, [(n,) for n in (0, 1, 2)], 0, SearchProgress(enabled=False)) == [0, 1, 4]
+
+
 def test_answers_larger_than_a_pipe_holds_come_back_whole():
     """Answers of 3 MiB (a pipe holds 64 KiB) from four calls over two processes: read in pieces as they come,
     each whole and in its place."""
