@@ -2,7 +2,8 @@
 of its runs, then the campaign's other runs predicted with the profile it wrote, beside the shipped profile.
 
     python bench/calibrate_campaigns.py [--calibration-runs 5] [--every 1] [--min-runs 8] [--num-cpus 2]
-                                        [--only REGEX] [--seed S] [--left-out] [--leave-one-out] [--output CSV]
+                                        [--only REGEX] [--seed S] [--left-out] [--leave-one-out] [--by-launch]
+                                        [--output CSV]
 
 A campaign is one model, GPU, engine, release and precision (its rows share a launch script, a client
 and an engine build: what a fit on some of its rows learns). The 5 calibration runs are spread evenly
@@ -46,16 +47,26 @@ CAMPAIGN = ["model_path", "system", "backend", "backend_version", "precision"]
 LOAD_ORDER = ["isl", "osl", "batch_size", "tp_size"]
 
 
-def campaigns(min_runs: int) -> list[tuple[str, pd.DataFrame]]:
-    """(name, rows) of every campaign with at least `min_runs` runs, both files."""
+def campaigns(min_runs: int, by_launch: bool = False) -> list[tuple[str, pd.DataFrame]]:
+    """(name, rows) of every campaign with at least `min_runs` runs, both files; with `by_launch`, each
+    campaign's runs of one launch script apart (`launch_set`)."""
     out = []
     for name in FILES:
         table = pd.read_csv(REFERENCE / name, dtype=str, keep_default_na=False)
-        for key, rows in table.groupby(CAMPAIGN, sort=True):
+        keys = CAMPAIGN + (["launch"] if by_launch else [])
+        for key, rows in table.assign(launch=table["id"].map(launch_set)).groupby(keys, sort=True):
             if len(rows) >= min_runs:
-                label = " ".join(part for part in key if part) + ("" if key[3] else " (no release)")
-                out.append((label, rows))
+                label = " ".join(part for part in key[:len(CAMPAIGN)] if part) + ("" if key[3] else " (no release)")
+                out.append((label + (f" [{key[-1] or 'other ids'}]" if by_launch else ""), rows.drop(columns="launch")))
     return out
+
+
+def launch_set(run_id: str) -> str:
+    """Which launch script a silicon row's id says made it: the date its ids start with (`2026_03_25_...`), the
+    `cfg` sets (`..._cfg811`), or "" (ids of neither form: one set)."""
+    if match := re.match(r"(\d{4}_\d{2}_\d{2})_", run_id):
+        return match.group(1)
+    return "cfg" if re.search(r"_cfg\d+$", run_id) else ""
 
 
 def split(rows: pd.DataFrame, k: int, every: int, seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -182,6 +193,8 @@ def main(argv=None) -> int:
                    "(>= 0) instead of spreading them over its loads: how much the figure owes to which runs")
     p.add_argument("--leave-one-out", action="store_true", help="calibrate with its leave-one-out fits, as "
                    "servesweep calibrate does by default, and report its own runs' errors beside the unseen ones")
+    p.add_argument("--by-launch", action="store_true", help="each campaign's runs of one launch script apart (the "
+                   "date its ids start with, or its cfg sets): a campaign as one launch, as calibrate fits one")
     p.add_argument("--output", help="also write the per-campaign table here (.csv)")
     a = p.parse_args(argv)
     least = 2 if a.left_out else 3
@@ -194,7 +207,7 @@ def main(argv=None) -> int:
 
     ray.init(num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)
     task = ray.remote(one_campaign)
-    every = campaigns(a.min_runs)
+    every = campaigns(a.min_runs, a.by_launch)
     jobs = []
     for label, rows in every:
         if not re.search(a.only, label):
