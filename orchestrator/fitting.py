@@ -306,7 +306,9 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
 
 
 def knobs_moved(data: dict, base: dict, runs: list[Run]) -> bool:
-    """Whether `data`'s knobs differ from the base's (then each launch choice is tried at both)."""
+    """Whether `data`'s knobs differ from the base's (then each launch choice is tried at both). By the knobs'
+    values, not the tables: a fit writes a knob the base leaves unnamed at its default, and a profile's text
+    that differs names another candidate file to simulate."""
     return any(k.get(data) != k.get(base) for k in knobs_of(runs))
 
 

@@ -2,7 +2,7 @@
 calls (nothing is pickled on the way in), takes them one at a time by index over a pipe, and sends back each
 answer and the points it counted. multiprocessing's pool costs a search 20-40 ms more here (its imports, its
 threads, its shutdown), a tenth of the 8-GPU question (`python bench/optimize.py`, docs/benchmarks.md); a fit
-that estimates over and over keeps that pool (`orchestrator.optimize.fork_pool`).
+that estimates over and over keeps that pool (`fork_pool`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def forked_map(fn: Callable, calls: list[tuple], processes: int, progress, jobs:
     todo = list(range(len(calls)))[::-1]
     team: list[_Child] = []
     try:
-        for _ in range(max(1, min(processes, len(calls))) if calls else 0):
+        for _ in range(min(max(processes, 1), len(calls))):
             team.append(_fork(fn, calls))  # one at a time: an interrupt leaves none it does not end
         with selectors.DefaultSelector() as selector:
             for child in team:
@@ -119,7 +119,7 @@ class _Child:
     one its messages come back on."""
 
     def __init__(self, pid: int, tasks: int, answers: int):
-        self.pid, self.tasks, self.answers, self.unread = pid, tasks, answers, b""
+        self.pid, self.tasks, self.answers, self.unread = pid, tasks, answers, bytearray()
 
     def give(self, i: int) -> None:
         os.write(self.tasks, INDEX.pack(i))
@@ -129,14 +129,15 @@ class _Child:
         chunk = os.read(self.answers, 1 << 16)
         if not chunk:
             raise RuntimeError(f"a forked search process (pid {self.pid}) ended before its answer")
-        data, messages = self.unread + chunk, []
-        while len(data) >= HEADER.size:
-            end = HEADER.size + HEADER.unpack_from(data)[0]
+        data, start, messages = self.unread, 0, []
+        data += chunk
+        while len(data) - start >= HEADER.size:
+            end = start + HEADER.size + HEADER.unpack_from(data, start)[0]
             if len(data) < end:
                 break
-            messages.append(_unpickled(data[HEADER.size:end]))
-            data = data[end:]
-        self.unread = data
+            messages.append(_unpickled(data[start + HEADER.size:end]))
+            start = end
+        del data[:start]  # what is left is the start of a message still coming
         return messages
 
     def end(self) -> None:

@@ -1,5 +1,6 @@
-"""The one-shot map over forked processes (orchestrator.forked): answers in the calls' order, every point and job
-heard, a call's exception raised where the calls were made, and no process left running however the map ends."""
+"""Forked processes (orchestrator.forked): the one-shot map answers in the calls' order, every point and job heard,
+a call's exception raised where the calls were made; neither it nor a fit's pool leaves a process running however
+it ends."""
 
 import os
 import signal
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.forked import can_fork, count_evaluated, forked_map
+from orchestrator.forked import can_fork, count_evaluated, fork_pool, forked_map, stop
 from orchestrator.progress import SearchProgress
 
 
@@ -123,19 +124,50 @@ def test_an_interrupted_map_kills_its_processes_at_once():
     assert _children() == before
 
 
+def test_a_forked_pool_stops_at_once_its_jobs_unfinished():
+    """An interrupted fit stops its pool's processes (`stop`): leaving the pool would wait for every job to end,
+    minutes for a long fit. The processes ignore Ctrl-C (the one that forked them hears it)."""
+    pool = fork_pool(1)
+    assert pool.submit(signal.getsignal, signal.SIGINT).result() is signal.SIG_IGN
+    job = pool.submit(time.sleep, 30)
+    while not job.running():
+        time.sleep(0.01)
+    pids = [p.pid for p in pool._processes.values()]
+    stop(pool)
+    deadline = time.monotonic() + 5  # the job sleeps 30 s: running after 5 s, it was left to end
+    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in pids)  # the kernel's word: the pool's thread may have reaped them already
+    assert job.cancelled() or job.exception() is not None
+
+
+#: a process that forks processes which each print their pid and sleep a minute: through a fit's pool (one),
+#: or through the one-shot map (two)
+FORKS = {
+    "pool": ("import os, time\nfrom orchestrator.forked import fork_pool\npool = fork_pool(1)\n"
+             "print(pool.submit(os.getpid).result(), flush=True)\npool.submit(time.sleep, 60)\ntime.sleep(60)\n", 1),
+    "map": ("import os, time\nfrom orchestrator.forked import forked_map\n"
+            "from orchestrator.progress import SearchProgress\n"
+            "def call(n):\n    os.write(1, f'{os.getpid()}\\n'.encode())\n    time.sleep(60)\n"
+            "forked_map(call, [(1,), (2,)], 2, SearchProgress(enabled=False))\n", 2),
+}
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
-def test_forked_processes_end_with_the_process_that_forked_them(how):
-    """A scheduler's SIGTERM (or a SIGKILL) ends `servesweep` without its exit path: the processes a map forked
-    end with it (the kernel signals them), where they ran on for their calls' minutes, orphaned."""
-    script = ("import os, sys, time\nfrom orchestrator.forked import forked_map\n"
-              "from orchestrator.progress import SearchProgress\n"
-              "def call(n):\n    os.write(1, f'{os.getpid()}\\n'.encode())\n    time.sleep(60)\n"
-              "forked_map(call, [(1,), (2,)], 2, SearchProgress(enabled=False))\n")
+@pytest.mark.parametrize("kind", FORKS)
+def test_forked_processes_end_with_the_process_that_forked_them(kind, how):
+    """A scheduler's SIGTERM (or a SIGKILL) ends `servesweep` without its exit path: the processes it forked end
+    with it (the kernel signals them), where they ran on for their calls' minutes, orphaned. (One pid a line:
+    the map's two processes write theirs in one write each, so the lines do not interleave.)"""
+    script, count = FORKS[kind]
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    children = [int(parent.stdout.readline()) for _ in range(2)]
+    children = [int(parent.stdout.readline()) for _ in range(count)]
     parent.send_signal(how)
     parent.wait(10)
     deadline = time.monotonic() + 5
     while not all(_gone(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert all(_gone(pid) for pid in children)
+    left = [pid for pid in children if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "a forked process outlived the one that forked it"

@@ -1,8 +1,3 @@
-import os
-import signal
-import sys
-from pathlib import Path
-
 import pytest
 
 from latency import ForwardKey
@@ -239,68 +234,6 @@ def test_the_search_bar_hears_of_every_point_and_job_in_this_process_and_in_fork
     quiet = SearchProgress(show_after_s=60.0)
     optimize(s, processes=processes, progress=quiet)
     assert quiet.points == len(result.points) and quiet.bar is None and capsys.readouterr().err == ""
-
-
-def test_a_forked_pool_stops_at_once_its_jobs_unfinished():
-    """An interrupted search or fit stops its forked processes (`stop`): leaving the pool would wait for every job
-    to end, minutes for a long search. The processes ignore Ctrl-C (the one that forked them hears it)."""
-    import time
-
-    from orchestrator.forked import fork_pool, stop
-
-    pool = fork_pool(1)
-    assert pool.submit(signal.getsignal, signal.SIGINT).result() is signal.SIG_IGN
-    job = pool.submit(time.sleep, 30)
-    while not job.running():
-        time.sleep(0.01)
-    processes = list(pool._processes.values())
-    stop(pool)
-    deadline = time.monotonic() + 5  # the job sleeps 30 s: running after 5 s, it was left to end
-    while any(_running(p) for p in processes) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_running(p) for p in processes)
-    assert job.cancelled() or job.exception() is not None
-
-
-def _running(process) -> bool:
-    """Whether a forked process still runs. The pool's own thread may reap a killed one first, and then
-    multiprocessing cannot tell (is_alive stays True): the kernel's word is taken, a reaped or zombie process
-    being over."""
-    try:
-        state = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X") and process.is_alive()
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a forked process follows its parent on Linux")
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
-def test_a_forked_search_process_ends_with_the_process_that_forked_it(how):
-    """A scheduler's SIGTERM (or a SIGKILL) ends `servesweep` without its exit path: the processes it forked end
-    with it (the kernel signals them), where they ran on for their jobs' minutes, orphaned."""
-    import subprocess
-    import time
-
-    script = ("import os, time\nfrom orchestrator.forked import fork_pool\npool = fork_pool(1)\n"
-              "child = pool.submit(os.getpid).result()\npool.submit(time.sleep, 60)\nprint(child, flush=True)\n"
-              "time.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    child = int(parent.stdout.readline())
-    parent.send_signal(how)
-    parent.wait(10)
-
-    def running() -> bool:  # neither gone nor a zombie waiting to be reaped
-        try:
-            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-        except FileNotFoundError:
-            return False
-
-    waited = time.perf_counter()
-    while running() and time.perf_counter() - waited < 5:
-        time.sleep(0.01)
-    if running():
-        os.kill(child, signal.SIGKILL)
-        pytest.fail("the forked process outlived the one that forked it")
 
 
 def test_a_point_of_scenarios_differing_only_in_limits_is_replayed_once_and_judged_per_limits(monkeypatch):
