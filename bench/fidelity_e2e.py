@@ -52,6 +52,7 @@ from orchestrator import measured_runs  # noqa: E402
 from orchestrator.engine_defaults import default_capacity_scheduler, engine_default_budget  # noqa: E402
 from orchestrator.evaluate import front_end  # noqa: E402
 from orchestrator.fields import VLLM_MAX_NUM_SEQS  # noqa: E402
+from orchestrator.run_copies import with_copied_layouts  # noqa: E402
 from orchestrator.served_prompts import PEAK_SHARE, peak_share  # noqa: E402
 from simulator import (  # noqa: E402
     Frontend,
@@ -110,13 +111,14 @@ def configs(reference: Path) -> pd.DataFrame:
     (measured_runs.to_spec: model, device, engine, layout, quantisation, KV cache), its family and
     whether it is a FIT row; rows whose MoE layout is no layout (moe_tp x ep != tp x DP) left out."""
     d = pd.read_csv(reference)
-    cells = pd.read_csv(reference, dtype=str, keep_default_na=False).to_dict("records")
+    cells = with_copied_layouts(pd.read_csv(reference, dtype=str, keep_default_na=False).to_dict("records"))
     spec = pd.DataFrame([measured_runs.to_spec(c, f"{reference} line {i + 2}") for i, c in enumerate(cells)])
     for column in ("model", "device", "engine", "quantization", "kv_cache_dtype"):
         d[column] = spec[column]
     d["ep"], d["attention_dp"] = spec["ep"].astype(int), spec["attention_dp"].astype(int)
-    # a rank's requests as `estimate --from-csv` reads the run (its id's where its columns restate the id's
-    # layout as attention-DP ranks, or name none: measured_runs.named_layout, implied_attention_dp)
+    # a rank's requests as `estimate --from-csv` reads the run (its id's, or its copy's id's, where its columns
+    # restate the id's layout as attention-DP ranks, or name none: measured_runs.named_layout, run_copies,
+    # implied_attention_dp)
     d["batch_size"] = spec["concurrency"].astype(int) // d["attention_dp"]
     d["family"] = d["model"].map(family)
     d = d[(d["family"] == "dense") | (d["tp_size"] * d["attention_dp"] == d["moe_tp_size"].fillna(1) * d["ep"])]

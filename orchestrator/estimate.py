@@ -17,6 +17,7 @@ from orchestrator.engine_defaults import launch_budget
 from orchestrator.evaluate import costs, evaluate_point, point_tables, with_prompt_cache, workload
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
+from orchestrator.run_copies import with_copied_layouts
 from orchestrator.scenario import Scenario
 from orchestrator.served_prompts import with_cache_evidence
 from simulator.standin import StandIn, seats
@@ -194,7 +195,8 @@ def read_configs(path: Path, defaults: dict):
         # launch, client and cache), never over what it measured
         given = {key: FIELD_BY_KEY[key].text(defaults[FIELD_BY_KEY[key].name])
                  for key in measured_runs.replaced_readings(defaults)}
-        runs = with_cache_evidence(measured_runs.read_releases(measured_runs.blank_missing(rows)))
+        copies = with_copied_layouts(measured_runs.blank_missing(rows))
+        runs = with_cache_evidence(measured_runs.read_releases(copies))
         specs = [measured_runs.to_spec(cells, f"{path} line {i + 2}", defaults.get("engine", ""),
                                        defaults.get("kv_cache_dtype", ""))
                  for i, cells in enumerate(runs)]

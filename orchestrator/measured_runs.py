@@ -356,7 +356,7 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
         spec["moe_tp"] = str(moe_tp)
     if kv_read(label) and not given_kv:
         spec["kv_cache_read_as"] = spec["kv_cache_dtype"]
-    for said in ("release_read_as", "prefix_cache_evidence"):
+    for said in ("release_read_as", "prefix_cache_evidence", "layout_id"):
         if cells.get(said):
             spec[said] = cells[said]
     if implied:
@@ -382,8 +382,8 @@ def named_layout(cells: dict, tp: int, ep: int, dp: int, batch: int) -> tuple[in
     E attention-DP ranks, moe_ep T x E and C / E requests a rank. One export of AIConfigurator's collector
     writes its expert-parallel runs so; each measures what the same run id's layout measures in the other
     export (tp T, moe_ep E, C requests) within a few per cent (40 of 40 pairs of the measured MoE file), and
-    only T devices explain its KV-bound loads, so it is read as the id's. None for any other run."""
-    named = ID_LAYOUT.search(cells.get("id", ""))
+    only T devices explain its KV-bound loads, so it is read as the id's (or a copy's id: `run_copies`). None else."""
+    named = ID_LAYOUT.search(cells.get("layout_id") or cells.get("id", ""))
     if not named:
         return None
     c, t, e = (int(g) for g in named.groups())

@@ -152,8 +152,9 @@ def reading(spec: dict) -> str:
         notes.append(f"no KV-cache dtype recorded: read as {spec['kv_cache_read_as']}, as the profile pricing it "
                      "keeps an FP8 run's (fp8_kv_cache)")
     if spec.get("layout_read_as"):
+        copy = f" (the id of its copy {spec['layout_id']})" if spec.get("layout_id") else ""
         notes.append("columns restating its id's layout as attention-DP ranks: read as the id's, "
-                     f"{spec['layout_read_as']}")
+                     f"{spec['layout_read_as']}{copy}")
     return "; ".join(notes)
 
 

@@ -88,7 +88,8 @@ def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True)
     if "layout_read_as" in table and table["layout_read_as"].notna().any():
         print(f"note: {int(table['layout_read_as'].notna().sum())} runs restate their id's layout (tp T, experts "
               "over E, C requests) as E attention-DP ranks of C / E requests: read as the id's, as the same runs in "
-              "the other export of the collector measure alike")
+              "the other export of the collector measure alike (a run whose id names no layout, as its copy's id, "
+              "column layout_id)")
 
 
 def cmd_estimate(a) -> int:
