@@ -356,13 +356,14 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
         spec["moe_tp"] = str(moe_tp)
     if kv_read(label) and not given_kv:
         spec["kv_cache_read_as"] = spec["kv_cache_dtype"]
-    for said in ("release_read_as", "prefix_cache_evidence", "layout_id"):
+    for said in ("release_read_as", "prefix_cache_evidence"):
         if cells.get(said):
             spec[said] = cells[said]
     if implied:
         spec["attention_dp_read_as"] = str(dp)
     if named:
         spec["layout_read_as"] = f"tp{tp} ep{ep}"
+        spec |= {"layout_id": cells["layout_id"]} if cells.get("layout_id") else {}
     return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch, device)
 
 
@@ -372,8 +373,7 @@ def implied_attention_dp(cells: dict, tp: int, group: int, batch: int) -> tuple[
     (--data-parallel-size with --enable-expert-parallel), group / tp ranks; the concurrency the run id
     names (`_c<N>_`), else batch_size on each rank."""
     dp = group // tp
-    named = re.search(r"_c(\d+)_", cells.get("id", ""))
-    return dp, int(named.group(1)) if named else batch * dp
+    return dp, int(named.group(1)) if (named := re.search(r"_c(\d+)_", cells.get("id", ""))) else batch * dp
 
 
 def named_layout(cells: dict, tp: int, ep: int, dp: int, batch: int) -> tuple[int, int] | None:
@@ -381,8 +381,8 @@ def named_layout(cells: dict, tp: int, ep: int, dp: int, batch: int) -> tuple[in
     the id names C requests on tp T with the experts over E ranks (`_c<C>_tp<T>_ep<E>`), the columns say tp T,
     E attention-DP ranks, moe_ep T x E and C / E requests a rank. One export of AIConfigurator's collector
     writes its expert-parallel runs so; each measures what the same run id's layout measures in the other
-    export (tp T, moe_ep E, C requests) within a few per cent (40 of 40 pairs of the measured MoE file), and
-    only T devices explain its KV-bound loads, so it is read as the id's (or a copy's id: `run_copies`). None else."""
+    export (tp T, moe_ep E, C requests) within a few per cent (40 of 40 pairs of the measured MoE file), and only T
+    devices explain its KV-bound loads: read as the id's (or its copy's id's, `run_copies`). None for any other run."""
     named = ID_LAYOUT.search(cells.get("layout_id") or cells.get("id", ""))
     if not named:
         return None

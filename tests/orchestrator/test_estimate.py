@@ -674,17 +674,22 @@ def test_a_run_whose_columns_restate_its_id_s_layout_as_attention_dp_ranks_is_re
 def test_a_run_listed_again_under_an_id_that_names_no_layout_is_read_as_its_copy_s_id(tmp_path):
     """The other export lists the same run as `..._c64_cfg635`: every cell but the id the named run's. It is read as
     the named id's 4 devices, as its copy is (the same estimate, `layout_id` naming the copy); a run that differs
-    from it in one measured digit is not a copy and keeps its columns' 16 devices."""
+    from it in one measured digit is not a copy and keeps its columns' 16 devices; the copy of a run whose columns
+    say its id's layout as it is (the first export's) is read by those columns, as its twin, and names no copy."""
     named = ("2026_04_06_mm_h100_vllm_fp8_agg_1024x1024_c64_tp4_ep4_1327,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,"
              "h100_sxm,fp8,fp8,fp8,1024,1024,16,4,1,1,16,4,192.0,25.69")
-    cells = named.split(",", 1)[1]
-    p, got = estimate_measured(tmp_path, [named, f"mm_c64_cfg635,{cells}", f"mm_c64_cfg636,{cells[:-1]}8"])
+    plain = ("2026_03_25_mm_h100_vllm_fp8_agg_1024x1024_c64_tp4_0_ep4_0_223,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,"
+             "h100_sxm,fp8,fp8,fp8,1024,1024,64,4,1,1,4,1,191.2,25.66")
+    cells, plain_cells = named.split(",", 1)[1], plain.split(",", 1)[1]
+    p, got = estimate_measured(tmp_path, [named, f"mm_c64_cfg635,{cells}", f"mm_c64_cfg636,{cells[:-1]}8", plain,
+                                          f"mm_c64_cfg637,{plain_cells}"])
     assert p.returncode == 0, p.stderr
     assert "note: 2 runs restate their id's layout" in p.stdout
-    assert got["layout_id"].fillna("").tolist() == ["", named.split(",")[0], ""]
-    assert got["layout_read_as"].fillna("").tolist() == ["tp4 ep4", "tp4 ep4", ""]
-    assert list(got["attention_dp"]) == [1, 1, 4] and list(got["ep"]) == [4, 4, 16]
+    assert got["layout_id"].fillna("").tolist() == ["", named.split(",")[0], "", "", ""]
+    assert got["layout_read_as"].fillna("").tolist() == ["tp4 ep4", "tp4 ep4", "", "", ""]
+    assert list(got["attention_dp"]) == [1, 1, 4, 1, 1] and list(got["ep"]) == [4, 4, 16, 4, 4]
     assert got["ttft_ms"].iloc[0] == got["ttft_ms"].iloc[1] != got["ttft_ms"].iloc[2]
+    assert got["ttft_ms"].iloc[3] == got["ttft_ms"].iloc[4]
 
 
 def test_tensorrt_llm_admits_as_its_guaranteed_no_evict_capacity_scheduler_and_max_utilization_on_request():
