@@ -2,21 +2,20 @@
 
     python bench/shipped_choices.py [--choice requests_per_client] [--min-runs 8] [--across-engines] [--ship]
 
-Some of what an engine profile says is not recorded in the silicon format: how many requests each aiperf
-client sent (AIConfigurator's `bench_run.sh` asks for 20; its AICONFIGURATOR_BENCH_MULTI_ROUND changes that;
-fewer weigh the first wave, every client's prompt sent at once, more in the mean TTFT: docs/fidelity.md), the
-API server's time per streamed chunk, the client's time to send the next request, async scheduling; and, to
-check them by campaign, constants fitted on some campaigns (a MoE layer's floor, the experts' bandwidth). For each
-engine, every run of its campaigns (both measured files) is estimated with the shipped profile at each value
-of `--choice` (CHOICES); then each campaign is left out in turn and the value with the least median |error|
-(TTFT plus TPOT, median over the other campaigns) predicts it, the shipped value kept unless another is lower by
-more than 1 %. Printed per engine: the median over campaigns at each value, at the shipped one, and of the
-left-out choice. `--ship` writes the value every campaign's left-out choice agrees on into
+Some of what an engine profile says is not recorded in the silicon format: how many requests each aiperf client
+sent (AIConfigurator's `bench_run.sh` asks for 20; its AICONFIGURATOR_BENCH_MULTI_ROUND changes that; fewer weigh
+the first wave, every client's prompt sent at once, more in the mean TTFT: docs/fidelity.md), the API server's
+time per streamed chunk and per prompt token, the client's time to send the next request, async scheduling and its
+step of lookahead; and, to check them by campaign, constants fitted on some campaigns (a MoE layer's floor, the
+experts' bandwidth). For each engine, every run of its campaigns (both measured files) is estimated with the
+shipped profile at each value of `--choice` (CHOICES); then each campaign is left out in turn and the value with
+the least median |error| (TTFT plus TPOT, median over the other campaigns) predicts it, the shipped value kept
+unless another is lower by more than 1 %. Printed per engine: the median over campaigns at each value, at the
+shipped one, and of the left-out choice. `--ship` writes the value every campaign's left-out choice agrees on into
 latency/data/engines/ENGINE.toml, only where the left-out figure (TTFT plus TPOT) is below the shipped value's.
 `--across-engines` judges a choice of the client rather than the engine (the requests each aiperf client sent: one
 harness measured every engine's campaigns) over all engines' campaigns at once: each is predicted at the value the
-other campaigns, of any engine, choose.
-"""
+other campaigns, of any engine, choose. """
 
 from __future__ import annotations
 
