@@ -41,6 +41,9 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
+from orchestrator.measured_runs import RUN_DATE  # noqa: E402
+from orchestrator.run_copies import measurement  # noqa: E402
+
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference"
 FILES = ("measured_serving.csv", "measured_serving_moe.csv")
 CAMPAIGN = ["model_path", "system", "backend", "backend_version", "precision"]
@@ -64,7 +67,7 @@ def campaigns(min_runs: int, by_launch: bool = False) -> list[tuple[str, pd.Data
 def launch_set(run_id: str) -> str:
     """Which launch script a silicon row's id says made it: the date its ids start with (`2026_03_25_...`), the
     `cfg` sets (`..._cfg811`), or "" (ids of neither form: one set)."""
-    if match := re.match(r"(\d{4}_\d{2}_\d{2})_", run_id):
+    if match := RUN_DATE.match(run_id):
         return match.group(1)
     return "cfg" if re.search(r"_cfg\d+$", run_id) else ""
 
@@ -84,11 +87,10 @@ def split(rows: pd.DataFrame, k: int, every: int, seed: int | None = None) -> tu
 
 
 def without_copies(rows: pd.DataFrame, seen: pd.DataFrame) -> pd.DataFrame:
-    """`rows` less the exact copies of a run in `seen` (every column alike but the id): the MoE file lists many of
-    its measurements two to four times, and a copy of a run calibrate saw is not one it predicts."""
-    same = [c for c in rows.columns if c != "id"]
-    known = set(seen[same].itertuples(index=False, name=None))
-    return rows[[row not in known for row in rows[same].itertuples(index=False, name=None)]]
+    """`rows` less the copies of a run in `seen` (`run_copies.measurement`: every cell alike but the id): the MoE file
+    lists many of its measurements two to four times, and a copy of a run calibrate saw is not one it predicts."""
+    known = {measurement(cells) for cells in seen.to_dict("records")}
+    return rows[[measurement(cells) not in known for cells in rows.to_dict("records")]]
 
 
 def from_campaigns(campaigns: list[pd.DataFrame], k: int) -> pd.DataFrame:

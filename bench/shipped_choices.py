@@ -15,7 +15,8 @@ shipped one, and of the left-out choice. `--ship` writes the value every campaig
 latency/data/engines/ENGINE.toml, only where the left-out figure (TTFT plus TPOT) is below the shipped value's.
 `--across-engines` judges a choice of the client rather than the engine (the requests each aiperf client sent: one
 harness measured every engine's campaigns) over all engines' campaigns at once: each is predicted at the value the
-other campaigns, of any engine, choose. """
+other campaigns, of any engine, choose.
+"""
 
 from __future__ import annotations
 

@@ -93,9 +93,10 @@ def fork_pool(processes: int):
     process's memos and imports, and keep what they learn between calls). They ignore Ctrl-C: the process that
     forked them hears it and stops them (`stop`), so an interrupt prints one line, not a traceback a process; and
     they end with it however it ends (killed, or by a scheduler's SIGTERM), not after their jobs."""
+    import multiprocessing  # here: a one-shot map does without it
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(processes, mp_context=fork_context(), initializer=follow_parent,
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"), initializer=follow_parent,
                                initargs=(os.getpid(),))
 
 
@@ -105,13 +106,6 @@ def stop(pool) -> None:
     for process in processes:
         process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
-
-
-def fork_context():
-    """multiprocessing's fork context (imported here: a one-shot map does without it)."""
-    import multiprocessing
-
-    return multiprocessing.get_context("fork")
 
 
 class _Child:

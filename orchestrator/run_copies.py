@@ -13,17 +13,14 @@ from orchestrator.measured_runs import ID_LAYOUT
 def with_copied_layouts(rows: list[dict]) -> list[dict]:
     """`rows` (cells as text) with `layout_id` on each run whose id names no layout and that copies a run whose id
     does: that run's id."""
+    runs = [(cells, measurement(cells), bool(ID_LAYOUT.search(cells.get("id", "")))) for cells in rows]
     named: dict[tuple, str] = {}
-    for cells in rows:
-        if ID_LAYOUT.search(cells.get("id", "")):
-            named.setdefault(_measurement(cells), cells["id"])
-    out = []
-    for cells in rows:
-        copy = None if ID_LAYOUT.search(cells.get("id", "")) else named.get(_measurement(cells))
-        out.append(dict(cells, layout_id=copy) if copy else cells)
-    return out
+    for cells, what, names in runs:
+        if names:
+            named.setdefault(what, cells["id"])
+    return [dict(cells, layout_id=named[what]) if not names and what in named else cells for cells, what, names in runs]
 
 
-def _measurement(cells: dict) -> tuple:
-    """What a run is, its id apart: every other cell."""
+def measurement(cells: dict) -> tuple:
+    """What a run is, its id apart: every other cell (as text); two runs alike in it are one run listed twice."""
     return tuple(sorted((key, str(value)) for key, value in cells.items() if key != "id"))
