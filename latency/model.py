@@ -234,6 +234,11 @@ SAME_ARCHITECTURE = {
     "moonshotai/Kimi-K2.6": ("moonshotai/Kimi-K2.5", ()),
     "MiniMaxAI/MiniMax-M2.7": ("MiniMaxAI/MiniMax-M2.5", (("max_position_embeddings", 204800),)),
     "moonshotai/Kimi-K2.7-Code": ("moonshotai/Kimi-K2.5", ()),
+    "moonshotai/Kimi-K2-Instruct-0905": ("moonshotai/Kimi-K2-Instruct", (("max_position_embeddings", 262144),)),
+    "moonshotai/Kimi-K2-Base": ("moonshotai/Kimi-K2-Instruct", ()),
+    "moonshotai/Kimi-K2-Thinking": ("moonshotai/Kimi-K2.5", ()),  # its text model, INT4 weight-only experts
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mistralai/Mixtral-8x7B-v0.1", ()),
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": ("mistralai/Mixtral-8x22B-v0.1", (("vocab_size", 32768),)),
     # Qwen3-VL's language models (text prompts: the vision encoder is not priced), 262,144 positions
     **{f"Qwen/Qwen3-VL-{size}": (f"Qwen/Qwen3-{text}", (("max_position_embeddings", 262144),))
        for size, text in (("2B-Instruct", "1.7B"), ("4B-Instruct", "4B"), ("8B-Instruct", "8B"),

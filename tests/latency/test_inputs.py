@@ -35,6 +35,12 @@ PUBLISHED = {
     "XiaomiMiMo/MiMo-7B-Base": (4096, 36, 32, 8, 128, 11008, 151680, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32768),
     # 288 routed experts of 1,280 and one shared, after 3 dense layers; 33 of 45 layers slide over 512 tokens
     "stepfun-ai/Step-3.7-Flash": (4096, 45, 64, 8, 128, 11264, 128896, 288, 8, 1280, 1, 3, 0, 0, 0, 0, 0, 65536),
+    # Mixtral: 8 experts of the dense width, 2 a token, every layer sparse
+    "mistralai/Mixtral-8x7B-v0.1": (4096, 32, 32, 8, 128, 14336, 32000, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 0, 32768),
+    "mistralai/Mixtral-8x22B-v0.1": (6144, 56, 48, 8, 128, 16384, 32000, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 0, 65536),
+    # DeepSeek-V3's layers with 384 experts, 64 heads and one dense layer
+    "moonshotai/Kimi-K2-Instruct": (7168, 61, 64, 64, 112, 18432, 163840, 384, 8, 2048, 1, 1, 1536, 512, 128, 64,
+                                    128, 131072),
 }
 #: the small Qwen3 models share their embedding with the output layer
 TIED = {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"}
