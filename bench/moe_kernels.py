@@ -2,12 +2,18 @@
 
     python bench/moe_kernels.py [--tokens 4 16 64 256] [--distribution balanced]
     python bench/moe_kernels.py --skew [--distribution power_law_1.01]
+    python bench/moe_kernels.py --gap [--tokens 1 4 16 64]
 
 For each shipped MoE model's expert shape, each layout the tables measured it in (moe_tp, ep) and
 each expert format, the milliseconds of one layer's routed experts per engine at decode-sized token
 counts, and each engine's time over vLLM's. It says which engines' expert kernels are alike, which
 is what lets an engine without measured MoE runs of its own take another's fitted expert efficiency
 (latency/data/engines/*.toml [moe]); it needs servesweep[kernels].
+
+`--gap` sets each engine's measured expert op (the tables as `--latency-backend aiconfigurator-tables` reads them)
+beside what our roofline prices for it with that engine's profile, tp = ep on 2, 4 and 8 GPUs: the median of
+measured over priced, and the difference in microseconds a MoE layer. At a few tokens that difference is a time a
+layer that no weight stream explains (a profile's `moe_layer_us`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from latency import kernel_tables, load_model  # noqa: E402
+from latency import build_latency_model, kernel_tables, load_model  # noqa: E402
 from latency.routing import touched_share  # noqa: E402
 
 MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2.5",
@@ -128,6 +134,33 @@ def routing_skew(root: Path, distribution: str) -> None:
         print(f"  skew {skew:.1f}   {by_size}   median |log ratio| {error:.3f}")
 
 
+#: the expert formats `--gap` prices each model in (its deployed checkpoint's)
+GAP_MODELS = {"MiniMaxAI/MiniMax-M2.5": "fp8", "Qwen/Qwen3-235B-A22B": "fp8", "deepseek-ai/DeepSeek-V3": "fp8",
+              "openai/gpt-oss-120b": "bf16+mxfp4"}
+GAP_DEVICES = ("H100_SXM", "H200_SXM", "B200")
+
+
+def gap(tokens: list[int]) -> pd.DataFrame:
+    """Per engine, model, GPU and tokens: measured over priced routed experts of a layer, and measured less priced
+    (us), the median over tp = ep in 2, 4, 8 where the tables hold the layout."""
+    rows, routed = [], np.array(tokens, dtype=np.float64)
+    for model, quant in GAP_MODELS.items():
+        for device in GAP_DEVICES:
+            for n in (2, 4, 8):
+                for engine in ENGINES:
+                    tables = kernel_tables.build(model, device, engine=engine, tp=n, ep=n, quantization=quant)
+                    if tables.curve is None:
+                        continue
+                    roof = build_latency_model(model, device, engine=engine, tp=n, ep=n, quantization=quant)
+                    peak = roof.device.peak_flops(roof.quant.experts_dtype)
+                    priced = roof._moe(routed, peak, False)[0] / roof.moe_layers
+                    measured = tables._moe(routed, peak, False)[0] / roof.moe_layers
+                    rows += [dict(engine=engine, model=model.split("/")[1], gpu=device, tokens=int(t), ratio=m / p,
+                                  gap_us=(m - p) * 1e3) for t, m, p in zip(routed, measured, priced, strict=True)]
+    d = pd.DataFrame(rows)
+    return d.groupby(["engine", "model", "gpu", "tokens"])[["ratio", "gap_us"]].median().unstack("tokens")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, nargs="+", default=[4, 16, 64, 256],
@@ -136,6 +169,8 @@ def main() -> None:
                     help="the tables' routing of tokens to experts")
     ap.add_argument("--skew", action="store_true", help="instead: the tables' power-law routing (default "
                     "power_law_1.01) over balanced, against our routing skew's distinct experts")
+    ap.add_argument("--gap", action="store_true", help="instead: each engine's measured expert op over our roofline's "
+                    "price of it, and the difference a layer in us")
     a = ap.parse_args()
     try:
         root = kernel_tables.tables_root()
@@ -143,6 +178,10 @@ def main() -> None:
         sys.exit(f"moe_kernels: {err}")
     if a.skew:
         routing_skew(root, a.distribution if a.distribution != "balanced" else kernel_tables.DISTRIBUTION)
+        return
+    if a.gap:
+        pd.set_option("display.width", 200)
+        print(gap(a.tokens).to_string(float_format=lambda x: f"{x:.2f}"))
         return
     d = compare(root, a.tokens, a.distribution)
     if d.empty:
