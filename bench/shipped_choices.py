@@ -51,7 +51,7 @@ CHOICES = {
     "async_scheduling": (("async_scheduling",), (False, True)),
     "lookahead_steps": (("frontend", "lookahead_steps"), (0, 1)),
     "prompt_token_us": (("frontend", "prompt_token_us"), (0.0, 1.0, 2.0, 4.0)),
-    "moe_layer_us": (("moe_layer_us",), (0.0, 14.0, 28.0, 40.0, 56.0)),
+    "moe_layer_us": (("moe_layer_us",), (0.0, 15.0, 28.0, 40.0, 56.0)),
     "moe_bandwidth": (("moe", "bandwidth"), (0.55, 0.586, 0.62, 0.65, 0.726)),
 }
 #: a value other than the shipped one is chosen where it lowers the other campaigns' figure by more than this
