@@ -31,7 +31,8 @@ PACKAGE = "aiconfigurator_core"
 #: our device names -> the tables' GPU directories
 GPU_DIRS = {"H100_SXM": "h100_sxm", "H200_SXM": "h200_sxm", "B200": "b200_sxm", "A100_SXM_80G": "a100_sxm",
             "GB200": "gb200", "B300_SXM": "b300_sxm", "GB300": "gb300", "L40S": "l40s",
-            "RTX_PRO_6000_SERVER": "rtx_pro_6000_server", "B60": "b60"}
+            "RTX_PRO_6000_SERVER": "rtx_pro_6000_server", "B60": "b60", "H100_PCIE": "h100_pcie",
+            "A100_PCIE_80G": "a100_pcie", "A30": "a30", "L4": "l4"}
 #: our engine profiles -> the tables' framework directories
 ENGINE_DIRS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 #: the routing skew the tables were measured with that we price: AIConfigurator's own default

@@ -12,7 +12,7 @@ SHIPPED = ["Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-
            "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct", "deepseek-ai/DeepSeek-V3"]
 DEVICES = ["TEST_DEVICE", "ATLAS_800_A2_376T_64G", "ATLAS_800_A2_313T_64G", "ATLAS_800_A2_280T_64G",
            "ATLAS_800_A3_752T_128G_DIE", "A100_SXM_80G", "H100_SXM", "H200_SXM", "B200", "GB200", "B300_SXM", "GB300",
-           "L40S", "RTX_PRO_6000_SERVER"]
+           "L40S", "RTX_PRO_6000_SERVER", "H100_PCIE", "A100_PCIE_80G", "A30", "L4"]
 #: (bf16, fp8, fp4 dense TFLOP/s, HBM GiB as nvidia-smi reports it, TB/s, GPUs on one NVLink domain): their datasheets
 BLACKWELL = {"B200": (2250, 4500, 9000, 179.1, 8.0, 8), "GB200": (2500, 5000, 10000, 185.0, 8.0, 72),
              "B300_SXM": (2250, 4500, 14000, 268.6, 7.75, 8), "GB300": (2500, 5000, 15000, 277.5, 8.0, 72)}

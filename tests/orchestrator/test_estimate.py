@@ -557,6 +557,19 @@ def test_runs_on_the_newer_systems_of_aiconfigurator_s_matrix_are_answered(tmp_p
     assert tpot[0] < tpot[2] < tpot[1] < tpot[3]
 
 
+def test_every_system_aiconfigurator_names_is_read_on_its_own_device(tmp_path):
+    """The PCIe systems AIConfigurator 0.12 names without silicon data of its own are read too, decode as slow as
+    their HBM (A100 PCIe 1.94 TB/s, H100 PCIe 2.0, A30 0.93, L4 0.30) and their all-reduce over PCIe."""
+    systems = ("h100_sxm", "h100_pcie", "a100_pcie", "a30", "l4")
+    p, got = estimate_measured(tmp_path, [f"{s},vllm,0.19.0,Qwen/Qwen3-8B,{s},bf16,,,1024,256,8,1,1,1,1,1,150,12"
+                                          for s in systems])
+    assert p.returncode == 0, p.stderr
+    assert list(got["device"]) == ["H100_SXM", "H100_PCIE", "A100_PCIE_80G", "A30", "L4"]
+    tpot = dict(zip(got["device"], got["tpot_ms"], strict=True))
+    assert tpot["H100_SXM"] < tpot["H100_PCIE"] < tpot["A100_PCIE_80G"] < tpot["A30"] < tpot["L4"]
+    assert 0.9 < (tpot["L4"] / tpot["A30"]) / (0.933 / 0.3) < 1.1  # weights streamed: the bandwidths' ratio
+
+
 def test_every_quant_mode_of_the_format_is_read_side_by_side(tmp_path):
     """The linear layers' mode and the experts' apart (TensorRT-LLM's block-FP8 DeepSeek with W4A8 experts,
     gpt-oss's native MXFP4 under bf16, FP8 under NVFP4 experts); a dense model's 4-bit label quantises its
