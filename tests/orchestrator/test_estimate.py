@@ -479,8 +479,8 @@ def test_an_engine_version_is_read_as_its_release(text, release):
 
 @pytest.mark.parametrize("cells, message", [
     ("a,vllm,0.1,Qwen/Qwen3-32B,mi300x,,,,1024,128,8,1,1,1,1,1,100,10",
-     "line 2, column system: 'mi300x' is not allowed; expected one of a100_sxm, b200_sxm, b300_sxm, b60, gb200, gb300, "
-     "h100_sxm, h200_sxm, l40s, rtx_pro_6000_server"),
+     "line 2, column system: 'mi300x' is not allowed; expected one of a100_pcie, a100_sxm, a30, b200_sxm, b300_sxm, "
+     "b60, gb200, gb300, h100_pcie, h100_sxm, h200_sxm, l4, l40s, rtx_pro_6000_server"),
     ("a,tgi,0.1,Qwen/Qwen3-32B,h100_sxm,,,,1024,128,8,1,1,1,1,1,100,10",
      "line 2, column backend: 'tgi' is not allowed; expected one of vllm, sglang, trtllm"),
     ("a,vllm,0.1,Qwen/Qwen3-32B,h100_sxm,fp8,w4a8,w4a8,1024,128,8,1,1,1,1,1,100,10",
