@@ -1,16 +1,14 @@
 """Measured serving runs in NVIDIA AIConfigurator's silicon format (`silicon_sample.csv`: the format of
-`../shared/reference/measured_serving*.csv`), read as configurations: `estimate --from-csv` takes such
-a file as it is and reports our error beside each measured TTFT and TPOT. One reading of the format,
-shared with `bench/fidelity_e2e.py`.
+`../shared/reference/measured_serving*.csv`), read as configurations: `estimate --from-csv` takes such a file as it
+is and reports our error beside each measured TTFT and TPOT. One reading of the format, shared with bench/.
 
-The format's `batch_size` is the requests in flight on one attention-DP rank (its run ids name
-batch_size x attention_dp_size as the concurrency); our `concurrency` counts all ranks.
+The format's `batch_size` is the requests in flight on one attention-DP rank (its run ids name batch_size x
+attention_dp_size as the concurrency); our `concurrency` counts all ranks.
 
-Every run is a closed loop as aiperf drove it, from its pool of 100 prompts, on an engine without a
-prefix cache (`PREFIX_CACHING`; a calibrated profile's own choice instead: `prefix_caching_read`; a run says
-where its campaign's throughput shows one: `orchestrator.served_prompts`), launched
-with the engine's defaults except where the run's engine version says AIConfigurator's generator launched
-it otherwise (`launch`)."""
+Every run is a closed loop as aiperf drove it, from its pool of 100 prompts, on an engine without a prefix cache
+(`PREFIX_CACHING`; a calibrated profile's own choice instead: `prefix_caching_read`; a run says where its campaign's
+throughput shows one: `orchestrator.served_prompts`), launched with the engine's defaults except where the run's
+engine version says AIConfigurator's generator launched it otherwise (`launch`)."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ COLUMN_KEYS = frozenset({"model", "device", "input_length", "output_length", "co
                          "attention_dp", "moe_tp", "quantization"})
 #: the format's GPU names -> our device files (AIConfigurator names its kernel tables' GPUs alike)
 DEVICES = {system: device for device, system in GPU_DIRS.items()}
-#: the format's backends, which are our engine profiles' names
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = ("vllm", "sglang", "trtllm")  # the format's backends, which are our engine profiles' names
 #: the modes the format names (AIConfigurator's GEMMQuantMode and MoEQuantMode), each side read apart: the
 #: linear layers' format, and the routed experts' where it differs. Weight-only 4-bit floats (nvfp4_wo,
 #: w4a16_mxfp4) are their formats (computed in FP4 where the device has FP4 tensor cores)
@@ -276,13 +273,16 @@ def campaign_of(cells: dict) -> tuple:
             cells.get("precision", ""), date.group(1) if date else "")
 
 
-#: what a cell holds where a table written by pandas or Python's csv module had no value
-MISSING_MARKS = frozenset({"none", "nan", "null", "n/a", "na"})
+#: what a cell holds where a table written by pandas or Python's csv module had no value; the columns of names
+MISSING_MARKS, NAMES = frozenset({"none", "nan", "null", "n/a", "na"}), ("system", "backend", "precision",
+                                                                           "gemm_quant_mode", "moe_quant_mode")
 
 
 def blank_missing(rows: list[dict]) -> list[dict]:
-    """`rows` with every cell that marks a missing value ("None", "nan", ...) empty, as the format leaves it."""
-    return [{k: "" if str(v).strip().lower() in MISSING_MARKS else v for k, v in cells.items()} for cells in rows]
+    """`rows` with every cell that marks a missing value ("None", "nan", ...) empty, as the format leaves it, and
+    the columns of names (NAMES) read in any case and spacing ("FP8 ", "H100_SXM") as its lower case."""
+    return [{k: "" if str(v).strip().lower() in MISSING_MARKS else str(v).strip().lower() if k in NAMES else v
+             for k, v in cells.items()} for cells in rows]
 
 
 def read_releases(rows: list[dict]) -> list[dict]:

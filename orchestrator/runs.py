@@ -124,7 +124,7 @@ def read_csv(path: Path, flags: dict) -> list[Run]:
         where = f"{path} line {i + 2}"
         given = read[i] if read is not None else {k: v for k, v in cells.items() if v.strip()}
         ttft, tpot = (_measured(cells[c], f"{where}, column {c}") for c in metrics)
-        named = cells.get("backend", "") if silicon else cells.get("engine", "").strip()
+        named = values.get("engine", "") if silicon else cells.get("engine", "").strip()  # silicon: as to_spec read it
         runs.append(Run(values, ttft, tpot, where, named, stated(given, flags, unrecorded), reading(given)))
     return runs
 

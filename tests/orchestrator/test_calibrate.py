@@ -15,7 +15,7 @@ import pytest
 import tomllib
 
 from latency import load_engine
-from orchestrator.calibrate import calibrate, loss, profile_data
+from orchestrator.calibrate import calibrate, loss, pick_base, profile_data
 from orchestrator.estimate import configure, estimate
 from orchestrator.fields import FIELD_BY_KEY
 from orchestrator.fitting import KNOBS, MOE_KNOBS, knobs_of
@@ -339,6 +339,18 @@ qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1,sglang,0.5.1.post1,Qwen/
 qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp4_epnone_2,sglang,0.5.1.post1,Qwen/Qwen3-32B,h100_sxm,,1024,128,16,4,\
 1,1,1,,492.7610355187499,10.55061593125
 """
+
+
+def test_silicon_names_in_any_case_are_the_format_s(tmp_path):
+    """A spreadsheet's 'SGLang', 'H100_SXM ' and 'FP8' are the format's sglang, h100_sxm and fp8: read alike (the
+    same spec keys), and the base picked from the backend is the shipped profile."""
+    (tmp_path / "silicon.csv").write_text(SILICON)
+    shouting = SILICON.replace(",sglang,", ",SGLang,").replace(",h200_sxm,fp8,", ",H200_SXM ,FP8,")
+    (tmp_path / "shouting.csv").write_text(shouting)
+    assert shouting != SILICON
+    runs, loud = (read_runs([tmp_path / name], {}) for name in ("silicon.csv", "shouting.csv"))
+    assert [r.values for r in loud] == [r.values for r in runs]
+    assert pick_base(loud, {}) == "sglang"
 
 
 def test_silicon_runs_calibrate_from_their_backend(tmp_path):
