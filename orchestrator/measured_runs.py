@@ -337,6 +337,8 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
         raise InputError(f"{where}, column model_path", cells["model_path"], model_allowed(model, str(err))) from None
     if dense:  # a dense model's MoE columns mean nothing
         ep, moe_tp, dp = 1, 0, 1
+    unrecorded = not dense and moe_tp * ep == 1 < tp * dp  # a MoE group stated as one device under several
+    moe_tp = 0 if unrecorded else moe_tp  # as if left empty: the engine's default, experts split over them all
     concurrency = batch * dp
     group = max(moe_tp, 1) * ep
     implied = not dense and not cells.get("attention_dp_size", "").strip() and group > tp and group % tp == 0
@@ -356,11 +358,9 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
         spec["moe_tp"] = str(moe_tp)
     if kv_read(label) and not given_kv:
         spec["kv_cache_read_as"] = spec["kv_cache_dtype"]
-    for said in ("release_read_as", "prefix_cache_evidence"):
-        if cells.get(said):
-            spec[said] = cells[said]
-    if implied:
-        spec["attention_dp_read_as"] = str(dp)
+    spec |= {said: cells[said] for said in ("release_read_as", "prefix_cache_evidence") if cells.get(said)}
+    spec |= {"attention_dp_read_as": str(dp)} if implied else {}
+    spec |= {"moe_layout_read_as": f"moe_tp {tp * dp}"} if unrecorded else {}
     if named:
         spec["layout_read_as"] = f"tp{tp} ep{ep}"
         spec |= {"layout_id": cells["layout_id"]} if cells.get("layout_id") else {}

@@ -85,6 +85,10 @@ def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True)
         print(f"note: {int(table['attention_dp_read_as'].notna().sum())} runs leave attention_dp_size empty while "
               "their MoE group (moe_tp x moe_ep) spans more devices than tp: read as vLLM's data-parallel attention "
               "under one MoE group (attention DP = group / tp; the concurrency their id names)")
+    if "moe_layout_read_as" in table and table["moe_layout_read_as"].notna().any():
+        print(f"note: {int(table['moe_layout_read_as'].notna().sum())} runs of a MoE model give moe_tp_size and "
+              "moe_ep_size 1 under more than one device: read as left empty, the engine's default (the experts "
+              "split by moe TP over every device; column moe_layout_read_as)")
     if "layout_read_as" in table and table["layout_read_as"].notna().any():
         print(f"note: {int(table['layout_read_as'].notna().sum())} runs restate their id's layout (tp T, experts "
               "over E, C requests) as E attention-DP ranks of C / E requests: read as the id's, as the same runs in "

@@ -663,6 +663,20 @@ def test_runs_without_a_release_are_read_as_their_campaign_s_and_an_empty_attent
     assert "read as vLLM's data-parallel attention under one MoE group" in p.stdout
 
 
+def test_a_moe_group_stated_as_one_device_under_several_is_read_as_left_empty(tmp_path):
+    """moe_tp_size 1 and moe_ep_size 1 under tp 2 x 4 attention-DP ranks (a collector's defaults, not a layout: the
+    experts must lie on some of the 8 devices) is read as the columns left empty, the engine's default, to the same
+    figures and said so; a dense model's 1 x 1 means nothing and is read as before."""
+    moe = "a,vllm,0.11.0,Qwen/Qwen3-30B-A3B,h100_sxm,bf16,,,1024,128,8,2,1,{},{},4,100,10"
+    p, got = estimate_measured(tmp_path, [moe.format(1, 1), moe.format("", ""),
+                                          "d,vllm,0.11.0,Qwen/Qwen3-8B,h100_sxm,bf16,,,1024,128,8,2,1,1,1,,100,10"])
+    assert p.returncode == 0, p.stderr
+    assert "note: 1 runs of a MoE model give moe_tp_size and moe_ep_size 1 under more than one device" in p.stdout
+    assert got["moe_layout_read_as"].fillna("").tolist() == ["moe_tp 8", "", ""]
+    assert got[["moe_tp", "ep", "ttft_ms", "tpot_ms"]].iloc[0].tolist() == \
+        got[["moe_tp", "ep", "ttft_ms", "tpot_ms"]].iloc[1].tolist()
+
+
 def test_a_run_whose_columns_restate_its_id_s_layout_as_attention_dp_ranks_is_read_as_its_id_s(tmp_path):
     """One export of the collector writes an expert-parallel run named `_c64_tp4_ep4_` as tp 4, 4 attention-DP
     ranks, moe_ep 16 and 16 requests a rank; the other as tp 4, moe_ep 4 and 64 requests, and both measure
