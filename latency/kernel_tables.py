@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 
@@ -202,5 +202,8 @@ def build(model, device, *, engine: str = "none", **options) -> KernelTableModel
     if roof.moe_layers:
         curve, why_not = expert_curve(roof.model, roof.device.name, family, roof.parallel,
                                       experts_quantization(roof.quant))
+    # a measured curve times the whole expert op, its launches too: the profile's time a MoE layer beyond the
+    # roofline's kernels (moe_layer_us) is in it already
+    engine = replace(roof.engine, moe_layer_us=0.0) if curve is not None else roof.engine
     return KernelTableModel(roof.model, roof.device_file, roof.parallel, roof.quant, roof.reserved_memory_gib,
-                            engine=roof.engine, curve=curve, why_not=why_not)
+                            engine=engine, curve=curve, why_not=why_not)
