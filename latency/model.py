@@ -239,6 +239,16 @@ SAME_ARCHITECTURE = {
     "moonshotai/Kimi-K2-Thinking": ("moonshotai/Kimi-K2.5", ()),  # its text model, INT4 weight-only experts
     "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mistralai/Mixtral-8x7B-v0.1", ()),
     "mistralai/Mixtral-8x22B-Instruct-v0.1": ("mistralai/Mixtral-8x22B-v0.1", (("vocab_size", 32768),)),
+    # DeepSeek-R1's distillations keep their base's shapes (Llama 3.1 / 3.3, Qwen2.5 with 131,072 positions)
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": ("meta-llama/Llama-3.1-8B-Instruct", ()),
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": ("meta-llama/Llama-3.1-70B-Instruct", ()),
+    **{f"deepseek-ai/DeepSeek-R1-Distill-Qwen-{size}": (f"Qwen/Qwen2.5-{size}-Instruct",
+                                                        (("max_position_embeddings", 131072),))
+       for size in ("7B", "14B", "32B")},
+    **{f"Qwen/Qwen2.5-{size}": (f"Qwen/Qwen2.5-{size}-Instruct", (("max_position_embeddings", 131072),))
+       for size in ("7B", "14B", "32B", "72B")},
+    "meta-llama/Llama-3.2-1B": ("meta-llama/Llama-3.2-1B-Instruct", ()),
+    "meta-llama/Llama-3.2-3B": ("meta-llama/Llama-3.2-3B-Instruct", ()),
     # Qwen3-VL's language models (text prompts: the vision encoder is not priced), 262,144 positions
     **{f"Qwen/Qwen3-VL-{size}": (f"Qwen/Qwen3-{text}", (("max_position_embeddings", 262144),))
        for size, text in (("2B-Instruct", "1.7B"), ("4B-Instruct", "4B"), ("8B-Instruct", "8B"),

@@ -97,7 +97,7 @@ GENERATED = {"sglang": ((0, 5, 6), None), "vllm": ((0, 12, 0), (0, 13, 0)), "trt
 #: release notes; `--async-scheduling`): runs of older releases are read with it off
 VLLM_ASYNC_SINCE = (0, 14, 0)
 #: checkpoint-name suffixes that say the weights' format, not another model
-FORMAT_SUFFIXES = ("-FP8-Static-PerTensor", "-FP8", "-NVFP4", "-FP4", "-BF16")
+FORMAT_SUFFIXES = ("-FP8-Static-PerTensor", "-FP8-dynamic", "-FP8-Dynamic", "-FP8", "-NVFP4", "-FP4", "-BF16")
 
 
 def is_measured(columns) -> bool:

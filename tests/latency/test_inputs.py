@@ -38,12 +38,20 @@ PUBLISHED = {
     # Mixtral: 8 experts of the dense width, 2 a token, every layer sparse
     "mistralai/Mixtral-8x7B-v0.1": (4096, 32, 32, 8, 128, 14336, 32000, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 0, 32768),
     "mistralai/Mixtral-8x22B-v0.1": (6144, 56, 48, 8, 128, 16384, 32000, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 0, 65536),
+    # Qwen2.5 Instruct (QKV bias not priced) and Llama 3.2's small models, their embedding shared with the output
+    "Qwen/Qwen2.5-7B-Instruct": (3584, 28, 28, 4, 128, 18944, 152064, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32768),
+    "Qwen/Qwen2.5-14B-Instruct": (5120, 48, 40, 8, 128, 13824, 152064, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32768),
+    "Qwen/Qwen2.5-32B-Instruct": (5120, 64, 40, 8, 128, 27648, 152064, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32768),
+    "Qwen/Qwen2.5-72B-Instruct": (8192, 80, 64, 8, 128, 29568, 152064, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32768),
+    "meta-llama/Llama-3.2-1B-Instruct": (2048, 16, 32, 8, 64, 8192, 128256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 131072),
+    "meta-llama/Llama-3.2-3B-Instruct": (3072, 28, 24, 8, 128, 8192, 128256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 131072),
     # DeepSeek-V3's layers with 384 experts, 64 heads and one dense layer
     "moonshotai/Kimi-K2-Instruct": (7168, 61, 64, 64, 112, 18432, 163840, 384, 8, 2048, 1, 1, 1536, 512, 128, 64,
                                     128, 131072),
 }
 #: the small Qwen3 models share their embedding with the output layer
-TIED = {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"}
+TIED = {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "meta-llama/Llama-3.2-1B-Instruct",
+        "meta-llama/Llama-3.2-3B-Instruct"}
 FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
           "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts", "num_dense_layers",
           "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",

@@ -73,6 +73,22 @@ def test_a_later_release_of_a_shipped_architecture_loads_under_its_own_name():
         load_model("deepseek-ai/DeepSeek-R2")
 
 
+def test_distillations_and_base_models_load_as_the_shapes_they_keep():
+    """DeepSeek-R1's Llama distillations are Llama 3.1's shapes; its Qwen ones and Qwen2.5's base models Qwen2.5
+    Instruct's with 131,072 positions (the Instruct configs say 32,768 and extend by YaRN)."""
+    import dataclasses
+
+    for name, shipped, positions in (
+            ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "meta-llama/Llama-3.1-70B-Instruct", 131072),
+            ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "Qwen/Qwen2.5-32B-Instruct", 131072),
+            ("Qwen/Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct", 131072),
+            ("meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct", 131072)):
+        got = load_model(name)
+        assert got.max_position_embeddings == positions
+        assert dataclasses.replace(got, name=shipped, max_position_embeddings=0) == \
+            dataclasses.replace(load_model(shipped), max_position_embeddings=0)
+
+
 def test_config_missing_key_is_named(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ValueError, match="num_attention_heads"):

@@ -506,6 +506,8 @@ def test_a_measured_run_we_cannot_read_is_one_line_naming_row_and_column(tmp_pat
                                                            "meta-llama/Llama-3.1-8B-Instruct"),
     ("nvidia/DeepSeek-R1-FP4", "deepseek-ai/DeepSeek-R1"), ("nvidia/Llama-3.3-70B-Instruct-FP8",
                                                            "meta-llama/Llama-3.3-70B-Instruct"),
+    ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "meta-llama/Llama-3.3-70B-Instruct"),
+    ("nvidia/DeepSeek-R1-Distill-Llama-70B-FP8", "deepseek-ai/DeepSeek-R1-Distill-Llama-70B"),
     ("someone/Unknown-7B", "someone/Unknown-7B")])
 def test_a_checkpoint_name_is_read_as_the_model_it_is(path, ours):
     """Format suffixes say the weights, not another model; another publisher's copy is the original of
