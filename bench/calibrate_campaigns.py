@@ -41,8 +41,8 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from orchestrator.measured_runs import RUN_DATE  # noqa: E402
 from orchestrator.run_copies import measurement  # noqa: E402
+from orchestrator.runs import launch_set  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference"
 FILES = ("measured_serving.csv", "measured_serving_moe.csv")
@@ -62,14 +62,6 @@ def campaigns(min_runs: int, by_launch: bool = False) -> list[tuple[str, pd.Data
                 label = " ".join(part for part in key[:len(CAMPAIGN)] if part) + ("" if key[3] else " (no release)")
                 out.append((label + (f" [{key[-1] or 'other ids'}]" if by_launch else ""), rows.drop(columns="launch")))
     return out
-
-
-def launch_set(run_id: str) -> str:
-    """Which launch script a silicon row's id says made it: the date its ids start with (`2026_03_25_...`), the
-    `cfg` sets (`..._cfg811`), or "" (ids of neither form: one set)."""
-    if match := RUN_DATE.match(run_id):
-        return match.group(1)
-    return "cfg" if re.search(r"_cfg\d+$", run_id) else ""
 
 
 def split(rows: pd.DataFrame, k: int, every: int, seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:

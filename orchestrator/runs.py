@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class Run:
     engine: str = ""  # the engine the file names (the silicon format's backend, a spec CSV's engine), "" if none
     states: frozenset = field(default_factory=frozenset)  # LAUNCH_CHOICES the run itself gives
     note: str = ""  # how a silicon row was read where its columns leave something out
+    launch: str = ""  # the launch script a silicon row's id names (`launch_set`), "" if none
 
     def under(self, engine: str) -> dict:
         """The run's field values priced with `engine`: the launch it leaves open (not in `states`) is the
@@ -125,7 +127,8 @@ def read_csv(path: Path, flags: dict) -> list[Run]:
         given = read[i] if read is not None else {k: v for k, v in cells.items() if v.strip()}
         ttft, tpot = (_measured(cells[c], f"{where}, column {c}") for c in metrics)
         named = values.get("engine", "") if silicon else cells.get("engine", "").strip()  # silicon: as to_spec read it
-        runs.append(Run(values, ttft, tpot, where, named, stated(given, flags, unrecorded), reading(given)))
+        runs.append(Run(values, ttft, tpot, where, named, stated(given, flags, unrecorded), reading(given),
+                        launch_set(cells.get("id", "")) if silicon else ""))
     return runs
 
 
@@ -133,6 +136,15 @@ def stated(given: dict, flags: dict, read: tuple = ()) -> frozenset:
     """The launch choices a run states: in its own cells (or its silicon reading, but for the choices `read`, which
     it reads every row with and none records) or on the command line."""
     return frozenset(k for k in LAUNCH_CHOICES if (k in given and k not in read) or k in flags)
+
+
+def launch_set(run_id: str) -> str:
+    """Which launch script a silicon row's id says made it: the date its ids start with (`2026_03_25_...`), the
+    `cfg` sets (`..._cfg811`), or "" (ids of neither form: one set). One campaign's sets can measure a layout 2x
+    apart (Kimi-K2.5 NVFP4 on B200: TTFT 74-91 ms in its cfg runs, 164-181 ms in its dated ones)."""
+    if match := measured_runs.RUN_DATE.match(run_id):
+        return match.group(1)
+    return "cfg" if re.search(r"_cfg\d+$", run_id) else ""
 
 
 def reading(spec: dict) -> str:

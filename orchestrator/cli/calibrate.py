@@ -92,6 +92,11 @@ def print_calibration(c, engine: str, output: str) -> None:
     if len(c.runs) < 5:
         print(f"note: {len(c.runs)} runs; with 5 or more spread over the loads you will deploy, the fit is steadier",
               file=sys.stderr)
+    launches = sorted({r.launch for r in c.runs})
+    if len(launches) > 1:  # one profile is fitted to them all, and launch scripts can measure a layout 2x apart
+        named = ", ".join(s or "other ids" for s in launches)
+        print(f"note: the runs' ids name {len(launches)} launch scripts ({named}): one profile is fitted to all of "
+              "them; calibrate each launch's runs apart where they disagree")
     deployments = sorted({(str(r.values.get("model", "")), str(r.values.get("device", ""))) for r in c.runs})
     if len(deployments) > 1:  # one profile is fitted to them all: a run of another deployment may have slipped in
         print(f"note: the runs are of {len(deployments)} deployments "

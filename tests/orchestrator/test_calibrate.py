@@ -954,6 +954,29 @@ def test_calibrate_says_when_its_runs_are_of_several_deployments(capsys):
             "profile is fitted to all of them") in capsys.readouterr().out
 
 
+def test_calibrate_says_when_its_runs_ids_name_several_launch_scripts(tmp_path, capsys):
+    """A silicon row's id names its launch script (the date its ids start with, a cfg set); where calibrate's runs
+    come from more than one, it says which: one campaign's scripts can measure a layout 2x apart."""
+    from orchestrator.calibrate import Calibration, base_profile
+    from orchestrator.cli.calibrate import print_calibration
+    from orchestrator.runs import launch_set
+
+    assert [launch_set(i) for i in ("2026_03_25_kimi_b200_c4_tp4_0_ep4_0_572", "kimik2_5_b200_c4_cfg811",
+                                    "qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1")] == \
+        ["2026_03_25", "cfg", ""]
+    (tmp_path / "silicon.csv").write_text(SILICON)
+    runs = read_runs([tmp_path / "silicon.csv"], {})
+    assert {r.launch for r in runs} == {""}
+    data, errors = base_profile("sglang"), np.zeros((len(runs), 2))
+    print_calibration(Calibration(data, data, runs, errors, errors, None), "sglang", "mine.toml")
+    assert "launch scripts" not in capsys.readouterr().out
+    dated = SILICON.replace("\nllama_h200", "\n2026_03_25_llama_h200", 1)
+    (tmp_path / "dated.csv").write_text(dated)
+    runs = read_runs([tmp_path / "dated.csv"], {})
+    print_calibration(Calibration(data, data, runs, errors, errors, None), "sglang", "mine.toml")
+    assert "note: the runs' ids name 2 launch scripts (other ids, 2026_03_25): one profile" in capsys.readouterr().out
+
+
 def test_a_silicon_campaign_served_from_the_prefix_cache_is_read_so_once_calibrated(tmp_path):
     """The silicon format records no prefix cache; its rows are read with it off (the shipped profiles were fitted
     on them so), a reading calibrate may overturn. Five aiperf loops of vLLM 0.19 whose clients' reused prompts
