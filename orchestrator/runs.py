@@ -141,7 +141,7 @@ def stated(given: dict, flags: dict, read: tuple = ()) -> frozenset:
 def launch_set(run_id: str) -> str:
     """Which launch script a silicon row's id says made it: the date its ids start with (`2026_03_25_...`), the
     `cfg` sets (`..._cfg811`), or "" (ids of neither form: one set). One campaign's sets can measure a layout 2x
-    apart (Kimi-K2.5 NVFP4 on B200: TTFT 74-91 ms in its cfg runs, 164-181 ms in its dated ones)."""
+    apart (Kimi-K2.5 NVFP4 on 8 B200, experts by TP, 4 requests: TTFT 74 ms in its cfg run, 164 ms in its dated one)."""
     if match := measured_runs.RUN_DATE.match(run_id):
         return match.group(1)
     return "cfg" if re.search(r"_cfg\d+$", run_id) else ""
