@@ -169,9 +169,9 @@ class Row:
         self.moe_prefill_layer_us = engine.moe_prefill_layer_us
         #: the engine's time per MoE layer of every step, and whether the run's version hid its time per
         #: step behind the GPU's (async scheduling), as `estimate --from-csv` reads the run
-        self.moe_layer_us = engine.moe_layer_us if self.curve is None else 0.0  # a measured curve holds it
+        self.moe_layer_us = kernel_tables.priced_with(engine, self.curve).moe_layer_us
         self.async_scheduling = engine.async_scheduling and read.get("async_scheduling") != "off"
-        cells = measured_runs.blank_missing([{k: str(v) for k, v in r._asdict().items()}])[0]
+        cells = measured_runs.as_format_reads([{k: str(v) for k, v in r._asdict().items()}])[0]
         self.beyond_peak = peak_share(cells) > PEAK_SHARE  # reported apart, never fitted
         scheduler = TokenBudget(max_num_seqs=max_seqs) if policy == "token-budget" else make_scheduler(policy)
         c = int(r.batch_size)

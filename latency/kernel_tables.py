@@ -202,8 +202,11 @@ def build(model, device, *, engine: str = "none", **options) -> KernelTableModel
     if roof.moe_layers:
         curve, why_not = expert_curve(roof.model, roof.device.name, family, roof.parallel,
                                       experts_quantization(roof.quant))
-    # a measured curve times the whole expert op, its launches too: the profile's time a MoE layer beyond the
-    # roofline's kernels (moe_layer_us) is in it already
-    engine = replace(roof.engine, moe_layer_us=0.0) if curve is not None else roof.engine
     return KernelTableModel(roof.model, roof.device_file, roof.parallel, roof.quant, roof.reserved_memory_gib,
-                            engine=engine, curve=curve, why_not=why_not)
+                            engine=priced_with(roof.engine, curve), curve=curve, why_not=why_not)
+
+
+def priced_with(engine, curve: ExpertCurve | None):
+    """The engine profile beside a measured curve: a curve times the whole expert op, its launches too, so the
+    profile's time a MoE layer beyond the roofline's kernels (`moe_layer_us`) is in it already."""
+    return replace(engine, moe_layer_us=0.0) if curve is not None else engine

@@ -195,7 +195,7 @@ def read_configs(path: Path, defaults: dict):
         # launch, client and cache), never over what it measured
         given = {key: FIELD_BY_KEY[key].text(defaults[FIELD_BY_KEY[key].name])
                  for key in measured_runs.replaced_readings(defaults)}
-        copies = with_copied_layouts(measured_runs.blank_missing(rows))
+        copies = with_copied_layouts(measured_runs.as_format_reads(rows))
         runs = with_cache_evidence(measured_runs.read_releases(copies))
         specs = [measured_runs.to_spec(cells, f"{path} line {i + 2}", defaults.get("engine", ""),
                                        defaults.get("kv_cache_dtype", ""))

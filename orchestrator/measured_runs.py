@@ -278,7 +278,7 @@ MISSING_MARKS, NAMES = frozenset({"none", "nan", "null", "n/a", "na"}), ("system
                                                                            "gemm_quant_mode", "moe_quant_mode")
 
 
-def blank_missing(rows: list[dict]) -> list[dict]:
+def as_format_reads(rows: list[dict]) -> list[dict]:
     """`rows` with every cell that marks a missing value ("None", "nan", ...) empty, as the format leaves it, and
     the columns of names (NAMES) read in any case and spacing ("FP8 ", "H100_SXM") as its lower case."""
     return [{k: "" if str(v).strip().lower() in MISSING_MARKS else str(v).strip().lower() if k in NAMES else v

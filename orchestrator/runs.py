@@ -157,8 +157,8 @@ def reading(spec: dict) -> str:
         notes.append("attention_dp_size empty under a MoE group wider than tp: read as "
                      f"{spec['attention_dp_read_as']} attention-DP ranks (vLLM's data-parallel attention)")
     if spec.get("moe_layout_read_as"):
-        notes.append(f"moe_tp_size and moe_ep_size 1 under {spec['moe_layout_read_as'].split()[-1]} devices: read as "
-                     f"left empty, the engine's default ({spec['moe_layout_read_as']})")
+        notes.append("moe_tp_size and moe_ep_size 1 under several devices: read as left empty, the engine's default "
+                     f"({spec['moe_layout_read_as']})")
     if spec.get("prefix_cache_evidence"):
         notes.append(f"a cache likely served its campaign's prompts ({spec['prefix_cache_evidence']} for its linear "
                      "layers alone, more than computing every prompt allows); read as the format's rows are, off: "

@@ -43,6 +43,21 @@ def add_parser(sub) -> None:
 ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"), ("E2E ms", "e2e")]
 
 
+#: how `measured_runs.to_spec` read a run's layout where its columns do not say it as given: the column that marks
+#: such a run, and the note's words after "N runs"
+LAYOUT_READINGS = {
+    "attention_dp_read_as": "leave attention_dp_size empty while their MoE group (moe_tp x moe_ep) spans more "
+                            "devices than tp: read as vLLM's data-parallel attention under one MoE group (attention "
+                            "DP = group / tp; the concurrency their id names)",
+    "moe_layout_read_as": "of a MoE model give moe_tp_size and moe_ep_size 1 under more than one device: read as left "
+                          "empty, the engine's default (the experts split by moe TP over every device; column "
+                          "moe_layout_read_as)",
+    "layout_read_as": "restate their id's layout (tp T, experts over E, C requests) as E attention-DP ranks of C / E "
+                      "requests: read as the id's, as the same runs in the other export of the collector measure "
+                      "alike (a run whose id names no layout, as its copy's id, column layout_id)",
+}
+
+
 def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True) -> None:
     """Median |error| against measured runs, in all and per engine where several ran them; `replaced`: the spec
     keys a flag gave every run in place of its reading. A CSV of spec keys with measured_ttft_ms or measured_tpot_ms
@@ -81,19 +96,9 @@ def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True)
               f"every prompt allows ({'; '.join(sorted(set(served)))}): a prefix cache likely served their prompts. "
               "Read as the format's other rows, with it off; --prefix-caching on reads them with it, and calibrate "
               "on a few of them tries both")
-    if "attention_dp_read_as" in table and table["attention_dp_read_as"].notna().any():
-        print(f"note: {int(table['attention_dp_read_as'].notna().sum())} runs leave attention_dp_size empty while "
-              "their MoE group (moe_tp x moe_ep) spans more devices than tp: read as vLLM's data-parallel attention "
-              "under one MoE group (attention DP = group / tp; the concurrency their id names)")
-    if "moe_layout_read_as" in table and table["moe_layout_read_as"].notna().any():
-        print(f"note: {int(table['moe_layout_read_as'].notna().sum())} runs of a MoE model give moe_tp_size and "
-              "moe_ep_size 1 under more than one device: read as left empty, the engine's default (the experts "
-              "split by moe TP over every device; column moe_layout_read_as)")
-    if "layout_read_as" in table and table["layout_read_as"].notna().any():
-        print(f"note: {int(table['layout_read_as'].notna().sum())} runs restate their id's layout (tp T, experts "
-              "over E, C requests) as E attention-DP ranks of C / E requests: read as the id's, as the same runs in "
-              "the other export of the collector measure alike (a run whose id names no layout, as its copy's id, "
-              "column layout_id)")
+    for column, said in LAYOUT_READINGS.items():
+        if column in table and table[column].notna().any():
+            print(f"note: {int(table[column].notna().sum())} runs {said}")
 
 
 def cmd_estimate(a) -> int:
