@@ -120,15 +120,19 @@ def our_model(path: str) -> str:
 
 
 def model_allowed(model: str, error: str) -> str:
-    """What MODEL may be, for a name load_model does not know: the shipped names, and the shipped
-    model a checkpoint of another format or publisher stands for (nvidia/Llama-3.1-8B-Instruct-FP8)."""
+    """What MODEL may be, for a name load_model does not know: first the shipped model a name without its
+    publisher (Llama-3.1-8B-Instruct) or a checkpoint of another format or publisher
+    (nvidia/Llama-3.1-8B-Instruct-FP8) stands for, where one does, then every shipped name."""
     if not error.startswith("unknown model"):
         return error
-    allowed = f"a shipped model ({', '.join(known_models())}) or a config.json"
+    shipped = f"a shipped model ({', '.join(known_models())}) or a config.json"
     ours = our_model(model)
-    if ours != model:
-        allowed += f"; that checkpoint is {ours} (its weight format: --quantize-linear-action)"
-    return allowed
+    if ours == model:
+        return shipped
+    if "/" not in model:
+        return f"{ours} (the shipped model of that name), or {shipped}"
+    return (f"{ours} (that checkpoint is {ours} in another format or from another publisher: its weight format "
+            f"goes in --quantize-linear-action), or {shipped}")
 
 
 def labelled_quantization(cells: dict) -> str:
