@@ -120,19 +120,14 @@ def our_model(path: str) -> str:
 
 
 def model_allowed(model: str, error: str) -> str:
-    """What MODEL may be, for a name load_model does not know: first the shipped model a name without its
-    publisher (Llama-3.1-8B-Instruct) or a checkpoint of another format or publisher
-    (nvidia/Llama-3.1-8B-Instruct-FP8) stands for, where one does, then every shipped name."""
+    """What MODEL may be, for a name load_model does not know: the shipped model a name without its publisher or
+    a checkpoint of another format or publisher (nvidia/Llama-3.1-8B-Instruct-FP8) stands for, then every one."""
     if not error.startswith("unknown model"):
         return error
-    shipped = f"a shipped model ({', '.join(known_models())}) or a config.json"
-    ours = our_model(model)
-    if ours == model:
-        return shipped
-    if "/" not in model:
-        return f"{ours} (the shipped model of that name), or {shipped}"
-    return (f"{ours} (that checkpoint is {ours} in another format or from another publisher: its weight format "
-            f"goes in --quantize-linear-action), or {shipped}")
+    shipped, ours = f"a shipped model ({', '.join(known_models())}) or a config.json", our_model(model)
+    why = "the shipped model of that name" if "/" not in model else f"that checkpoint is {ours} in another format " \
+        "or from another publisher: its weight format goes in --quantize-linear-action"
+    return shipped if ours == model else f"{ours} ({why}), or {shipped}"
 
 
 def labelled_quantization(cells: dict) -> str:
