@@ -117,7 +117,7 @@ def configs(reference: Path) -> pd.DataFrame:
         d[column] = spec[column]
     d["ep"], d["attention_dp"] = spec["ep"].astype(int), spec["attention_dp"].astype(int)
     # a rank's requests as `estimate --from-csv` reads the run (its id's, or its copy's id's, where its columns
-    # restate the id's layout as attention-DP ranks, or name none: measured_runs.named_layout, run_copies,
+    # restate the id's layout as attention-DP ranks, or name none: layout_readings.named_layout, run_copies,
     # implied_attention_dp)
     d["batch_size"] = spec["concurrency"].astype(int) // d["attention_dp"]
     d["family"] = d["model"].map(family)

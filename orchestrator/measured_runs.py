@@ -20,6 +20,7 @@ from latency import known_models, load_device, load_engine, load_model
 from latency.kernel_tables import GPU_DIRS
 from orchestrator.engine_defaults import engine_default_budget
 from orchestrator.fields import FIELDS, InputError
+from orchestrator.layout_readings import folded_tp, implied_attention_dp, named_layout
 
 #: the columns that say a CSV is in this format
 SIGNATURE = ("model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size")
@@ -258,8 +259,6 @@ def _number(text: str) -> float:
         return math.nan
 
 
-#: the layout a run id names: its concurrency, tp and expert-parallel size (`..._c64_tp4_ep4_...`, `_tp4_0_ep4_0_`)
-ID_LAYOUT = re.compile(r"_c(\d+)_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_")
 #: a run id's leading date (AIConfigurator's collector names runs YYYY_MM_DD_...): runs of one model, GPU
 #: and precision collected on one date are one campaign's
 RUN_DATE = re.compile(r"^(\d{4}_\d{2}_\d{2})_")
@@ -343,6 +342,8 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
     implied = not dense and not cells.get("attention_dp_size", "").strip() and group > tp and group % tp == 0
     if implied:
         dp, concurrency = implied_attention_dp(cells, tp, group, batch)
+    folded = not dense and folded_tp(tp, dp, group)
+    tp = tp // dp if folded else tp
     named = None if dense else named_layout(cells, tp, ep, dp, batch)
     if named:
         concurrency, ep, dp = *named, 1
@@ -360,35 +361,11 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
     spec |= {said: cells[said] for said in ("release_read_as", "prefix_cache_evidence") if cells.get(said)}
     spec |= {"attention_dp_read_as": str(dp)} if implied else {}
     spec |= {"moe_layout_read_as": f"moe_tp {tp * dp}"} if unrecorded else {}
+    spec |= {"tp_read_as": f"tp {tp} x {dp} attention-DP ranks"} if folded else {}
     if named:
         spec["layout_read_as"] = f"tp{tp} ep{ep}"
         spec |= {"layout_id": cells["layout_id"]} if cells.get("layout_id") else {}
     return spec | launch(cells["backend"], cells.get("backend_version", ""), isl, batch, device)
-
-
-def implied_attention_dp(cells: dict, tp: int, group: int, batch: int) -> tuple[int, int]:
-    """(attention-DP ranks, concurrency) of a run that leaves attention_dp_size empty while its MoE group
-    (moe_tp x moe_ep) spans more devices than tp: vLLM's data-parallel attention under one MoE group
-    (--data-parallel-size with --enable-expert-parallel), group / tp ranks; the concurrency the run id
-    names (`_c<N>_`), else batch_size on each rank."""
-    dp = group // tp
-    return dp, int(named.group(1)) if (named := re.search(r"_c(\d+)_", cells.get("id", ""))) else batch * dp
-
-
-def named_layout(cells: dict, tp: int, ep: int, dp: int, batch: int) -> tuple[int, int] | None:
-    """(concurrency, experts' ranks) of a run whose columns restate its id's layout as attention-DP ranks:
-    the id names C requests on tp T with the experts over E ranks (`_c<C>_tp<T>_ep<E>`), the columns say tp T,
-    E attention-DP ranks, moe_ep T x E and C / E requests a rank. One export of AIConfigurator's collector
-    writes its expert-parallel runs so; each measures what the same run id's layout measures in the other
-    export (tp T, moe_ep E, C requests) within a few per cent (40 of 40 pairs of the measured MoE file), and only T
-    devices explain its KV-bound loads: read as the id's (or its copy's id's, `run_copies`). None for any other run."""
-    named = ID_LAYOUT.search(cells.get("layout_id") or cells.get("id", ""))
-    if not named:
-        return None
-    c, t, e = (int(g) for g in named.groups())
-    if e > 1 and (tp, dp, ep, batch * e) == (t, e, t * e, c):
-        return c, e
-    return None
 
 
 def add_errors(table, metrics, measured_columns: dict = MEASURED):

@@ -1,13 +1,13 @@
 """Runs a silicon file lists twice, under two ids. One export of AIConfigurator's collector names a run's layout in
-its id (`..._c64_tp4_ep4_1290`) and restates it in the columns as attention-DP ranks, which `measured_runs.named_layout`
-reads back as the id's; another export lists the same run under an id that names no layout (`..._c64_cfg635`). A run
-whose every cell but its id is another run's is that run: read with the layout the other's id names (`layout_id`),
-not as a deployment of tp x attention-DP devices (the measured MoE file: 15 runs of Kimi-K2.5 on B200, each a copy
-to the last digit of a run whose id names 4 devices, read as 16 before)."""
+its id (`..._c64_tp4_ep4_1290`) and restates it in the columns as attention-DP ranks, which
+`layout_readings.named_layout` reads back as the id's; another export lists the same run under an id that names no
+layout (`..._c64_cfg635`). A run whose every cell but its id is another run's is that run: read with the layout the
+other's id names (`layout_id`), not as a deployment of tp x attention-DP devices (the measured MoE file: 15 runs of
+Kimi-K2.5 on B200, each a copy to the last digit of a run whose id names 4 devices, read as 16 before)."""
 
 from __future__ import annotations
 
-from orchestrator.measured_runs import ID_LAYOUT
+from orchestrator.layout_readings import ID_LAYOUT
 
 
 def with_copied_layouts(rows: list[dict]) -> list[dict]:

@@ -156,6 +156,8 @@ def reading(spec: dict) -> str:
     if spec.get("attention_dp_read_as"):
         notes.append("attention_dp_size empty under a MoE group wider than tp: read as "
                      f"{spec['attention_dp_read_as']} attention-DP ranks (vLLM's data-parallel attention)")
+    if spec.get("tp_read_as"):
+        notes.append(f"tp_size counts the instance's devices under attention DP: read as {spec['tp_read_as']}")
     if spec.get("moe_layout_read_as"):
         notes.append("moe_tp_size and moe_ep_size 1 under several devices: read as left empty, the engine's default "
                      f"({spec['moe_layout_read_as']})")

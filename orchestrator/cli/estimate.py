@@ -52,6 +52,9 @@ LAYOUT_READINGS = {
     "moe_layout_read_as": "of a MoE model give moe_tp_size and moe_ep_size 1 under more than one device: read as left "
                           "empty, the engine's default (the experts split by moe TP over every device; column "
                           "moe_layout_read_as)",
+    "tp_read_as": "give a tp_size that counts every device of their instance under attention DP (tp = moe_tp x moe_ep, "
+                  "as SGLang's --tp with --dp and TensorRT-LLM's tensor_parallel_size with attention DP): read as "
+                  "tp / attention_dp a rank (column tp_read_as)",
     "layout_read_as": "restate their id's layout (tp T, experts over E, C requests) as E attention-DP ranks of C / E "
                       "requests: read as the id's, as the same runs in the other export of the collector measure "
                       "alike (a run whose id names no layout, as its copy's id, column layout_id)",

@@ -682,6 +682,22 @@ def test_a_moe_group_stated_as_one_device_under_several_is_read_as_left_empty(tm
         got[["moe_tp", "ep", "ttft_ms", "tpot_ms"]].iloc[1].tolist()
 
 
+def test_a_tp_that_counts_every_device_under_attention_dp_is_read_as_a_rank_s(tmp_path):
+    """tp 8, 8 attention-DP ranks and moe_ep 8 (SGLang's --tp 8 --dp 8 --enable-dp-attention, as AIConfigurator's
+    generator writes SGLang's tp: moe_tp x moe_ep) is 8 devices, not 64: read as tp 1 a rank, to the same figures as
+    the row the format writes for it (tp 1, 8 ranks, moe_ep 8), and said so; never refused (it was: moe_tp x ep must
+    equal tp x attention_dp). A row whose ranks do not divide its tp is refused as before."""
+    row = "a,sglang,0.5.6.post2,MiniMaxAI/MiniMax-M2.5,h200_sxm,fp8,fp8,fp8,1024,128,4,{},1,1,8,{},100,10"
+    p, got = estimate_measured(tmp_path, [row.format(8, 8), row.format(1, 8)])
+    assert p.returncode == 0, p.stderr
+    assert "note: 1 runs give a tp_size that counts every device of their instance under attention DP" in p.stdout
+    assert got["tp_read_as"].fillna("").tolist() == ["tp 1 x 8 attention-DP ranks", ""]
+    assert list(got["tp"]) == [1, 1] and list(got["attention_dp"]) == [8, 8] and list(got["concurrency"]) == [32, 32]
+    assert got[["ttft_ms", "tpot_ms"]].iloc[0].tolist() == got[["ttft_ms", "tpot_ms"]].iloc[1].tolist()
+    p, _ = estimate_measured(tmp_path, [row.format(8, 3)])
+    assert p.returncode == 2 and "column moe_tp" in p.stderr, p.stderr
+
+
 def test_a_run_whose_columns_restate_its_id_s_layout_as_attention_dp_ranks_is_read_as_its_id_s(tmp_path):
     """One export of the collector writes an expert-parallel run named `_c64_tp4_ep4_` as tp 4, 4 attention-DP
     ranks, moe_ep 16 and 16 requests a rank; the other as tp 4, moe_ep 4 and 64 requests, and both measure
