@@ -27,7 +27,8 @@ import pandas as pd
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # bench/ would shadow the packages
 
-from latency import build_latency_model, kernel_tables, load_model  # noqa: E402
+from latency import kernel_tables, load_model  # noqa: E402
+from latency.estimator import RooflineModel  # noqa: E402
 from latency.routing import touched_share  # noqa: E402
 
 MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B", "deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2.5",
@@ -151,10 +152,9 @@ def gap(tokens: list[int]) -> pd.DataFrame:
                     tables = kernel_tables.build(model, device, engine=engine, tp=n, ep=n, quantization=quant)
                     if tables.curve is None:
                         continue
-                    roof = build_latency_model(model, device, engine=engine, tp=n, ep=n, quantization=quant)
-                    peak = roof.device.peak_flops(roof.quant.experts_dtype)
-                    priced = roof._moe(routed, peak, False)[0] / roof.moe_layers
-                    measured = tables._moe(routed, peak, False)[0] / roof.moe_layers
+                    peak = tables.device.peak_flops(tables.quant.experts_dtype)
+                    priced = RooflineModel._moe(tables, routed, peak, False)[0] / tables.moe_layers  # the roofline's
+                    measured = tables._moe(routed, peak, False)[0] / tables.moe_layers
                     rows += [dict(engine=engine, model=model.split("/")[1], gpu=device, tokens=int(t), ratio=m / p,
                                   gap_us=(m - p) * 1e3) for t, m, p in zip(routed, measured, priced, strict=True)]
     d = pd.DataFrame(rows)

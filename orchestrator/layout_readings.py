@@ -1,6 +1,6 @@
 """How a silicon row's layout columns are read where they do not state a layout as given: three ways the runs of
 AIConfigurator's collector (and launches written in an engine's own terms) say a layout, each read as the devices
-that ran it, never refused (`measured_runs.to_spec` applies them; `cli.estimate.LAYOUT_READINGS` says each)."""
+that ran it, never refused (`measured_runs.to_spec` applies them, and READINGS says each)."""
 
 from __future__ import annotations
 
@@ -40,4 +40,32 @@ def folded_tp(tp: int, dp: int, group: int) -> bool:
     `--dp` and TensorRT-LLM's tensor_parallel_size with enable_attention_dp do (AIConfigurator's generator sets
     SGLang's tp to moe_tp x moe_ep): the MoE group is tp devices, tp x attention_dp are not, and the ranks divide
     tp. Read as tp / attention_dp a rank; the format's own rows have moe_tp x moe_ep = tp x attention_dp."""
-    return dp > 1 and group == tp != tp * dp and tp % dp == 0
+    return dp > 1 and group == tp and tp % dp == 0
+
+
+#: each reading by the spec key `measured_runs.to_spec` says it in (and the column `estimate --from-csv` writes):
+#: the words `estimate --from-csv` says of the N runs read so (after "N runs"), and calibrate of one run (its spec's
+#: values in the braces; `copy`: where its twin's id named the layout)
+READINGS = {
+    "attention_dp_read_as": (
+        "leave attention_dp_size empty while their MoE group (moe_tp x moe_ep) spans more devices than tp: read "
+        "as vLLM's data-parallel attention under one MoE group (attention DP = group / tp; the concurrency their id "
+        "names)",
+        "attention_dp_size empty under a MoE group wider than tp: read as {attention_dp_read_as} attention-DP ranks "
+        "(vLLM's data-parallel attention)"),
+    "moe_layout_read_as": (
+        "of a MoE model give moe_tp_size and moe_ep_size 1 under more than one device: read as left empty, the "
+        "engine's default (the experts split by moe TP over every device; column moe_layout_read_as)",
+        "moe_tp_size and moe_ep_size 1 under several devices: read as left empty, the engine's default "
+        "({moe_layout_read_as})"),
+    "tp_read_as": (
+        "give a tp_size that counts every device of their instance under attention DP (tp = moe_tp x moe_ep, as "
+        "SGLang's --tp with --dp and TensorRT-LLM's tensor_parallel_size with attention DP): read as tp / attention_dp "
+        "a rank (column tp_read_as)",
+        "tp_size counts the instance's devices under attention DP: read as {tp_read_as}"),
+    "layout_read_as": (
+        "restate their id's layout (tp T, experts over E, C requests) as E attention-DP ranks of C / E requests: read "
+        "as the id's, as the same runs in the other export of the collector measure alike (a run whose id names no "
+        "layout, as its copy's id, column layout_id)",
+        "columns restating its id's layout as attention-DP ranks: read as the id's, {layout_read_as}{copy}"),
+}

@@ -34,7 +34,8 @@ COLUMN_KEYS = frozenset({"model", "device", "input_length", "output_length", "co
                          "attention_dp", "moe_tp", "quantization"})
 #: the format's GPU names -> our device files (AIConfigurator names its kernel tables' GPUs alike)
 DEVICES = {system: device for device, system in GPU_DIRS.items()}
-ENGINES = ("vllm", "sglang", "trtllm")  # the format's backends, which are our engine profiles' names
+#: the format's backends, which are our engine profiles' names
+ENGINES = ("vllm", "sglang", "trtllm")
 #: the modes the format names (AIConfigurator's GEMMQuantMode and MoEQuantMode), each side read apart: the
 #: linear layers' format, and the routed experts' where it differs. Weight-only 4-bit floats (nvfp4_wo,
 #: w4a16_mxfp4) are their formats (computed in FP4 where the device has FP4 tensor cores)
@@ -126,9 +127,12 @@ def model_allowed(model: str, error: str) -> str:
     if not error.startswith("unknown model"):
         return error
     shipped, ours = f"a shipped model ({', '.join(known_models())}) or a config.json", our_model(model)
-    why = "the shipped model of that name" if "/" not in model else f"that checkpoint is {ours} in another format " \
-        "or from another publisher: its weight format goes in --quantize-linear-action"
-    return shipped if ours == model else f"{ours} ({why}), or {shipped}"
+    if ours == model:
+        return shipped
+    why = "the shipped model of that name" if "/" not in model else (
+        f"that checkpoint is {ours} in another format or from another publisher: its weight format goes in "
+        "--quantize-linear-action")
+    return f"{ours} ({why}), or {shipped}"
 
 
 def labelled_quantization(cells: dict) -> str:
@@ -271,9 +275,9 @@ def campaign_of(cells: dict) -> tuple:
             cells.get("precision", ""), date.group(1) if date else "")
 
 
-#: what a cell holds where a table written by pandas or Python's csv module had no value; the columns of names
-MISSING_MARKS, NAMES = frozenset({"none", "nan", "null", "n/a", "na"}), ("system", "backend", "precision",
-                                                                           "gemm_quant_mode", "moe_quant_mode")
+#: what a cell holds where a table written by pandas or Python's csv module had no value
+MISSING_MARKS = frozenset({"none", "nan", "null", "n/a", "na"})
+NAMES = ("system", "backend", "precision", "gemm_quant_mode", "moe_quant_mode")  # the columns of names
 
 
 def as_format_reads(rows: list[dict]) -> list[dict]:
@@ -342,7 +346,7 @@ def to_spec(cells: dict, where: str, engine: str = "", kv_cache_dtype: str = "")
     implied = not dense and not cells.get("attention_dp_size", "").strip() and group > tp and group % tp == 0
     if implied:
         dp, concurrency = implied_attention_dp(cells, tp, group, batch)
-    folded = not dense and folded_tp(tp, dp, group)
+    folded = folded_tp(tp, dp, group)  # a dense model's dp is 1
     tp = tp // dp if folded else tp
     named = None if dense else named_layout(cells, tp, ep, dp, batch)
     if named:

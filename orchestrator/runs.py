@@ -25,6 +25,7 @@ from latency import known_models
 from orchestrator import measured_runs
 from orchestrator.estimate import read_configs
 from orchestrator.fields import InputError
+from orchestrator.layout_readings import READINGS
 from simulator.benchmarks import AIPERF_DATASET_ENTRIES
 
 #: a spec-key CSV's measured metrics
@@ -153,14 +154,8 @@ def reading(spec: dict) -> str:
     if spec.get("release_read_as"):
         notes.append(f"no release recorded: read as {spec['release_read_as']}, the release its campaign's other "
                      "runs ran most")
-    if spec.get("attention_dp_read_as"):
-        notes.append("attention_dp_size empty under a MoE group wider than tp: read as "
-                     f"{spec['attention_dp_read_as']} attention-DP ranks (vLLM's data-parallel attention)")
-    if spec.get("tp_read_as"):
-        notes.append(f"tp_size counts the instance's devices under attention DP: read as {spec['tp_read_as']}")
-    if spec.get("moe_layout_read_as"):
-        notes.append("moe_tp_size and moe_ep_size 1 under several devices: read as left empty, the engine's default "
-                     f"({spec['moe_layout_read_as']})")
+    copy = f" (the id of its copy {spec['layout_id']})" if spec.get("layout_id") else ""
+    notes += [said.format(**spec, copy=copy) for column, (_, said) in READINGS.items() if spec.get(column)]
     if spec.get("prefix_cache_evidence"):
         notes.append(f"a cache likely served its campaign's prompts ({spec['prefix_cache_evidence']} for its linear "
                      "layers alone, more than computing every prompt allows); read as the format's rows are, off: "
@@ -168,10 +163,6 @@ def reading(spec: dict) -> str:
     if spec.get("kv_cache_read_as"):
         notes.append(f"no KV-cache dtype recorded: read as {spec['kv_cache_read_as']}, as the profile pricing it "
                      "keeps an FP8 run's (fp8_kv_cache)")
-    if spec.get("layout_read_as"):
-        copy = f" (the id of its copy {spec['layout_id']})" if spec.get("layout_id") else ""
-        notes.append("columns restating its id's layout as attention-DP ranks: read as the id's, "
-                     f"{spec['layout_read_as']}{copy}")
     return "; ".join(notes)
 
 

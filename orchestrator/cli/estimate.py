@@ -14,6 +14,7 @@ from orchestrator.cli.common import (
     lengths_label,
 )
 from orchestrator.fields import FIELD_BY_KEY, InputError
+from orchestrator.layout_readings import READINGS
 
 
 def add_parser(sub) -> None:
@@ -41,24 +42,6 @@ def add_parser(sub) -> None:
 
 
 ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"), ("E2E ms", "e2e")]
-
-
-#: how `measured_runs.to_spec` read a run's layout where its columns do not say it as given: the column that marks
-#: such a run, and the note's words after "N runs"
-LAYOUT_READINGS = {
-    "attention_dp_read_as": "leave attention_dp_size empty while their MoE group (moe_tp x moe_ep) spans more "
-                            "devices than tp: read as vLLM's data-parallel attention under one MoE group (attention "
-                            "DP = group / tp; the concurrency their id names)",
-    "moe_layout_read_as": "of a MoE model give moe_tp_size and moe_ep_size 1 under more than one device: read as left "
-                          "empty, the engine's default (the experts split by moe TP over every device; column "
-                          "moe_layout_read_as)",
-    "tp_read_as": "give a tp_size that counts every device of their instance under attention DP (tp = moe_tp x moe_ep, "
-                  "as SGLang's --tp with --dp and TensorRT-LLM's tensor_parallel_size with attention DP): read as "
-                  "tp / attention_dp a rank (column tp_read_as)",
-    "layout_read_as": "restate their id's layout (tp T, experts over E, C requests) as E attention-DP ranks of C / E "
-                      "requests: read as the id's, as the same runs in the other export of the collector measure "
-                      "alike (a run whose id names no layout, as its copy's id, column layout_id)",
-}
 
 
 def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True) -> None:
@@ -99,7 +82,7 @@ def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True)
               f"every prompt allows ({'; '.join(sorted(set(served)))}): a prefix cache likely served their prompts. "
               "Read as the format's other rows, with it off; --prefix-caching on reads them with it, and calibrate "
               "on a few of them tries both")
-    for column, said in LAYOUT_READINGS.items():
+    for column, (said, _) in READINGS.items():
         if column in table and table[column].notna().any():
             print(f"note: {int(table[column].notna().sum())} runs {said}")
 
