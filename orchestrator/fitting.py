@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -52,6 +53,9 @@ DIFF_STEP = 0.1
 #: 1e-8, ran every fit to FIT_ITERATIONS): the same knobs to 3-4 digits in fewer simulations (MiniMax-M2.5 NVFP4
 #: on B200, five runs: 1,555 -> 1,155 estimates)
 FIT_TOLERANCE = 1e-3
+#: `bounded_losses` drops a candidate only when its partial sum passes its bar by more than this share: summed
+#: in another order, the whole loss may differ from the parts' sum in its last bits
+BOUND_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -139,22 +143,24 @@ class Evaluator:
         self.files: dict[str, Path] = {}
         #: (TTFT, TPOT, the share of its KV pool the run held at its fullest) of each (profile, run) pair
         self.known: dict[tuple[str, str], tuple[float, float, float]] = {}
+        self.seconds: dict[str, float] = {}  # what the latest estimate of each run took: the order to bound in
         self.processes, self.pool = processes, None
 
     def predict(self, data: dict, runs: list[Run]) -> np.ndarray:
         """(n x 2) predicted TTFT and TPOT in ms."""
         return self.predict_many([data], runs)[0]
 
-    def predict_many(self, datas: list[dict], runs: list[Run]) -> list[np.ndarray]:
-        """`predict` of each candidate, the pairs not estimated yet estimated together."""
+    def predict_many(self, datas: list[dict], runs: list[Run], counted: bool = True) -> list[np.ndarray]:
+        """`predict` of each candidate, the pairs not estimated yet estimated together (`counted`: on the bar)."""
         texts = [to_toml(data) for data in datas]
         todo = {(text, run.where): run for text in texts for run in runs if (text, run.where) not in self.known}
         got = self._estimates([str(self._file(text)) for text, _ in todo], list(todo.values()))
-        for (pair, run), value in zip(todo.items(), got, strict=True):
+        for (pair, run), (value, seconds) in zip(todo.items(), got, strict=True):
+            self.seconds[run.where] = seconds
             if isinstance(value, Refusal):
                 raise InputError(f"{run.where}, {value.name}", value.value, value.allowed)
             self.known[pair] = value
-        if self.progress is not None:
+        if self.progress is not None and counted:
             self.progress.update(len(datas))
         return [np.array([self.known[(text, run.where)][:2] for run in runs]) for text in texts]
 
@@ -170,12 +176,16 @@ class Evaluator:
             path.write_text(text)
         return path
 
+    def cheapest_first(self, runs: list[Run]) -> list[Run]:
+        """`runs` by what their latest estimate took, the quickest first (one not estimated yet last)."""
+        return sorted(runs, key=lambda run: self.seconds.get(run.where, math.inf))
+
     def _estimates(self, paths: list[str], runs: list[Run]) -> list:
-        """(TTFT, TPOT) of each run under the profile at its path, or the Refusal of its InputError."""
+        """((TTFT, TPOT, fill) or the Refusal of its InputError, seconds) of each run under the profile at its path."""
         if self.processes < 2 or len(runs) < 2 or not can_fork():
-            return [estimate_under(path, run) for path, run in zip(paths, runs, strict=True)]
+            return [timed_estimate(path, run) for path, run in zip(paths, runs, strict=True)]
         self.pool = self.pool or fork_pool(self.processes)
-        return list(self.pool.map(estimate_under, paths, runs))
+        return list(self.pool.map(timed_estimate, paths, runs))
 
     def close(self) -> None:
         if self.pool is not None:
@@ -203,6 +213,13 @@ def estimate_under(path: str, run: Run) -> tuple[float, float, float] | Refusal:
     return row["ttft_ms"], row["tpot_ms"], fill
 
 
+def timed_estimate(path: str, run: Run) -> tuple[tuple[float, float, float] | Refusal, float]:
+    """`estimate_under` and the seconds it took."""
+    started = time.perf_counter()
+    value = estimate_under(path, run)
+    return value, time.perf_counter() - started
+
+
 def errors(pred: np.ndarray, runs: list[Run]) -> np.ndarray:
     """Signed relative errors (ours / measured - 1), n x 2."""
     return pred / np.array([[r.ttft_ms, r.tpot_ms] for r in runs]) - 1
@@ -215,18 +232,47 @@ def robust(logs: np.ndarray) -> np.ndarray:
     return np.sign(logs) * c * np.sqrt(2 * (np.sqrt(1 + (logs / c) ** 2) - 1))
 
 
+def run_residuals(pred: np.ndarray, runs: list[Run], count: int) -> np.ndarray:
+    """The runs' robust log ratios of TTFT and TPOT (n x 2), scaled so that their squares over `count` runs sum
+    to the mean."""
+    return robust(np.log(np.maximum(errors(pred, runs) + 1, 1e-9))) / math.sqrt(2 * count)
+
+
+def pull(data: dict, base: dict, runs: list[Run]) -> np.ndarray:
+    """The prior's pull of each knob towards the base's value (its square the knob's share of `loss`)."""
+    return np.array([math.sqrt(PRIOR_WEIGHT * k.hold) * (k.to_unit(k.get(data)) - k.to_unit(k.get(base)))
+                     for k in knobs_of(runs)])
+
+
 def residuals(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> np.ndarray:
-    """The runs' robust log ratios of TTFT and TPOT (scaled so their squares sum to the mean), then the
-    prior's pull towards the base's knobs: the sum of squares is `loss`."""
-    logs = robust(np.log(np.maximum(errors(pred, runs) + 1, 1e-9))).ravel() / math.sqrt(2 * len(runs))
-    pull = [math.sqrt(PRIOR_WEIGHT * k.hold) * (k.to_unit(k.get(data)) - k.to_unit(k.get(base)))
-            for k in knobs_of(runs)]
-    return np.concatenate([logs, pull])
+    """The runs' robust log ratios of TTFT and TPOT, then the prior's pull towards the base's knobs: the sum of
+    squares is `loss`."""
+    return np.concatenate([run_residuals(pred, runs, len(runs)).ravel(), pull(data, base, runs)])
 
 
 def loss(pred: np.ndarray, runs: list[Run], data: dict, base: dict) -> float:
     """Mean squared log ratio of TTFT and TPOT, plus the prior's pull towards the base's knobs."""
     return float(np.sum(residuals(pred, runs, data, base) ** 2))
+
+
+def bounded_losses(ev: Evaluator, candidates: list[dict], runs: list[Run], base: dict,
+                   bars: list[float]) -> list[float]:
+    """Each candidate's `loss`, or inf where it cannot come under its bar: the runs are estimated quickest first
+    (`Evaluator.cheapest_first`), and a candidate whose share of the loss from those estimated so far and the
+    prior's pull passes its bar is not estimated on the rest. The loss is a sum of squares, so none under its bar
+    is dropped: a round of launch choices keeps the one it would keep with every run estimated, and its hopeless
+    candidates skip the heaviest run (a KV-bound loop of 512 clients, 0.28 s an estimate)."""
+    share = [float(np.sum(pull(c, base, runs) ** 2)) for c in candidates]
+    alive = [i for i in range(len(candidates)) if share[i] <= bars[i] * (1 + BOUND_SLACK)]
+    for k, run in enumerate(ev.cheapest_first(runs)):
+        preds = ev.predict_many([candidates[i] for i in alive], [run], counted=k == 0)
+        for i, pred in zip(alive, preds, strict=True):
+            share[i] += float(np.sum(run_residuals(pred, [run], len(runs)) ** 2))
+        alive = [i for i in alive if share[i] <= bars[i] * (1 + BOUND_SLACK)]
+    out = [math.inf] * len(candidates)
+    for i, pred in zip(alive, ev.predict_many([candidates[i] for i in alive], runs, counted=False), strict=True):
+        out[i] = loss(pred, runs, candidates[i], base)
+    return out
 
 
 def fit_knobs(ev: Evaluator, runs: list[Run], start: dict, base: dict, iterations: int) -> tuple[dict, float]:
@@ -293,8 +339,9 @@ def fit(ev: Evaluator, runs: list[Run], base: dict, start: dict | None = None, o
             launch_options(runs, data, ev.fullest(data, runs))
         if not given and knobs_moved(data, base, runs):
             candidates += [launch_of(c, base) for c in candidates]
-        tried = [(loss(pred, runs, option, base), i, option) for i, (option, pred)
-                 in enumerate(zip(candidates, ev.predict_many(candidates, runs), strict=True))]
+        bars = [bar(best, option, data) for option in candidates]
+        tried = [(value, i, option) for i, (option, value)
+                 in enumerate(zip(candidates, bounded_losses(ev, candidates, runs, base, bars), strict=True))]
         option = kept_choice(tried, best, data)
         if option is None:
             break
@@ -318,7 +365,7 @@ def kept_choice(tried: list[tuple[float, int, dict]], best: float, data: dict) -
     loss over what they must gain put SGLang 0.5.6's five runs on a 50 us stream, 0.1039 against 0.1348, before
     five requests a client, 0.1011, which then gained too little to be kept: its other runs 14.2 % -> 23.4 %
     TTFT.)"""
-    gaining = [t for t in tried if t[0] < best * (1 - _gain_needed(t[2], data))]
+    gaining = [t for t in tried if t[0] < bar(best, t[2], data)]
     return min(gaining, key=lambda t: t[:2])[2] if gaining else None
 
 
@@ -328,6 +375,11 @@ def refit(ev: Evaluator, runs: list[Run], data: dict, best: float, base: dict, i
     (bench/calibrate_campaigns.py: by campaign 15.4 % / 6.2 % -> 14.8 % / 6.1 %, docs/calibration.md)."""
     again, lower = fit_knobs(ev, runs, launch_of(data, base), base, iterations)
     return (again, lower) if lower < best else (data, best)
+
+
+def bar(best: float, option: dict, data: dict) -> float:
+    """The loss under which a choice is kept: `best` less the share it must gain (`_gain_needed`)."""
+    return best * (1 - _gain_needed(option, data))
 
 
 def _gain_needed(option: dict, data: dict) -> float:

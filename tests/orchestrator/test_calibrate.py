@@ -1007,3 +1007,27 @@ def test_a_silicon_campaign_served_from_the_prefix_cache_is_read_so_once_calibra
     assert [r.values["prefix_caching"] for r in again] == ["on"] * 5
     given = read_runs([tmp_path / "runs.csv"], {"prefix_caching": "on"})
     assert all("prefix_caching" in r.states for r in given)  # a flag states it: calibrate keeps it
+
+
+def test_a_round_of_choices_drops_only_candidates_that_cannot_be_kept(truth, tmp_path):
+    """`bounded_losses` gives each candidate its exact loss or inf, inf only where that loss passes the
+    candidate's bar (so the choice kept is the one every run would give), and a candidate the quickest runs
+    already put past its bar is never simulated on the slowest run."""
+    from orchestrator.calibrate import base_profile
+    from orchestrator.fitting import Evaluator, bounded_losses
+
+    runs = read_runs([spec_csv(tmp_path / "runs.csv", truth[1])], {})
+    base = base_profile("vllm")
+    slow = copy.deepcopy(base) | {"efficiency": {"memory": 0.5, "gemm": 0.5}}
+    budgets = [copy.deepcopy(base) | {"launch": {"max_batched_tokens": b}} for b in (1024, 2048, 8192)]
+    candidates = [base, slow, *budgets]
+    ev = Evaluator(str(tmp_path))
+    exact = [loss(ev.predict(c, runs), runs, c, base) for c in candidates]  # every run of every candidate
+    bars = [min(exact) * 1.5] * len(candidates)
+    ev.known.clear()
+    slowest = max(runs, key=lambda r: ev.seconds[r.where])
+    got = bounded_losses(ev, candidates, runs, base, bars)
+    for value, whole, bar in zip(got, exact, bars, strict=True):
+        assert value == whole or (value == np.inf and whole > bar)
+    assert got[1] == np.inf and exact[3] == min(exact) == got[3]  # the true budget, 2048, is kept
+    assert not any(to_toml(slow) == text and where == slowest.where for text, where in ev.known)
