@@ -336,10 +336,15 @@ class RooflineModel:
         ops["lm_head"] = self._linear(self.lm_head_params, 1, 1, sampled, detail, w_bytes=2, dtype="bf16",
                                       in_out=h + m.vocab_size / p.tp * LOGIT_BYTES / ACT_BYTES)
         ops["tp_comm"], ops["ep_comm"], ops["pp_comm"] = self._comm(tokens, detail)
-        overhead = d.step_overhead_ms + self.engine.overhead_ms(sampled, tokens, L, p.attention_dp, self.moe_layers,
-                                                                prefills)
-        ops["overhead"] = (np.broadcast_to(overhead, n_steps).astype(np.float64), None)
+        ops["overhead"] = (np.broadcast_to(self.step_overhead(sampled, tokens, prefills), n_steps).astype(np.float64),
+                           None)
         return ops
+
+    def step_overhead(self, sampled, tokens, prefills):
+        """The device's and the engine's time a step of `sampled` requests and `tokens` tokens adds (`prefills`:
+        whether it computes prompt tokens, where that is priced; numbers, or arrays of steps)."""
+        return self.device.step_overhead_ms + self.engine.overhead_ms(
+            sampled, tokens, self.model.num_layers, self.parallel.attention_dp, self.moe_layers, prefills)
 
     def _linear(self, params, layers, n_kernels, tokens, detail: bool, *, w_bytes=None, dtype=None, in_out=None):
         """ms per step of a linear layer of `params` weights (per device) over `tokens`, in `layers`
@@ -559,31 +564,37 @@ class RooflineModel:
         return self.memory_for(self.activation_tokens)
 
 
-#: ShapeParts prices this many neighbours each side of a new step (one decode more or fewer each)
-AHEAD = 8
+#: ShapeParts prices, with a token count (or a count of requests sampled) it has not met, the counts this far
+#: below and above it: ramps, streams and chunk stretches meet them next, and a call costs numpy's calls, not
+#: its elements (SGLang's Llama-3.1-8B at 64 clients behind a streaming front end: 140 -> 4 calls an estimate)
+BELOW, ABOVE = 32, 224
 
 
 class ShapeParts:
     """Prices fused step shapes one at a time (a timed plan meets them so) from remembered parts.
 
-    Claim: `RooflineModel._price` adds, in a fixed order, parts that depend on a step's tokens, requests
-    and whether it computes prompt tokens alone (`_counted_ops`) and its entries' attention, each entry's
-    alone (`_attention_entries`, here on one entry's numbers: each operation the one an array's element
-    gets), summed in entry order; the same float operations on remembered parts give the price
-    `step_latency_ms` gives the shape, to the bit. `tests/latency` compares the two."""
+    Claim: `RooflineModel._price` adds, in a fixed order, parts that depend on a step's tokens alone (the linear
+    layers, experts, elementwise ops and communication), its requests sampled alone (lm_head), both and whether
+    it computes prompt tokens (`step_overhead`), and its entries' attention, each entry's alone
+    (`_attention_entries`, here on one entry's numbers: each operation the one an array's element gets), summed
+    in entry order; the same float operations on remembered parts give the price `step_latency_ms` gives the
+    shape, to the bit. `tests/latency` compares the two."""
 
     def __init__(self, model: RooflineModel):
         self.model = model
         self.prices_prefills = model.prices_prefills
-        self.counted: dict[tuple, tuple[float, ...]] = {}
+        self.by_tokens: dict[float, tuple[float, ...]] = {}  # COUNTED_BEFORE's, then COUNTED_AFTER's but lm_head
+        self.by_sampled: dict[float, float] = {}  # lm_head
         self.entries: dict[ForwardKey, tuple[float, float, float]] = {}  # full, windowed, recurrent
+        self.lm_head = COUNTED_AFTER.index("lm_head")
 
     def __call__(self, shape: StepShape) -> float:
         m = self.model
         tokens = float(sum(k.concurrency * k.query_len for k in shape))
         sampled = float(sum(k.concurrency for k in shape))
         prefills = self.prices_prefills and not all(k.is_decode for k in shape)
-        counted = self.counted.get((tokens, sampled, prefills)) or self._count(tokens, sampled, prefills)
+        if tokens not in self.by_tokens or sampled not in self.by_sampled:
+            self._count(tokens, sampled)
         new = [k for k in shape if k not in self.entries]
         if new:
             self._attend(new)
@@ -595,22 +606,24 @@ class ShapeParts:
             recurrent += state
         _, local_layers, linear_layers = m.attention_layers
         attention = m.over_layers(full, windowed if local_layers else None, recurrent if linear_layers else None)
-        before, after, overhead = counted[:len(COUNTED_BEFORE)], counted[len(COUNTED_BEFORE):-1], counted[-1]
+        counted, at = self.by_tokens[tokens], len(COUNTED_BEFORE) + self.lm_head
+        before, after = counted[:len(COUNTED_BEFORE)], (*counted[len(COUNTED_BEFORE):at], self.by_sampled[sampled],
+                                                        *counted[at:])
+        overhead = m.step_overhead(sampled, tokens, prefills)
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
-    def _count(self, tokens: float, sampled: float, prefills: bool) -> tuple[float, ...]:
-        """The counted parts of (tokens, sampled, prefills), with the neighbours a timed plan's next steps
-        meet priced in the same call (elementwise float operations give each element what it would get
-        alone): a decode more or fewer, AHEAD each side, with a token more or fewer (below the token
-        budget) or not (a step at it)."""
-        j = np.arange(-min(AHEAD, sampled - 1), AHEAD + 1, dtype=np.float64)
-        t = np.concatenate((tokens + j, np.full(len(j), tokens)))
-        n = np.concatenate((sampled + j, sampled + j))
-        ops = self.model._counted_ops(t, n, np.full(len(t), prefills) if self.prices_prefills else 0, len(t), False)
-        columns = [ops[op][0].tolist() for op in (*COUNTED_BEFORE, *COUNTED_AFTER, "overhead")]
-        for tk, sp, parts in zip(t.tolist(), n.tolist(), zip(*columns, strict=True), strict=True):
-            self.counted.setdefault((tk, sp, prefills), parts)
-        return self.counted[(tokens, sampled, prefills)]
+    def _count(self, tokens: float, sampled: float) -> None:
+        """Remember the parts of `tokens` and of `sampled`, and of the counts BELOW and ABOVE each, in one call
+        (elementwise float operations give each element what it would get alone; an element's token count and
+        count sampled need not be one step's, as no part read here depends on both)."""
+        j = np.arange(-BELOW, ABOVE + 1, dtype=np.float64)
+        t, n = np.maximum(tokens + j, 1.0), np.maximum(sampled + j, 1.0)
+        ops = self.model._counted_ops(t, n, 0, len(t), False)
+        kept = [op for op in (*COUNTED_BEFORE, *COUNTED_AFTER) if op != "lm_head"]
+        for tk, parts in zip(t.tolist(), zip(*(ops[op][0].tolist() for op in kept), strict=True), strict=True):
+            self.by_tokens.setdefault(tk, parts)
+        for sp, head in zip(n.tolist(), ops["lm_head"][0].tolist(), strict=True):
+            self.by_sampled.setdefault(sp, head)
 
     def _attend(self, keys: list) -> None:
         """Remember the attention parts of `keys`, each priced alone as numbers (a step meets one or two new
