@@ -21,8 +21,9 @@ profiles: for each engine whose left-out figure the calibration lowers (neither 
 TPOT, rises and one falls), `calibrate` on as many runs of every one of its campaigns, written in place
 into latency/data/engines/ENGINE.toml; an engine whose figure it does not lower keeps its profile.
 
-`--leave-one-out` calibrates as `servesweep calibrate` does by default, its leave-one-out fits included (in
-calibrate_s), and adds what it prints of its own runs (median |error| with the base profile, fitted and left
+`simulations` counts the runs each calibration simulated under a candidate profile (what calibrate_s pays for,
+whatever this machine's speed that day). `--leave-one-out` calibrates as `servesweep calibrate` does by default,
+its leave-one-out fits included (in calibrate_s and simulations), and adds what it prints of its own runs (median |error| with the base profile, fitted and left
 one out: base_*, fit_*, loo_*) beside what the profile does on the runs it did not see: how well the warning
 it prints foretells them.
 """
@@ -134,7 +135,7 @@ def one_campaign(label: str, rows: pd.DataFrame, k: int, every: int, others: lis
                 row = estimate(configure(values))
                 errors[which].append(np.array([row["ttft_ms"], row["tpot_ms"]]) / measured - 1)
     out = {"campaign": label, "engine": engine, "fit_runs": len(fit), "predicted": len(rest),
-           "calibrate_s": seconds}
+           "calibrate_s": seconds, "simulations": c.simulations}
     for which, values in errors.items():
         values = np.array(values) if values else np.full((1, 2), np.nan)
         out[f"{which}_ttft"], out[f"{which}_tpot"] = np.median(np.abs(values), axis=0)
@@ -238,7 +239,8 @@ def main(argv=None) -> int:
           f"calibrated on {a.calibration_runs} runs TTFT {pct(table.calibrated_ttft.median())} / TPOT "
           f"{pct(table.calibrated_tpot.median())}; worst calibrated campaign TTFT {pct(table.calibrated_ttft.max())}; "
           f"calibrate took {table.calibrate_s.median():.1f} s a campaign (median, its leave-one-out fits "
-          f"{'included' if a.leave_one_out else 'not run'})")
+          f"{'included' if a.leave_one_out else 'not run'}; {table.simulations.median():,.0f} simulations, "
+          f"{table.simulations.max():,} at most)")
     print("\nwhat each calibration changed:")
     for r in table.itertuples():
         print(f"  {r.campaign}: {r.fitted or 'nothing'}")

@@ -79,6 +79,7 @@ class Calibration:
     base_errors: np.ndarray
     fit_errors: np.ndarray
     loo_errors: np.ndarray | None
+    simulations: int = 0  # the runs simulated under a candidate profile, the leave-one-out fits' included
 
     def changes(self) -> list[tuple[str, str, str]]:
         """(what, base value, fitted value) of every knob and launch choice."""
@@ -171,7 +172,7 @@ def calibrate(runs: list[Run], engine: str, leave_one_out: bool = True, progress
         finally:
             ev.close()
         bar.update(total - bar.n)
-    return Calibration(data, base, runs, base_errors, fit_errors, loo)
+    return Calibration(data, base, runs, base_errors, fit_errors, loo, len(ev.known))
 
 
 def _leave_one_out(ev: Evaluator, runs: list[Run], base: dict, data: dict) -> np.ndarray:

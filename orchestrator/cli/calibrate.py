@@ -65,7 +65,8 @@ def print_calibration(c, engine: str, output: str) -> None:
     def median(e, column):
         return f"{np.median(np.abs(e[:, column])):.1%}"
 
-    print(f"calibrated {engine} on {len(c.runs)} runs -> {output} (use it as --engine {output})")
+    print(f"calibrated {engine} on {len(c.runs)} runs ({c.simulations:,} simulations) -> {output} "
+          f"(use it as --engine {output})")
     print("fitted (base -> calibrated):")
     for label, old, new in c.changes():
         print(f"  {label:30}{old:>10} -> {new}{'' if old != new else '  (kept)'}")

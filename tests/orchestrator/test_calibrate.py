@@ -701,6 +701,9 @@ def test_calibrate_over_two_processes_fits_the_same_profile(truth, tmp_path):
     one, two = (calibrate(runs, "vllm", progress=False, processes=n) for n in (1, 2))
     assert to_toml(one.data) == to_toml(two.data)
     assert np.array_equal(one.fit_errors, two.fit_errors) and np.array_equal(one.loo_errors, two.loo_errors)
+    # every run at every knob's step of each Jacobian (how many more is the order the runs are bounded in: by
+    # what each took, which differs between the two)
+    assert min(one.simulations, two.simulations) > 10 * len(runs)
     p = run("calibrate", str(tmp_path / "runs.csv"), "--output", str(tmp_path / "x.toml"), "--processes", "0")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--processes: 0" in p.stderr, p.stderr
 
