@@ -8,6 +8,7 @@
 `record` searches every scenario of the spec inline, in the sweep's order (by plan family), and
 writes what each cost to bench/data/<spec>_costs.parquet: its family, its seconds, the seconds of it
 that made plans, the plans it used (their signatures; a plan is made once per process and memoised),
+the same of each of its jobs (a scenario the runner places job by job is replayed from them),
 its points and the bytes of its assembled result (what a worker sends the driver); and what each
 plan cost to make to bench/data/<spec>_plans.parquet.
 
@@ -18,7 +19,7 @@ worker) as a small discrete-event model over W workers, with Ray's costs as meas
   its scenarios use that it has not made before (its memo is taken to keep every plan), or FETCH_S
   for one another worker made in SHARE_PLAN_S or more (read from the object store: `PlanShelf`);
 - parts are cut as the runner cuts them (`placement.part_ms`), a scenario of more work than a part
-  placed job by job (the recording has no cost per job: its seconds shared equally among its jobs);
+  placed job by job, each job with its own recorded seconds and plans;
 - every part costs ACTOR_CALL_S of dispatch; every worker ACTOR_START_S once, in parallel;
 - who writes: the workers themselves (an object-store output on a cluster, or a local one on one
   machine), DRIVER_WRITE_S a scenario added to their work, or the driver, one scenario after another,
@@ -65,7 +66,7 @@ FETCH_S = 0.001
 def record(spec_path: Path, limit: int, data: Path = DATA) -> Path:
     from orchestrator import evaluate
     from orchestrator.pricer import CachedPricer
-    from orchestrator.runner import search_item
+    from orchestrator.runner import assemble, search_job
     from orchestrator.spec import expand, load_spec
 
     planning, used, plan_cost = {"s": 0.0}, set(), {}
@@ -88,12 +89,19 @@ def record(spec_path: Path, limit: int, data: Path = DATA) -> Path:
     pricer, rows = CachedPricer(None), []
     started = time.perf_counter()
     for i, item in enumerate(items):
-        planning["s"], t0 = 0.0, time.perf_counter()
-        used.clear()
-        result = search_item(item, pricer)
-        rows.append({"scenario_id": item.id, "family": item.family, "seconds": time.perf_counter() - t0,
-                     "plan_seconds": planning["s"], "plans": sorted(used), "points": len(result.points),
-                     "result_bytes": len(pickle.dumps(result))})
+        jobs = []  # (result, seconds, plan seconds, plans used) of each job, searched as search_item searches it
+        for j in range(len(item.jobs)):
+            planning["s"], t0 = 0.0, time.perf_counter()
+            used.clear()
+            jobs.append((search_job(item, j, pricer), time.perf_counter() - t0, planning["s"], sorted(used)))
+        t0 = time.perf_counter()
+        result = assemble(item, [job[0] for job in jobs])
+        _, seconds, plan_seconds, plans = zip(*jobs, strict=True)
+        rows.append({"scenario_id": item.id, "family": item.family,
+                     "seconds": sum(seconds) + time.perf_counter() - t0, "plan_seconds": sum(plan_seconds),
+                     "plans": sorted(set().union(*plans)), "points": len(result.points),
+                     "result_bytes": len(pickle.dumps(result)), "job_seconds": list(seconds),
+                     "job_plan_seconds": list(plan_seconds), "job_plans": list(plans)})
         if i % 200 == 0:
             print(f"{i}/{len(items)} scenarios, {time.perf_counter() - started:.0f} s", file=sys.stderr)
     out = data / f"{spec_path.stem}_costs.parquet"
@@ -164,16 +172,20 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
 
 def split_jobs(costs: pd.DataFrame, jobs: dict, part_s: float) -> pd.DataFrame:
     """The scenarios the runner places job by job (`placement.pieces`: more work than a part alone,
-    here by their recorded seconds) as a piece a job, sharing the scenario's seconds equally (the
-    recording has no cost per job); each piece keeps all the scenario's plans (a bound)."""
+    here by their recorded seconds) as a piece a job: its own seconds, plan seconds and plans as recorded
+    (a recording without them: the scenario's seconds shared equally, and all its plans in each piece, a
+    bound)."""
     rows = []
     for r in costs.itertuples(index=False):
         k = jobs[r.scenario_id]
         if r.seconds <= part_s or k == 1:
             rows.append({**r._asdict(), "job": -1})  # whole
             continue
-        rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "seconds": r.seconds / k,
-                  "plan_seconds": r.plan_seconds / k, "result_bytes": r.result_bytes / k, "job": j}
+        own = getattr(r, "job_seconds", None) is not None
+        rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "job": j,
+                  "seconds": r.job_seconds[j] if own else r.seconds / k,
+                  "plan_seconds": r.job_plan_seconds[j] if own else r.plan_seconds / k,
+                  "plans": list(r.job_plans[j]) if own else r.plans, "result_bytes": r.result_bytes / k}
                  for j in range(k)]  # the driver writes it once, in either mode
     return pd.DataFrame(rows)
 
@@ -181,8 +193,13 @@ def split_jobs(costs: pd.DataFrame, jobs: dict, part_s: float) -> pd.DataFrame:
 def repeated(costs: pd.DataFrame, plan_cost: dict, jobs: dict, k: int) -> tuple[pd.DataFrame, dict, dict]:
     """The recorded sweep k times over, as a sweep of k times the deployments would be: each copy's scenarios,
     plan families and plans its own (nothing a copy made serves another, the bound on sharing)."""
+    def own(plans, i: int) -> list:
+        return [f"{p}#{i}" for p in plans]
+
     copies = [costs.assign(scenario_id=costs["scenario_id"] + f"#{i}", family=costs["family"].astype(str) + f"#{i}",
-                           plans=[[f"{p}#{i}" for p in plans] for plans in costs["plans"]]) for i in range(k)]
+                           plans=[own(plans, i) for plans in costs["plans"]],
+                           **({"job_plans": [[own(plans, i) for plans in jobs] for jobs in costs["job_plans"]]}
+                              if "job_plans" in costs else {})) for i in range(k)]
     return (pd.concat(copies, ignore_index=True), {f"{p}#{i}": s for p, s in plan_cost.items() for i in range(k)},
             {f"{sid}#{i}": n for sid, n in jobs.items() for i in range(k)})
 
