@@ -184,7 +184,7 @@ def read_table(root: str | Path, table: str = "best"):
 
 def _requests(item: SweepItem, best: list[dict], cols: dict) -> list[dict]:
     """The requests of every best point of a scenario (one row each), tagged with its limit pair."""
-    from orchestrator.evaluate import point_tables, row_point
+    from orchestrator.point_tables import point_tables, row_point
 
     rows = []
     for b in best:

@@ -14,9 +14,10 @@ from pathlib import Path
 from latency import ForwardKey, load_device
 from orchestrator import measured_runs
 from orchestrator.engine_defaults import launch_budget
-from orchestrator.evaluate import costs, evaluate_point, point_tables, with_prompt_cache, workload
+from orchestrator.evaluate import costs, evaluate_point, with_prompt_cache, workload
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
 from orchestrator.jobs import Job
+from orchestrator.point_tables import point_tables
 from orchestrator.run_copies import with_copied_layouts
 from orchestrator.scenario import Scenario
 from orchestrator.served_prompts import with_cache_evidence

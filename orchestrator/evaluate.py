@@ -292,24 +292,16 @@ def evaluate_point(s: Scenario, job: Job, n: int, pricer=direct_pricer, rate: fl
     if row is not None:
         return row
     lm, planned = plan_point(s, job, n, rate)
-    return finish_point(s, job, planned, pricer(lm, planned.price_keys, planned.scheduler.fused), n, rate)
+    return finish_point(s, job, planned, planned_prices(lm, planned, pricer), n, rate)
 
 
-def point_tables(s: Scenario, job: Job, n: int, rate: float | None = None) -> tuple[dict, dict]:
-    """One point request by request and step by step (columns of arrays; see simulator.per_request)."""
-    from simulator import per_request, per_step
-
-    lm, planned = plan_point(s, job, n, rate)
-    durations = step_times(planned, price(lm, planned.price_keys, planned.scheduler.fused))
-    return per_request(planned, durations), per_step(planned, durations)
-
-
-def row_point(row: dict) -> tuple[Job, int, float | None]:
-    """The job and search point (concurrency or rate per attention rank) a point row was evaluated at."""
-    layout = Layout(row["tp"], row["pp"], row["ep"], row.get("attention_dp", 1))
-    ranks = layout.attention_dp
-    rate = row["request_rate"] / ranks if row["arrival"] == "poisson" else None
-    return Job(row["role"], layout, row["max_batched_tokens"]), row["concurrency"] // ranks, rate
+def planned_prices(lm, planned, pricer=direct_pricer):
+    """Prices aligned with `planned.price_keys`: a timed plan's from the step pricer that priced each step while
+    it was planned (its clock ran on them; pricing them again in one call gives the same floats and costs a
+    KV-bound loop of 512 clients 15 ms of its 250), any other's from `pricer`."""
+    if planned.workload.timed:
+        return PRICERS.get(lm, planned.scheduler).prices(planned)
+    return pricer(lm, planned.price_keys, planned.scheduler.fused)
 
 
 def point_row(s: Scenario, layout: Layout, role: str, m, mem) -> dict:

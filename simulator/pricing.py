@@ -86,7 +86,8 @@ class StepPricer:
         return float(self.scheduler.step_latency(prefill, decode))  # a plain float: the clock adds it every step
 
     def prices(self, plan) -> np.ndarray:
-        return np.array([self.memo[k] for k in plan.price_keys], dtype=np.float64)
+        """Prices aligned with `plan.price_keys` (remembered from its planning; any other priced now)."""
+        return np.array([self._key_ms(k) for k in plan.price_keys], dtype=np.float64)
 
 
 class SharedPricers:

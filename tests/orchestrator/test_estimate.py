@@ -957,3 +957,24 @@ def test_each_request_in_flight_holds_its_recurrent_state_beside_its_kv():
     assert pool // (state + 1050) == 95  # the requests it holds at once
     assert 96 * 1100 < pool and many["kv_bound"] and not few["kv_bound"]
     assert many["peak_kv_tokens"] <= many["kv_capacity_tokens"] and many["fits_memory"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_timed_plan_is_replayed_at_the_prices_it_was_planned_with(engine):
+    """A timed plan's steps are priced while it is planned (its clock runs on them); its row replays those
+    prices, which are the floats pricing its keys again in one call gives, and so are they after the step
+    pricer was let go (priced anew). A KV-bound closed loop behind SGLang's or vLLM's front end."""
+    from orchestrator.estimate import busiest_point
+    from orchestrator.evaluate import direct_pricer, plan_point, planned_prices
+    from simulator import PRICERS
+
+    s = configure({"model": "Qwen/Qwen3-32B", "device": "H100_SXM", "tp_sizes": (2,), "engine": engine,
+                   "input_length": 4096, "output_length": 256, "concurrency": 96, "arrival": "closed",
+                   "num_prompts": 192})
+    job, n, _ = busiest_point(s)
+    lm, planned = plan_point(s, job, n)
+    assert planned.workload.timed and planned.kv_blocks and len(planned.price_keys) > 20
+    again = direct_pricer(lm, planned.price_keys, planned.scheduler.fused)
+    assert planned_prices(lm, planned).tolist() == again.tolist()
+    PRICERS.clear()
+    assert planned_prices(lm, planned).tolist() == again.tolist()
