@@ -23,9 +23,9 @@ into latency/data/engines/ENGINE.toml; an engine whose figure it does not lower 
 
 `simulations` counts the runs each calibration simulated under a candidate profile (what calibrate_s pays for,
 whatever this machine's speed that day). `--leave-one-out` calibrates as `servesweep calibrate` does by default,
-its leave-one-out fits included (in calibrate_s and simulations), and adds what it prints of its own runs (median |error| with the base profile, fitted and left
-one out: base_*, fit_*, loo_*) beside what the profile does on the runs it did not see: how well the warning
-it prints foretells them.
+its leave-one-out fits included (in calibrate_s and simulations), and adds what it prints of its own runs
+(median |error| with the base profile, fitted and left one out: base_*, fit_*, loo_*) beside what the profile does
+on the runs it did not see: how well the warning it prints foretells them.
 """
 
 from __future__ import annotations
