@@ -71,6 +71,12 @@ UNPRICED = ("name", "source", "base", "frontend", "scheduler", "prefix_caching",
             "reserve_rule", "kv_free_fraction", "kv_share")
 
 
+#: what a step's overhead and host time read of a profile, and nothing else of a price (`overhead_ms`,
+#: `moe_prefill_ms`, `with_step`): profiles alike but in these price a step's parts alike (`parts`)
+OVERHEADS = ("step_ms", "layer_us", "request_us", "request_layer_us", "token_us", "dp_step_ms", "moe_prefill_layer_us",
+             "moe_layer_us", "async_scheduling")
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """A step costs `step_ms` + `layer_us` per layer + `request_us` per request in it +
@@ -159,6 +165,11 @@ class EngineProfile:
         end or the launch share their prices)."""
         fields = {key: value for key, value in dataclasses.asdict(self).items() if key not in UNPRICED}
         return {**fields, "family": self.family}
+
+    def parts(self) -> dict:
+        """What of the profile a step's parts read (its ops and attention): `priced` less OVERHEADS. Calibrate's
+        candidates that move only the host's time or the MoE prompt-step time share them."""
+        return {key: value for key, value in self.priced().items() if key not in OVERHEADS}
 
     def scaled_device(self, device):
         """`device` with its efficiencies multiplied by the [efficiency] table (each at most 1); a device's

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache, cached_property
@@ -237,8 +238,17 @@ class RooflineModel:
         """Names model, device, parallelism, quantisation and every number that changes a price (of the engine
         profile, what a price reads of it), and the version of the pricing code, so a long-lived shared cache
         never serves another release's prices; models alike in it share prices (`simulator.StepPricer`)."""
+        return self._fingerprint(self.engine.priced())
+
+    @cached_property
+    def parts_fingerprint(self) -> str:
+        """The fingerprint with only what a step's parts read of the engine (`EngineProfile.parts`): models alike in
+        it share the parts `ShapeParts` remembers, each adding its own overhead and host time."""
+        return self._fingerprint(self.engine.parts())
+
+    def _fingerprint(self, engine_fields: dict) -> str:
         payload = json.dumps([asdict(self.model), asdict(self.device), asdict(self.parallel),
-                              asdict(self.quant), self.engine.priced(), pricing_code_version()], sort_keys=True)
+                              asdict(self.quant), engine_fields, pricing_code_version()], sort_keys=True)
         digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
         p = self.parallel
         adp = f"adp{p.attention_dp}" if p.attention_dp > 1 else ""
@@ -578,41 +588,53 @@ class ShapeParts:
     it computes prompt tokens (`step_overhead`), and its entries' attention, each entry's alone
     (`_attention_entries`, here on one entry's numbers: each operation the one an array's element gets), summed
     in entry order; the same float operations on remembered parts give the price `step_latency_ms` gives the
-    shape, to the bit. `tests/latency` compares the two."""
+    shape, to the bit. The parts are the same for models alike in `parts_fingerprint`, so such models share them
+    (`PARTS`), each adding its own overhead and host time. `tests/latency` compares the two."""
 
     def __init__(self, model: RooflineModel):
         self.model = model
         self.prices_prefills = model.prices_prefills
-        self.by_tokens: dict[float, tuple[float, ...]] = {}  # COUNTED_BEFORE's, then COUNTED_AFTER's but lm_head
-        self.by_sampled: dict[float, float] = {}  # lm_head
-        self.entries: dict[ForwardKey, tuple[float, float, float]] = {}  # full, windowed, recurrent
+        self.parts = PARTS.get(model)
         self.lm_head = COUNTED_AFTER.index("lm_head")
 
     def __call__(self, shape: StepShape) -> float:
-        m = self.model
+        m, parts = self.model, self.parts
         tokens = float(sum(k.concurrency * k.query_len for k in shape))
         sampled = float(sum(k.concurrency for k in shape))
         prefills = self.prices_prefills and not all(k.is_decode for k in shape)
-        if tokens not in self.by_tokens or sampled not in self.by_sampled:
-            self._count(tokens, sampled)
-        new = [k for k in shape if k not in self.entries]
+        if tokens not in parts.by_tokens or sampled not in parts.by_sampled:
+            parts.count(tokens, sampled)
+        entries = parts.entries
+        new = [k for k in shape if k not in entries]
         if new:
-            self._attend(new)
+            parts.attend(new)
         full = windowed = recurrent = 0.0
         for key in shape:  # as np.bincount adds a step's entries
-            one, window, state = self.entries[key]
+            one, window, state = entries[key]
             full += one
             windowed += window
             recurrent += state
         _, local_layers, linear_layers = m.attention_layers
         attention = m.over_layers(full, windowed if local_layers else None, recurrent if linear_layers else None)
-        counted, at = self.by_tokens[tokens], len(COUNTED_BEFORE) + self.lm_head
-        before, after = counted[:len(COUNTED_BEFORE)], (*counted[len(COUNTED_BEFORE):at], self.by_sampled[sampled],
+        counted, at = parts.by_tokens[tokens], len(COUNTED_BEFORE) + self.lm_head
+        before, after = counted[:len(COUNTED_BEFORE)], (*counted[len(COUNTED_BEFORE):at], parts.by_sampled[sampled],
                                                         *counted[at:])
         overhead = m.step_overhead(sampled, tokens, prefills)
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
-    def _count(self, tokens: float, sampled: float) -> None:
+
+class Parts:
+    """The parts of step prices a `ShapeParts` remembers, computed by the first model of their `parts_fingerprint`:
+    each token count's counted ops (COUNTED_BEFORE's, then COUNTED_AFTER's but lm_head), each count sampled's
+    lm_head, and each entry's attention (full, windowed, recurrent)."""
+
+    def __init__(self, model: RooflineModel):
+        self.model = model
+        self.by_tokens: dict[float, tuple[float, ...]] = {}
+        self.by_sampled: dict[float, float] = {}
+        self.entries: dict[ForwardKey, tuple[float, float, float]] = {}
+
+    def count(self, tokens: float, sampled: float) -> None:
         """Remember the parts of `tokens` and of `sampled`, and of the counts BELOW and ABOVE each, in one call
         (elementwise float operations give each element what it would get alone; an element's token count and
         count sampled need not be one step's, as no part read here depends on both)."""
@@ -625,7 +647,7 @@ class ShapeParts:
         for sp, head in zip(n.tolist(), ops["lm_head"][0].tolist(), strict=True):
             self.by_sampled.setdefault(sp, head)
 
-    def _attend(self, keys: list) -> None:
+    def attend(self, keys: list) -> None:
         """Remember the attention parts of `keys`, each priced alone as numbers (a step meets one or two new
         entries: numpy's cost a call would be most of theirs)."""
         for key in keys:
@@ -633,6 +655,27 @@ class ShapeParts:
                 key.is_decode, float(key.concurrency), float(key.query_len), float(key.seq_len), False)
             self.entries[key] = (float(full), 0.0 if windowed is None else float(windowed),
                                  0.0 if recurrent is None else float(recurrent))
+
+
+class SharedParts:
+    """The process's `Parts` by `parts_fingerprint`, least recently used out first beyond `size`."""
+
+    def __init__(self, size: int):
+        self.size, self.stores = size, OrderedDict()
+
+    def get(self, model: RooflineModel) -> Parts:
+        key = model.parts_fingerprint
+        if key in self.stores:
+            self.stores.move_to_end(key)
+            return self.stores[key]
+        store = self.stores[key] = Parts(model)
+        if len(self.stores) > self.size:
+            self.stores.popitem(last=False)
+        return store
+
+
+#: step parts kept per process (as many as step pricers: simulator.pricing.PRICERS)
+PARTS = SharedParts(64)
 
 
 def _gpu_ms(counted_before, attention, counted_after, overhead):

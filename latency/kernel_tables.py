@@ -18,7 +18,7 @@ import hashlib
 import importlib.util
 import os
 from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -169,9 +169,8 @@ class KernelTableModel(RooflineModel):
             return [f"{NAME}: routed experts priced by the roofline: {self.why_not}"]
         return [f"{NAME}: routed experts from the measured table {self.curve.source}; other ops by the roofline"]
 
-    @cached_property
-    def fingerprint(self) -> str:
-        return f"{super().fingerprint}|{NAME}:{self.curve.source if self.curve else 'roofline'}"
+    def _fingerprint(self, engine_fields: dict) -> str:
+        return f"{super()._fingerprint(engine_fields)}|{NAME}:{self.curve.source if self.curve else 'roofline'}"
 
     def _moe(self, tokens, peak, detail: bool):
         if self.curve is None:

@@ -356,6 +356,42 @@ def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_pr
         assert build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2, engine=moved).fingerprint != plain, f.name
 
 
+
+def test_profiles_alike_but_in_their_overheads_share_the_parts_of_every_step():
+    """`parts_fingerprint` leaves out what only a step's overhead and host time read (latency.engine.OVERHEADS):
+    calibrate's candidates that move only those share the parts `ShapeParts` remembers, and each prices a step as
+    its own `step_latency_ms` does (a MoE model, whose prompt steps pay moe_prefill_layer_us); every other field a
+    price reads changes it."""
+    from latency.engine import OVERHEADS, UNPRICED, EngineProfile
+    from latency.estimator import PARTS, ShapeParts
+
+    base = EngineProfile("mine", base="vllm", step_ms=0.5, request_layer_us=0.3, moe_layer_us=20.0,
+                         moe_prefill_layer_us=200.0)
+    keys = [ForwardKey(True, 3, 1, 4000), ForwardKey(False, 1, 1500, 6000), ForwardKey(True, 64, 1, 900)]
+    shapes = [(keys[0],), (keys[1],), tuple(sorted(keys)), (keys[2],), tuple(sorted(keys[1:]))]
+    first = build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=2, engine=base)
+    for f in OVERHEADS:
+        value = not getattr(base, f) if f == "async_scheduling" else getattr(base, f) + 0.25
+        moved = build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=2,
+                                    engine=dataclasses.replace(base, **{f: value}))
+        assert moved.parts_fingerprint == first.parts_fingerprint and moved.fingerprint != first.fingerprint, f
+        assert PARTS.get(moved) is PARTS.get(first)
+        own = moved.step_latency_ms(shapes).tolist()
+        assert [ShapeParts(moved)(shape) for shape in shapes] == own
+        assert (own != first.step_latency_ms(shapes).tolist()) == (f != "dp_step_ms"), f  # (dp: attention DP only)
+    plain = first.parts_fingerprint
+    changed = {"base": "sglang", "efficiency": (("gemm", 0.9),)}
+    for f in dataclasses.fields(EngineProfile):
+        if (f.name in UNPRICED and f.name not in changed) or f.name in OVERHEADS:
+            continue
+        if f.name in changed:
+            value = changed[f.name]
+        else:
+            value = not getattr(base, f.name) if f.type == "bool" else getattr(base, f.name) + 0.25
+        moved = dataclasses.replace(base, **{f.name: value})
+        assert build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=2, engine=moved).parts_fingerprint != plain, \
+            f.name
+
 #: models whose steps are priced by every part of `_price`: dense, sliding-window attention with MXFP4
 #: experts, MLA with a MoE prefill time (SGLang's), EP experts with TensorRT-LLM's per-layer times, sparse MLA
 #: with indexers in some layers, chunked attention beside full, gated delta-nets beside gated attention
