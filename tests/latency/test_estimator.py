@@ -344,16 +344,24 @@ def test_profiles_alike_in_what_a_price_reads_share_one_fingerprint_and_every_pr
         assert a.fingerprint == b.fingerprint
         assert a.step_latency_ms(shapes).tolist() == b.step_latency_ms(shapes).tolist()
     plain = build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2, engine=base).fingerprint
+    for name, moved in priced_fields_moved(base, skip=()):
+        assert build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2, engine=moved).fingerprint != plain, name
+
+
+def priced_fields_moved(base, skip: tuple):
+    """(field, `base` with it moved) for every field of EngineProfile a price reads (not UNPRICED but `base` and
+    the [efficiency] table, which are), but `skip`."""
+    from latency.engine import UNPRICED, EngineProfile
+
     changed = {"base": "sglang", "efficiency": (("gemm", 0.9),)}
     for f in dataclasses.fields(EngineProfile):
-        if f.name in UNPRICED and f.name not in changed:
+        if (f.name in UNPRICED and f.name not in changed) or f.name in skip:
             continue
         if f.name in changed:
             value = changed[f.name]
         else:
             value = not getattr(base, f.name) if f.type == "bool" else getattr(base, f.name) + 0.25
-        moved = dataclasses.replace(base, **{f.name: value})
-        assert build_latency_model("Qwen/Qwen3-32B", "H200_SXM", tp=2, engine=moved).fingerprint != plain, f.name
+        yield f.name, dataclasses.replace(base, **{f.name: value})
 
 
 
@@ -362,7 +370,7 @@ def test_profiles_alike_but_in_their_overheads_share_the_parts_of_every_step():
     calibrate's candidates that move only those share the parts `ShapeParts` remembers, and each prices a step as
     its own `step_latency_ms` does (a MoE model, whose prompt steps pay moe_prefill_layer_us); every other field a
     price reads changes it."""
-    from latency.engine import OVERHEADS, UNPRICED, EngineProfile
+    from latency.engine import OVERHEADS, EngineProfile
     from latency.estimator import PARTS, ShapeParts
 
     base = EngineProfile("mine", base="vllm", step_ms=0.5, request_layer_us=0.3, moe_layer_us=20.0,
@@ -380,17 +388,10 @@ def test_profiles_alike_but_in_their_overheads_share_the_parts_of_every_step():
         assert [ShapeParts(moved)(shape) for shape in shapes] == own
         assert (own != first.step_latency_ms(shapes).tolist()) == (f != "dp_step_ms"), f  # (dp: attention DP only)
     plain = first.parts_fingerprint
-    changed = {"base": "sglang", "efficiency": (("gemm", 0.9),)}
-    for f in dataclasses.fields(EngineProfile):
-        if (f.name in UNPRICED and f.name not in changed) or f.name in OVERHEADS:
-            continue
-        if f.name in changed:
-            value = changed[f.name]
-        else:
-            value = not getattr(base, f.name) if f.type == "bool" else getattr(base, f.name) + 0.25
-        moved = dataclasses.replace(base, **{f.name: value})
-        assert build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=2, engine=moved).parts_fingerprint != plain, \
-            f.name
+    for name, moved in priced_fields_moved(base, skip=OVERHEADS):
+        model = build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=2, engine=moved)
+        assert model.parts_fingerprint != plain, name
+
 
 #: models whose steps are priced by every part of `_price`: dense, sliding-window attention with MXFP4
 #: experts, MLA with a MoE prefill time (SGLang's), EP experts with TensorRT-LLM's per-layer times, sparse MLA
