@@ -574,7 +574,7 @@ class RooflineModel:
         return self.memory_for(self.activation_tokens)
 
 
-#: ShapeParts prices, with a token count (or a count of requests sampled) it has not met, the counts this far
+#: `Parts.count` prices, with a token count (or a count of requests sampled) not met yet, the counts this far
 #: below and above it: ramps, streams and chunk stretches meet them next, and a call costs numpy's calls, not
 #: its elements (SGLang's Llama-3.1-8B at 64 clients behind a streaming front end: 140 -> 3 calls an estimate)
 BELOW, ABOVE = 32, 224
