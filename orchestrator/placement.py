@@ -106,7 +106,8 @@ class Placement:
     where a scenario allows). A worker takes the next part of a family it started (its plans are in
     that worker's memo), else starts the largest family nobody has, else helps with the family that
     has the most work left (reading the plans of it worth sharing, `runner.PlanShelf`, and making the
-    others again)."""
+    others again), taking its parts from the end: its owners work from the front, making the plans the
+    next parts there need, which a helper would otherwise make again beside them."""
 
     def __init__(self, items: list, workers: int, cost=attrgetter("ms")):
         families: dict[str, list[tuple[Piece, float]]] = {}
@@ -117,6 +118,7 @@ class Placement:
         self.parts: dict[str, deque] = {f: deque(_cut(m, self.part_ms)) for f, m in families.items()}
         self.left = {f: sum(ms for _, ms in m) for f, m in families.items()}
         self.owners: dict[str, set] = {f: set() for f in families}
+        self.helpers: dict[str, set] = {f: set() for f in families}  # owners that joined it once it was started
 
     def take(self, worker) -> tuple[str, list[Piece], float] | None:
         """(family, pieces, estimated ms) for `worker`, or None when nothing is left."""
@@ -126,8 +128,11 @@ class Placement:
         mine = [f for f in open_ if worker in self.owners[f]]
         free = [f for f in open_ if not self.owners[f]]
         family = (mine or [max(free or open_, key=self.left.__getitem__)])[0]
+        if not mine and not free:
+            self.helpers[family].add(worker)
         self.owners[family].add(worker)
-        items, ms = self.parts[family].popleft()
+        helping = worker in self.helpers[family]
+        items, ms = self.parts[family].pop() if helping else self.parts[family].popleft()
         self.left[family] -= ms
         return family, items, ms
 
@@ -135,7 +140,7 @@ class Placement:
         """A part whose worker was lost: first in its family again; the worker owns nothing now."""
         self.parts[family].appendleft((items, ms))
         self.left[family] += ms
-        for owners in self.owners.values():
+        for owners in (*self.owners.values(), *self.helpers.values()):
             owners.discard(worker)
 
 
