@@ -172,20 +172,16 @@ def replay(costs: pd.DataFrame, plan_cost: dict, workers: int, driver_writes: bo
 
 def split_jobs(costs: pd.DataFrame, jobs: dict, part_s: float) -> pd.DataFrame:
     """The scenarios the runner places job by job (`placement.pieces`: more work than a part alone,
-    here by their recorded seconds) as a piece a job: its own seconds, plan seconds and plans as recorded
-    (a recording without them: the scenario's seconds shared equally, and all its plans in each piece, a
-    bound)."""
+    here by their recorded seconds) as a piece a job: its own seconds, plan seconds and plans as recorded."""
     rows = []
     for r in costs.itertuples(index=False):
         k = jobs[r.scenario_id]
         if r.seconds <= part_s or k == 1:
             rows.append({**r._asdict(), "job": -1})  # whole
             continue
-        own = getattr(r, "job_seconds", None) is not None
-        rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "job": j,
-                  "seconds": r.job_seconds[j] if own else r.seconds / k,
-                  "plan_seconds": r.job_plan_seconds[j] if own else r.plan_seconds / k,
-                  "plans": list(r.job_plans[j]) if own else r.plans, "result_bytes": r.result_bytes / k}
+        rows += [{**r._asdict(), "scenario_id": f"{r.scenario_id}/{j}", "job": j, "seconds": r.job_seconds[j],
+                  "plan_seconds": r.job_plan_seconds[j], "plans": list(r.job_plans[j]),
+                  "result_bytes": r.result_bytes / k}
                  for j in range(k)]  # the driver writes it once, in either mode
     return pd.DataFrame(rows)
 
@@ -198,8 +194,8 @@ def repeated(costs: pd.DataFrame, plan_cost: dict, jobs: dict, k: int) -> tuple[
 
     copies = [costs.assign(scenario_id=costs["scenario_id"] + f"#{i}", family=costs["family"].astype(str) + f"#{i}",
                            plans=[own(plans, i) for plans in costs["plans"]],
-                           **({"job_plans": [[own(plans, i) for plans in jobs] for jobs in costs["job_plans"]]}
-                              if "job_plans" in costs else {})) for i in range(k)]
+                           job_plans=[[own(plans, i) for plans in jobs] for jobs in costs["job_plans"]])
+              for i in range(k)]
     return (pd.concat(copies, ignore_index=True), {f"{p}#{i}": s for p, s in plan_cost.items() for i in range(k)},
             {f"{sid}#{i}": n for sid, n in jobs.items() for i in range(k)})
 

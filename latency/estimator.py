@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache, cached_property
@@ -32,6 +31,7 @@ from latency.memory import (
 from latency.model import ModelSpec
 from latency.parallel import ParallelSpec
 from latency.quant import Quantization
+from latency.recent import Recent
 from latency.routing import touched_share
 
 #: hidden-sized activation passes per token per layer outside the GEMMs (2 norms in/out, residual
@@ -578,6 +578,10 @@ class RooflineModel:
 #: below and above it: ramps, streams and chunk stretches meet them next, and a call costs numpy's calls, not
 #: its elements (SGLang's Llama-3.1-8B at 64 clients behind a streaming front end: 140 -> 3 calls an estimate)
 BELOW, ABOVE = 32, 224
+#: the counted ops that depend on a step's tokens alone, in `_price`'s order (all but lm_head, which its requests
+#: sampled set), and where lm_head goes back among them
+TOKEN_OPS = tuple(op for op in (*COUNTED_BEFORE, *COUNTED_AFTER) if op != "lm_head")
+LM_HEAD_AT = len(COUNTED_BEFORE) + COUNTED_AFTER.index("lm_head")
 
 
 class ShapeParts:
@@ -594,8 +598,7 @@ class ShapeParts:
     def __init__(self, model: RooflineModel):
         self.model = model
         self.prices_prefills = model.prices_prefills
-        self.parts = PARTS.get(model)
-        self.lm_head = COUNTED_AFTER.index("lm_head")
+        self.parts = PARTS.get(model.parts_fingerprint, lambda: Parts(model))
 
     def __call__(self, shape: StepShape) -> float:
         m, parts = self.model, self.parts
@@ -616,16 +619,16 @@ class ShapeParts:
             recurrent += state
         _, local_layers, linear_layers = m.attention_layers
         attention = m.over_layers(full, windowed if local_layers else None, recurrent if linear_layers else None)
-        counted, at = parts.by_tokens[tokens], len(COUNTED_BEFORE) + self.lm_head
-        before, after = counted[:len(COUNTED_BEFORE)], (*counted[len(COUNTED_BEFORE):at], parts.by_sampled[sampled],
-                                                        *counted[at:])
+        counted = parts.by_tokens[tokens]
+        ops = (*counted[:LM_HEAD_AT], parts.by_sampled[sampled], *counted[LM_HEAD_AT:])  # in _price's order
+        before, after = ops[:len(COUNTED_BEFORE)], ops[len(COUNTED_BEFORE):]
         overhead = m.step_overhead(sampled, tokens, prefills)
         return float(m.engine.with_step(np.float64(_gpu_ms(before, attention, after, overhead))))
 
 
 class Parts:
     """The parts of step prices a `ShapeParts` remembers, computed by the first model of their `parts_fingerprint`:
-    each token count's counted ops (COUNTED_BEFORE's, then COUNTED_AFTER's but lm_head), each count sampled's
+    each token count's counted ops (TOKEN_OPS: COUNTED_BEFORE's, then COUNTED_AFTER's but lm_head), each count sampled's
     lm_head, and each entry's attention (full, windowed, recurrent)."""
 
     def __init__(self, model: RooflineModel):
@@ -641,8 +644,7 @@ class Parts:
         j = np.arange(-BELOW, ABOVE + 1, dtype=np.float64)
         t, n = np.maximum(tokens + j, 1.0), np.maximum(sampled + j, 1.0)
         ops = self.model._counted_ops(t, n, 0, len(t), False)
-        kept = [op for op in (*COUNTED_BEFORE, *COUNTED_AFTER) if op != "lm_head"]
-        for tk, parts in zip(t.tolist(), zip(*(ops[op][0].tolist() for op in kept), strict=True), strict=True):
+        for tk, parts in zip(t.tolist(), zip(*(ops[op][0].tolist() for op in TOKEN_OPS), strict=True), strict=True):
             self.by_tokens.setdefault(tk, parts)
         for sp, head in zip(n.tolist(), ops["lm_head"][0].tolist(), strict=True):
             self.by_sampled.setdefault(sp, head)
@@ -657,25 +659,8 @@ class Parts:
                                  0.0 if recurrent is None else float(recurrent))
 
 
-class SharedParts:
-    """The process's `Parts` by `parts_fingerprint`, least recently used out first beyond `size`."""
-
-    def __init__(self, size: int):
-        self.size, self.stores = size, OrderedDict()
-
-    def get(self, model: RooflineModel) -> Parts:
-        key = model.parts_fingerprint
-        if key in self.stores:
-            self.stores.move_to_end(key)
-            return self.stores[key]
-        store = self.stores[key] = Parts(model)
-        if len(self.stores) > self.size:
-            self.stores.popitem(last=False)
-        return store
-
-
-#: step parts kept per process (as many as step pricers: simulator.pricing.PRICERS)
-PARTS = SharedParts(64)
+#: step parts kept per process, by `parts_fingerprint` (as many as step pricers: simulator.pricing.PRICERS)
+PARTS = Recent(64)
 
 
 def _gpu_ms(counted_before, attention, counted_after, overhead):

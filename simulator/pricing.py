@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from latency.estimator import RooflineModel, ShapeParts
 from latency.keys import ForwardKey, StepShape
+from latency.recent import Recent
 
 
 def key_latency(latency, keys: Sequence[ForwardKey]) -> np.ndarray:
@@ -98,17 +98,11 @@ class SharedPricers:
     latency without a fingerprint (a plain callable) has its own."""
 
     def __init__(self, size: int):
-        self.size, self.pricers = size, OrderedDict()
+        self.pricers = Recent(size)
 
     def get(self, latency, scheduler) -> StepPricer:
         key = (getattr(latency, "fingerprint", latency), scheduler)
-        if key in self.pricers:
-            self.pricers.move_to_end(key)
-            return self.pricers[key]
-        pricer = self.pricers[key] = StepPricer(latency, scheduler)
-        if len(self.pricers) > self.size:
-            self.pricers.popitem(last=False)
-        return pricer
+        return self.pricers.get(key, lambda: StepPricer(latency, scheduler))
 
     def clear(self) -> None:
         self.pricers.clear()

@@ -371,7 +371,7 @@ def test_profiles_alike_but_in_their_overheads_share_the_parts_of_every_step():
     its own `step_latency_ms` does (a MoE model, whose prompt steps pay moe_prefill_layer_us); every other field a
     price reads changes it."""
     from latency.engine import OVERHEADS, EngineProfile
-    from latency.estimator import PARTS, ShapeParts
+    from latency.estimator import ShapeParts
 
     base = EngineProfile("mine", base="vllm", step_ms=0.5, request_layer_us=0.3, moe_layer_us=20.0,
                          moe_prefill_layer_us=200.0)
@@ -383,7 +383,7 @@ def test_profiles_alike_but_in_their_overheads_share_the_parts_of_every_step():
         moved = build_latency_model("Qwen/Qwen3-30B-A3B", "H200_SXM", tp=2,
                                     engine=dataclasses.replace(base, **{f: value}))
         assert moved.parts_fingerprint == first.parts_fingerprint and moved.fingerprint != first.fingerprint, f
-        assert PARTS.get(moved) is PARTS.get(first)
+        assert ShapeParts(moved).parts is ShapeParts(first).parts
         own = moved.step_latency_ms(shapes).tolist()
         assert [ShapeParts(moved)(shape) for shape in shapes] == own
         assert (own != first.step_latency_ms(shapes).tolist()) == (f != "dp_step_ms"), f  # (dp: attention DP only)

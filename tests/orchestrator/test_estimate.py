@@ -973,8 +973,8 @@ def test_a_timed_plan_is_replayed_at_the_prices_it_was_planned_with(engine):
                    "num_prompts": 192})
     job, n, _ = busiest_point(s)
     lm, planned = plan_point(s, job, n)
-    assert planned.workload.timed and planned.kv_blocks and len(planned.price_keys) > 20
     again = direct_pricer(lm, planned.price_keys, planned.scheduler.fused)
+    assert planned.workload.timed and planned.kv_blocks and len(set(again.tolist())) > 1  # steps of many prices
     assert planned_prices(lm, planned).tolist() == again.tolist()
     PRICERS.clear()
     assert planned_prices(lm, planned).tolist() == again.tolist()
