@@ -1030,7 +1030,7 @@ def test_a_round_of_choices_drops_only_candidates_that_cannot_be_kept(truth, tmp
     ev.known.clear()
     slowest = max(runs, key=lambda r: ev.seconds[r.where])
     got = bounded_losses(ev, candidates, runs, base, bars)
-    for value, whole, bar in zip(got, exact, bars, strict=True):
-        assert value == whole or (value == np.inf and whole > bar)
+    for value, whole, limit in zip(got, exact, bars, strict=True):
+        assert value == whole or (value == np.inf and whole > limit)
     assert got[1] == np.inf and exact[3] == min(exact) == got[3]  # the true budget, 2048, is kept
     assert not any(to_toml(slow) == text and where == slowest.where for text, where in ev.known)
