@@ -24,5 +24,8 @@ class Recent:
             self.values.popitem(last=False)
         return value
 
+    def __len__(self) -> int:
+        return len(self.values)
+
     def clear(self) -> None:
         self.values.clear()
