@@ -65,6 +65,7 @@ FETCH_S = 0.001
 
 def record(spec_path: Path, limit: int, data: Path = DATA) -> Path:
     from orchestrator import evaluate
+    from orchestrator.collector import collect_rarely
     from orchestrator.pricer import CachedPricer
     from orchestrator.runner import assemble, search_job
     from orchestrator.spec import expand, load_spec
@@ -84,7 +85,7 @@ def record(spec_path: Path, limit: int, data: Path = DATA) -> Path:
         return out
 
     evaluate._planned = timed
-    evaluate.collect_rarely()
+    collect_rarely()
     items = sorted(expand(load_spec(spec_path))[: limit or None], key=lambda it: it.family)
     pricer, rows = CachedPricer(None), []
     started = time.perf_counter()

@@ -3,7 +3,6 @@ simulated and checked for memory and the limits."""
 
 from __future__ import annotations
 
-import gc
 import math
 import threading
 import time
@@ -96,20 +95,6 @@ def use_shelf(shelf) -> None:
 MEASURED = 1024
 _measured: OrderedDict = OrderedDict()  # point_key -> (metrics, judged, the limits judged against)
 _measured_lock = threading.Lock()  # the web page serves requests in threads
-
-
-#: the garbage collector's thresholds in a process that evaluates points: planning makes tens of
-#: thousands of small containers a point, and at Python's default (700, 10, 10) the full collections
-#: they trigger walk every object the memos hold (0.5 M in a sweep's worker, ~0.12 s each): 17 % of an
-#: inline sweep's time. These collect the young rarely and the old almost never; no memory is kept
-#: longer (the evaluation makes no reference cycles of note).
-GC_THRESHOLDS = (50_000, 20, 100)
-
-
-def collect_rarely() -> None:
-    """Set this process's garbage collection to GC_THRESHOLDS (idempotent)."""
-    if gc.get_threshold() != GC_THRESHOLDS:
-        gc.set_threshold(*GC_THRESHOLDS)
 
 
 def grid_rate(n: int) -> float:

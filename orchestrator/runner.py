@@ -15,7 +15,8 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from orchestrator.evaluate import collect_rarely, evaluate_point, take_plans_made, use_shelf
+from orchestrator.collector import collect_rarely, freeze_survivors
+from orchestrator.evaluate import evaluate_point, take_plans_made, use_shelf
 from orchestrator.jobs import JobResult, OptimizeResult, SweepItem
 from orchestrator.optimize import job_search
 from orchestrator.placement import Piece, Placement, pieces
@@ -42,7 +43,9 @@ def search_job(item: SweepItem, index: int, pricer, progress=None) -> JobResult:
         if progress is not None:
             progress.point(pricer.take_stats(), len(rows))
         return rows
-    return drive(job_search(s, job), evaluate)
+    result = drive(job_search(s, job), evaluate)
+    freeze_survivors()
+    return result
 
 
 def search_item(item: SweepItem, pricer, progress=None) -> OptimizeResult:

@@ -678,7 +678,7 @@ def test_an_evaluating_process_collects_garbage_rarely(tmp_path):
     defaults the full collections the planner's small containers trigger walk every memoised object."""
     import gc
 
-    from orchestrator.evaluate import GC_THRESHOLDS
+    from orchestrator.collector import GC_THRESHOLDS
 
     before = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
@@ -687,6 +687,23 @@ def test_an_evaluating_process_collects_garbage_rarely(tmp_path):
         assert gc.get_threshold() == GC_THRESHOLDS
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_finished_search_leaves_its_plans_beyond_the_collectors_walks(tmp_path):
+    """Once a job's search ends, what it left alive (the plans it memoised) is frozen out of the collector's
+    generations (`freeze_survivors`): a later collection of the young does not walk it (the pauses that walk
+    a sweep's memos reached 0.95 s), while a plan made after it is still walked until its own search ends."""
+    import gc
+
+    from orchestrator.evaluate import _plan
+    from simulator import Workload, plan
+
+    run_sweep(expand(SPEC)[:1], tmp_path, backend="inline", progress=False)
+    walked = {id(o) for o in gc.get_objects()}
+    kept = [entry[0] for entry in _plan.memo.values()]
+    assert kept and not any(id(p) in walked for p in kept)
+    fresh = plan(Workload(64, 8, 2048, 4))
+    assert any(o is fresh for o in gc.get_objects())
 
 
 def test_a_searcher_that_cannot_write_sends_its_results_to_the_driver(ray_session, tmp_path):
