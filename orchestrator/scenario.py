@@ -6,14 +6,13 @@ its layouts, latency models, scheduler and limit pairs, and the checks that span
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, make_dataclass, replace
+from dataclasses import field, make_dataclass, replace
 from functools import cached_property, lru_cache
 
 from latency import load_device, load_engine, load_model, parse_quantization
 from latency.backends import backend_for, backend_names, has_backend
 from latency.deployment import Deployment
 from latency.engine import is_profile_path
-from latency.parallel import ParallelSpec
 from orchestrator.engine_defaults import (
     default_capacity_scheduler,
     default_reserved_gib,
@@ -31,6 +30,7 @@ from orchestrator.fields import (
     FIELDS,
     InputError,
 )
+from orchestrator.layouts import LAYOUTS, Layout, find_layouts, layout_key
 from orchestrator.measured_runs import model_allowed
 from simulator.benchmarks import protocol
 from simulator.mix import Lengths, MixError, RequestMix, Trace
@@ -39,29 +39,6 @@ from simulator.scheduler import Scheduler, make_scheduler
 __all__ = ["InputError", "Layout", "Scenario"]
 #: field groups a plan depends on (see Scenario.plan_family)
 PLAN_GROUPS = ("workload", "load", "scheduler")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """One instance: attention_dp ranks of tp x pp devices; the experts over ep groups of moe_tp
-    devices (see latency.ParallelSpec). A search point's concurrency is per attention rank."""
-
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    attention_dp: int = 1
-
-    @property
-    def devices(self) -> int:
-        return self.tp * self.pp * self.attention_dp
-
-    @property
-    def rank_devices(self) -> int:
-        return self.tp * self.pp
-
-    @property
-    def moe_tp(self) -> int:
-        return self.tp * self.attention_dp // self.ep
 
 
 class _ScenarioMethods:
@@ -248,50 +225,26 @@ class _ScenarioMethods:
             raise InputError("latency_backend", self.latency_backend, str(err)) from None
 
     def layouts(self) -> list[Layout]:
-        """Every layout to try: the given tp sizes, or each divisor of the device count the model
-        allows; for MoE models also every attention-DP size and both no EP and wide EP, unless given.
-        A layout asked for explicitly that the engines cannot build is refused; searched ones that
-        cannot be built are skipped (never replaced by another). Searched MoE layouts whose weights
-        do not fit are pruned; when none fits, the plain ones (no attention DP, no EP) stay so the
-        answer can say why. Dense instances whose weights do not fit are kept the same way."""
-        spec = load_model(self.model)
-        n, pp = self.num_devices, self.pp
-        explicit = bool(self.tp_sizes) and (not spec.is_moe or (bool(self.attention_dp_sizes) and self.ep > 0))
-        sizes = self.tp_sizes or tuple(t for t in range(1, n + 1) if n % (t * pp) == 0)
-        ranks = self.attention_dp_sizes or (tuple(range(1, n + 1)) if spec.is_moe else (1,))
-        out = []
-        for tp in sizes:
-            for adp in ranks:
-                if n % (tp * pp * adp):
-                    if explicit:
-                        raise ValueError(f"tp {tp} x pp {pp} x attention_dp {adp} does not divide {n} devices")
-                    continue
-                eps = (self.ep,) if self.ep else ((1, tp * adp) if spec.is_moe else (1,))
-                for ep in dict.fromkeys(eps):
-                    try:
-                        ParallelSpec(tp=tp, pp=pp, ep=ep, attention_dp=adp,
-                                     redundant_experts=self.redundant_experts if ep > 1 else 0).validate(spec)
-                    except ValueError:
-                        if explicit:
-                            raise
-                        continue
-                    out.append(Layout(tp, pp, ep, adp))
-        if not spec.is_moe or explicit:
-            return out
-        plain = [lay for lay in out if lay.attention_dp == 1 and lay.ep == 1]  # what explains "nothing fits"
-        return [lay for lay in out if self._weights_fit(lay)] or plain or out
+        """Every layout to try (`orchestrator.layouts.find_layouts`), found once a scenario and shared by the
+        scenarios alike in what they read (`layout_key`)."""
+        return list(self._layouts)
 
-    def _weights_fit(self, layout: Layout) -> bool:
-        mem = self.latency_model(layout).memory_for(max(self.max_batched_tokens or (1,)))
-        return mem.kv_capacity_tokens > 0
+    @cached_property
+    def _layouts(self) -> tuple[Layout, ...]:
+        return LAYOUTS.get(layout_key(self), lambda: find_layouts(self))
 
     def deployment(self, layout: Layout) -> Deployment:
         """What a latency backend prices for `layout`: one frozen object (the latency-model cache's key)."""
-        reserved = layout_reserved_gib(self.engine, load_device(self.device), self.reserved_memory_gb, layout.tp,
+        reserved = layout_reserved_gib(self.engine, self.device_spec, self.reserved_memory_gb, layout.tp,
                                        layout.pp, layout.attention_dp)
         return Deployment(self.model, self.device, layout.tp, layout.pp, self.num_devices // layout.devices,
                           layout.ep, layout.attention_dp, self.quantization, self.kv_cache_dtype, reserved,
                           self.engine, self.redundant_experts if layout.ep > 1 else 0, self.async_override)
+
+    @cached_property
+    def device_spec(self):
+        """The device's spec, read once a scenario (a sweep's expansion asked for it per layout)."""
+        return load_device(self.device)
 
     def latency_model(self, layout: Layout):
         return _latency_model(self.latency_backend, self.deployment(layout))

@@ -805,3 +805,16 @@ def test_async_scheduling_changes_a_scenario_s_id_only_where_it_is_not_the_engin
 
     unset, on, both = ids(""), ids('["on"]'), ids('["on", "off"]')
     assert on == unset and len(both) == 2 and unset[0] in both
+
+
+def test_a_scenario_s_id_is_the_one_its_fields_always_gave():
+    """Ids name finished scenarios for a resumed sweep: the digest of the fields as `dataclasses.asdict` gives
+    them (a length distribution as its kind and bins), pinned here as they were before the id skipped asdict's
+    copies (`spec._plain`), for a fixed length and two distributions."""
+    from orchestrator.spec import expand
+
+    grid = {"model": "Qwen/Qwen3-8B", "device": "H200_SXM", "num_devices": 1, "output_length": 32, "tp": 1,
+            "input_length": ["uniform:100:300", 1024, "bins:10-100@0.5,100-900@0.5"], "max_batched_tokens": 2048,
+            "tpot_limit_ms": 20}
+    assert [item.id for item in expand({"grid": grid})] == ["8c4726313bdae5ab", "abb54f86fc3cc07b",
+                                                           "ae16890c7e020e5f"]
