@@ -16,6 +16,7 @@ from orchestrator import measured_runs
 from orchestrator.engine_defaults import launch_budget
 from orchestrator.evaluate import costs, evaluate_point, with_prompt_cache, workload
 from orchestrator.fields import FIELD_BY_KEY, FIELD_BY_NAME, FIELDS, InputError
+from orchestrator.held_back import add_running
 from orchestrator.jobs import Job
 from orchestrator.point_tables import point_tables
 from orchestrator.run_copies import with_copied_layouts
@@ -231,7 +232,7 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
     from tqdm import tqdm
 
     configs, unknown, read = read_configs(path, defaults)
-    rows = []
+    rows, loads = [], []
     for i, values in enumerate(tqdm(configs, desc="estimate", unit="row", disable=not progress, file=sys.stderr)):
         try:
             s = configure(values)
@@ -240,15 +241,19 @@ def estimate_many(path: Path, defaults: dict, progress: bool = True) -> tuple:
             column = f.key if f else err.name
             raise InputError(f"{path} line {i + 2}, column {column}", err.value, err.allowed) from None
         rows.append(estimate(s))
+        loads.append({"arrival": s.arrival, "clients": s.concurrency, "output": s.typical("output_length")})
     kept = pd.read_csv(path)  # the input as the user wrote it, typed by pandas
+    loads = pd.DataFrame(loads, index=kept.index, columns=["arrival", "clients", "output"])
     metrics = pd.DataFrame(rows, index=kept.index)
     if read is not None:  # the measured runs kept; how we read each, our figures, our errors
         read = pd.DataFrame(read, index=kept.index)
         metrics = metrics[[c for c in metrics.columns if c not in read.columns]]
-        return measured_runs.add_errors(pd.concat([kept, read, metrics], axis=1), metrics), unknown
+        table = measured_runs.add_errors(pd.concat([kept, read, metrics], axis=1), metrics)
+        return add_running(table, measured_runs.MEASURED, loads), unknown
     for column in [c for c in metrics.columns if c in kept.columns]:  # an empty cell shows the value used
         filled = kept[column].fillna(metrics[column])
         kept[column] = filled.astype(metrics[column].dtype) if filled.notna().all() else filled
     metrics = metrics[[c for c in metrics.columns if c not in kept.columns]]
     table = measured_runs.add_errors(pd.concat([kept, metrics], axis=1), metrics, measured_runs.MEASURED_SPEC)
+    table = add_running(table, measured_runs.MEASURED_SPEC, loads)
     return table, [c for c in unknown if c not in measured_runs.MEASURED_SPEC]  # calibrate's form: errors beside

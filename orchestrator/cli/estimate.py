@@ -47,7 +47,10 @@ ESTIMATE_METRICS = [("TTFT ms", "ttft"), ("TPOT ms", "tpot"), ("ITL ms", "itl"),
 def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True) -> None:
     """Median |error| against measured runs, in all and per engine where several ran them; `replaced`: the spec
     keys a flag gave every run in place of its reading. A CSV of spec keys with measured_ttft_ms or measured_tpot_ms
-    (`silicon` False) gets the first line alone: its rows were not read, they say what ran."""
+    (`silicon` False) gets the first line alone, and the note on runs held back: its rows were not read, they say
+    what ran."""
+    from orchestrator.held_back import held_back_note
+
     errors = [c for c in ("ttft_error", "tpot_error") if c in table]
 
     def said(rows) -> str:
@@ -59,6 +62,9 @@ def print_errors(table, replaced: frozenset = frozenset(), silicon: bool = True)
     unmeasured = int(table[errors].isna().all(axis=1).sum())
     if unmeasured:
         print(f"note: {unmeasured} runs have no measured TTFT or TPOT (empty cells): estimated, not compared")
+    held = held_back_note(table)
+    if held:
+        print(f"note: {held}")
     if not silicon:
         return
     engines = table.groupby("engine", sort=True)

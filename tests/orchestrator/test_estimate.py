@@ -87,6 +87,30 @@ def test_from_csv_of_calibrate_s_spec_form_writes_our_error_beside_its_measured_
     assert bad.returncode == 2 and "line 2, column measured_ttft_ms: 'soon' is not allowed" in bad.stderr
 
 
+def test_from_csv_names_the_runs_held_back_ahead_of_the_engine(tmp_path):
+    """A closed loop whose measured TTFT is far above ours at our TPOT ran fewer requests at once than its clients
+    (Little's law: C x decode / (TTFT + decode), decode = (output - 1) x TPOT): the row says how many it ran and how
+    many we run, and a note names it; a run measured as we predict it is not held back."""
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text("concurrency\n16\n32\n")
+    common = (*BASE, "--arrival", "closed", "--from-csv", str(src), "--output", str(out), "--no-progress")
+    assert run(*common).returncode == 0
+    ours = pd.read_csv(out)
+    decode = 127 * ours["tpot_ms"][0]
+    late = ours["ttft_ms"][0] + 10 * decode  # requests wait ten decodes ahead of the engine
+    src.write_text(f"concurrency,measured_ttft_ms,measured_tpot_ms\n16,{late},{ours['tpot_ms'][0]}\n"
+                   f"32,{ours['ttft_ms'][1]},{ours['tpot_ms'][1]}\n")
+    p = run(*common)
+    assert p.returncode == 0, p.stderr
+    got = pd.read_csv(out)
+    assert got["measured_running"][0] == pytest.approx(16 * decode / (late + decode))  # about 1.5 of 16
+    assert got["running"][0] == pytest.approx(16 * decode / (ours["ttft_ms"][0] + decode))
+    assert got["held_back"].tolist() == [True, False]
+    assert got["measured_running"][1] == pytest.approx(got["running"][1])
+    assert "note: 1 closed-loop runs ran far fewer requests at once than we run" in p.stdout
+    assert f"row 2: about {16 * decode / (late + decode):.0f} requests decoding, where we run" in p.stdout
+
+
 def test_from_csv_keeps_rows_in_order_and_adds_metrics(tmp_path):
     src = tmp_path / "in.csv"
     pd.DataFrame({"id": ["a", "b", "c"], "concurrency": [1, 8, 4], "tp": [1, 2, 1],
