@@ -59,7 +59,7 @@ class _ScenarioMethods:
         if self.max_num_seqs is None:  # the engine's own launch
             object.__setattr__(self, "max_num_seqs", launch_max_num_seqs(self.engine))
         try:
-            device = load_device(self.device)
+            device = self.device_spec
         except ValueError:
             return  # validate() names the device
         if self.reserved_memory_gb is None:  # what the engine's memory utilisation leaves free
@@ -146,7 +146,7 @@ class _ScenarioMethods:
         except ValueError as err:
             raise InputError("model", self.model, model_allowed(self.model, str(err))) from None
         try:
-            load_device(self.device)
+            _ = self.device_spec  # read once a scenario (post_init read it too)
         except ValueError as err:
             raise InputError("device", self.device, str(err).split("; ", 1)[-1]) from None
         try:
