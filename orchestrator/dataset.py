@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from orchestrator.jobs import OptimizeResult, SweepItem
-from orchestrator.results import columns_schema, scenario_columns, write_bytes, write_parquet
+from orchestrator.results import TEMPORARY_GLOB, columns_schema, scenario_columns, write_bytes, write_parquet
 
 TABLES = ("points", "best", "splits", "requests")
 PARTITIONS = ("model", "device")
@@ -54,6 +54,18 @@ class Dataset:
     def __init__(self, root: str | Path):
         self.root = str(root)
         self.fs, self.base = filesystem(root)
+
+    def discard_temporaries(self) -> int:
+        """Remove what writes cut short left on a local disk, once no writer is left (a searcher killed mid-write
+        when the driver is interrupted leaves its temporary file; an object store keeps none). Returns how many."""
+        import pyarrow.fs as pafs
+
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return 0
+        stale = list(Path(self.base).rglob(TEMPORARY_GLOB))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)
 
     def path(self, table: str, item: SweepItem) -> str:
         s = item.scenario

@@ -209,6 +209,15 @@ def write_png(figure, path: str | Path) -> str:
     return write_bytes(buffer.getvalue(), path)
 
 
+def temporary_name(path: Path) -> Path:
+    """Where `write_bytes` writes before its rename: a hidden name beside the file."""
+    return path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+
+
+#: what `temporary_name` names, to find those a killed writer left
+TEMPORARY_GLOB = ".*.parquet.*.tmp"
+
+
 def write_bytes(data: bytes, path: str | Path, filesystem=None) -> str:
     """Write a file atomically. Local disk: a temporary name in the same folder, then rename (the
     temporary file is removed if the write fails or is interrupted). Object store: one upload; the
@@ -222,7 +231,7 @@ def write_bytes(data: bytes, path: str | Path, filesystem=None) -> str:
         return str(path)
     path = Path(path).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    tmp = temporary_name(path)
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 SHARE_PLAN_S = 0.005
 #: times the driver re-runs a part whose worker, node or result was lost (a failure in our code is not retried)
 TASK_RETRIES = 3
+#: how long an interrupted driver waits for the searchers it killed to be gone (their writes cut short then removed)
+KILL_WAIT_S = 10.0
 #: infeasible best rows a worker sends back per scenario it wrote (the summary prints a few; all are on disk)
 INFEASIBLE_BACK = 20
 
@@ -294,5 +296,7 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
     finally:
         for a in actors:
             ray.kill(a)
+        if in_flight:  # interrupted: a killed searcher's calls resolve once it is gone, and no write lands after
+            ray.wait(list(in_flight), num_returns=len(in_flight), timeout=KILL_WAIT_S)
     work.tail = time.perf_counter() - min(idle_since.values()) if len(actors) > 1 and idle_since else 0.0
     return {"nodes": nodes, "retried": retried, "work": work, "workers": cpus}

@@ -818,3 +818,17 @@ def test_a_scenario_s_id_is_the_one_its_fields_always_gave():
             "tpot_limit_ms": 20}
     assert [item.id for item in expand({"grid": grid})] == ["8c4726313bdae5ab", "abb54f86fc3cc07b",
                                                            "ae16890c7e020e5f"]
+
+
+def test_a_write_a_killed_searcher_cut_short_is_removed_once_the_sweep_stops(tmp_path):
+    """A searcher killed mid-write (the driver interrupted) leaves its temporary file; the sweep removes such files
+    once its writers are gone, and only those (a user's file of another name stays)."""
+    from orchestrator.results import temporary_name
+
+    out = tmp_path / "out"
+    cut = temporary_name(out / "best" / "model=x" / "device=y" / "0123456789abcdef.parquet")
+    cut.parent.mkdir(parents=True)
+    cut.write_bytes(b"PAR1 half")
+    (out / "notes.tmp").write_text("mine")
+    run_sweep(expand(SPEC)[:1], out, backend="inline", progress=False)
+    assert not cut.exists() and (out / "notes.tmp").exists() and list(out.glob("best/*/*/*.parquet"))
