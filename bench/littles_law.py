@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 from calibrate_campaigns import campaigns  # one definition of a campaign for every bench
 
+from orchestrator.held_back import decoding  # one formula for the requests decoding, here and in estimate
+
 GROUP = ["isl", "batch_size", "tp_size", "attention_dp_size"]  # within a campaign: all but the output length
 NUMBERS = ["isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"]
 HELD_BACK = 0.05  # a slope above this: requests wait about a twentieth of a decode for others to finish
@@ -44,7 +46,7 @@ def main() -> None:
     for label, runs in campaigns(min_runs=1):
         runs = runs.assign(**{c: pd.to_numeric(runs[c]) for c in NUMBERS})
         runs["decode_ms"] = (runs.osl - 1) * runs.silicon_tpot_ms
-        runs["running"] = runs.batch_size * runs.decode_ms / (runs.silicon_ttft_ms + runs.decode_ms)
+        runs["running"] = decoding(runs.batch_size, runs.osl, runs.silicon_ttft_ms, runs.silicon_tpot_ms)
         k = slopes(runs)
         if k.empty:
             continue

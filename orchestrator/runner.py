@@ -296,7 +296,8 @@ def run_ray(items: Iterable[SweepItem], sink, cache, progress=None) -> dict:
     finally:
         for a in actors:
             ray.kill(a)
-        if in_flight:  # interrupted: a killed searcher's calls resolve once it is gone, and no write lands after
+        if in_flight:  # interrupted: a killed searcher's calls resolve once it is gone; what it cut short goes
             ray.wait(list(in_flight), num_returns=len(in_flight), timeout=KILL_WAIT_S)
+            sink.data.discard_temporaries()
     work.tail = time.perf_counter() - min(idle_since.values()) if len(actors) > 1 and idle_since else 0.0
     return {"nodes": nodes, "retried": retried, "work": work, "workers": cpus}

@@ -131,7 +131,6 @@ def _run(items, data: Dataset, lock, resume: bool, backend: str, progress: bool,
         summary.idle_tail = work.tail
     finally:
         bar.close()
-        data.discard_temporaries()  # the writers are gone: what an interrupt cut short goes
         summary.points, summary.priced, summary.lookups = bar.points, bar.priced, bar.lookups
         summary.round_trips = bar.round_trips
         summary.seconds = time.perf_counter() - started

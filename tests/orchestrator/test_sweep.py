@@ -820,15 +820,20 @@ def test_a_scenario_s_id_is_the_one_its_fields_always_gave():
                                                            "ae16890c7e020e5f"]
 
 
-def test_a_write_a_killed_searcher_cut_short_is_removed_once_the_sweep_stops(tmp_path):
-    """A searcher killed mid-write (the driver interrupted) leaves its temporary file; the sweep removes such files
-    once its writers are gone, and only those (a user's file of another name stays)."""
+def test_a_write_a_killed_searcher_cut_short_is_removed_and_nothing_else(tmp_path):
+    """A searcher killed mid-write (the driver interrupted) leaves its temporary file; once the killed searchers are
+    gone the driver removes such files (`Dataset.discard_temporaries`, called by `run_ray` where it killed searchers
+    with calls in flight: test_interrupted_driver_resumes_without_loss_or_duplicates), and only those (a user's file
+    of another name stays, and so does a finished scenario)."""
+    from orchestrator.dataset import Dataset
     from orchestrator.results import temporary_name
 
     out = tmp_path / "out"
+    run_sweep(expand(SPEC)[:1], out, backend="inline", progress=False)
     cut = temporary_name(out / "best" / "model=x" / "device=y" / "0123456789abcdef.parquet")
     cut.parent.mkdir(parents=True)
     cut.write_bytes(b"PAR1 half")
     (out / "notes.tmp").write_text("mine")
-    run_sweep(expand(SPEC)[:1], out, backend="inline", progress=False)
-    assert not cut.exists() and (out / "notes.tmp").exists() and list(out.glob("best/*/*/*.parquet"))
+    finished = list(out.glob("best/*/*/*.parquet"))
+    assert Dataset(out).discard_temporaries() == 1
+    assert not cut.exists() and (out / "notes.tmp").exists() and finished == list(out.glob("best/*/*/*.parquet"))
